@@ -1,0 +1,75 @@
+#pragma once
+// ShardedSampler: which samples each rank reads in each accumulation window.
+//
+// See Note [Global windows]: every epoch has one permutation of all N
+// samples, the same on every rank and independent of the world size. Window w
+// is the slice [w*B, (w+1)*B) of it (B = world * accumulation * micro-batch),
+// cut into `world` contiguous, near-equal rank shares, each cut into
+// micro-batches of at most `micro_batch`. So the global sample set of a
+// window does not depend on how it is split, every rank runs the same number
+// of windows (derived from N and B alone), and a position (epoch, window) is
+// all a resume needs.
+
+#include <cstdint>
+#include <vector>
+
+namespace memtrain {
+
+struct WindowPlan {
+  int64_t epoch = 0;
+  int64_t window = 0;
+  int64_t global_samples = 0;  // samples in the window over all ranks
+  int64_t rank_samples = 0;    // samples this rank reads
+  // This rank's micro-batches (dataset indices), in order; at most
+  // accumulation_steps of them, the last possibly smaller, none if the
+  // rank's share of a short last window is empty.
+  std::vector<std::vector<int64_t>> micro_batches;
+};
+
+class ShardedSampler {
+ public:
+  // Throws memtrain::Error when the configuration gives no window at all.
+  ShardedSampler(
+      int64_t num_samples,
+      int64_t micro_batch,
+      int64_t accumulation_steps,
+      int rank,
+      int world_size,
+      uint64_t seed,
+      bool drop_last);
+
+  int64_t effective_batch() const {
+    return effective_batch_;
+  }
+  int64_t windows_per_epoch() const {
+    return windows_per_epoch_;
+  }
+  int64_t num_samples() const {
+    return num_samples_;
+  }
+
+  // The epoch's permutation of 0..N-1 (same on every rank).
+  std::vector<int64_t> permutation(int64_t epoch) const;
+
+  // All samples of window `w` of `epoch`, over all ranks, in order.
+  std::vector<int64_t> window_indices(int64_t epoch, int64_t w) const;
+
+  // This rank's part of window `w`.
+  WindowPlan plan(int64_t epoch, int64_t w) const;
+
+ private:
+  void ensure_epoch(int64_t epoch) const;
+
+  int64_t num_samples_;
+  int64_t micro_batch_;
+  int64_t accumulation_steps_;
+  int rank_;
+  int world_size_;
+  uint64_t seed_;
+  int64_t effective_batch_;
+  int64_t windows_per_epoch_;
+  mutable int64_t cached_epoch_ = -1;
+  mutable std::vector<int64_t> perm_;
+};
+
+}  // namespace memtrain

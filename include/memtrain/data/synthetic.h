@@ -1,0 +1,31 @@
+#pragma once
+// Synthetic datasets with a learnable signal, for the quick start, tests and
+// benchmarks. Deterministic: the task (class centres / templates) comes from
+// `seed`, the samples from `seed` and `split`, so a train and a val file made
+// with the same seed share one task.
+
+#include <cstdint>
+#include <string>
+
+namespace memtrain {
+
+struct SyntheticSpec {
+  std::string kind = "features";  // features | images
+  int64_t samples = 4096;
+  int64_t classes = 4;
+  int64_t features = 32;  // features: F
+  int64_t channels = 3;   // images: C, H, W
+  int64_t height = 16;
+  int64_t width = 16;
+  std::string dtype = "float32";  // images: float32 | uint8
+  double noise = 1.0;  // noise standard deviation (class separation is 1.5)
+  uint64_t seed = 0;
+  std::string split = "train";  // any name; different names, other samples
+};
+
+// Writes an HDF5 file in memtrain's layout (data/FORMAT.md) to `path`,
+// atomically: a temporary file in the same folder, renamed when complete.
+// Throws memtrain::Error on a bad spec or an I/O failure.
+void make_synthetic(const SyntheticSpec& spec, const std::string& path);
+
+}  // namespace memtrain

@@ -1,0 +1,77 @@
+#pragma once
+// Environment: who am I and where do I run. Initialises MPI once per process
+// (thread level FUNNELED: only the main thread calls MPI), reads the world
+// from MPI and the node-local rank from the launcher's variables.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace memtrain {
+
+struct LocalRank {
+  int local_rank = 0;
+  int local_size = 1;
+  std::string source;  // which variables it came from, for the launch banner
+};
+
+// Reads the node-local rank and size from the launcher's variables, in this
+// order: Open MPI (OMPI_COMM_WORLD_LOCAL_RANK/_SIZE), SLURM (SLURM_LOCALID,
+// SLURM_NTASKS_PER_NODE or SLURM_TASKS_PER_NODE), torchrun-style
+// (LOCAL_RANK, LOCAL_WORLD_SIZE). Returns source "" when none is set.
+// `getenv` is injectable for tests. Throws memtrain::Error on a malformed
+// value.
+LocalRank local_rank_from_env(
+    const std::function<const char*(const char*)>& getenv);
+
+class Environment {
+ public:
+  // Initialises MPI if nobody has; finalises it in the destructor if it did.
+  Environment(int* argc, char*** argv);
+  ~Environment();
+  Environment(const Environment&) = delete;
+  Environment& operator=(const Environment&) = delete;
+
+  int rank() const {
+    return rank_;
+  }
+  int world_size() const {
+    return world_size_;
+  }
+  int local_rank() const {
+    return local_.local_rank;
+  }
+  int local_size() const {
+    return local_.local_size;
+  }
+  const std::string& local_rank_source() const {
+    return local_.source;
+  }
+  const std::string& hostname() const {
+    return hostname_;
+  }
+  // CPU threads this rank should use: cores / ranks on this node, >= 1.
+  int threads_per_rank() const;
+
+  // Ends every rank of the job now (MPI_Abort). For a failure after ranks
+  // started exchanging data, so no peer waits forever.
+  [[noreturn]] void abort(int status) const;
+
+  // Collective over MPI_COMM_WORLD: true on every rank when every rank passed
+  // `ok`. `first_failing_rank` receives the lowest rank that failed (the
+  // world size when none did), so one rank can print the job's one error
+  // line and the others exit quietly with the same status.
+  bool all_ok(bool ok, int* first_failing_rank) const;
+
+  // Collective: every rank's `text` (at most 255 bytes kept), by rank.
+  std::vector<std::string> all_gather(const std::string& text) const;
+
+ private:
+  bool owns_mpi_ = false;
+  int rank_ = 0;
+  int world_size_ = 1;
+  LocalRank local_;
+  std::string hostname_;
+};
+
+}  // namespace memtrain

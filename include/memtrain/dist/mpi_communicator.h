@@ -1,0 +1,38 @@
+#pragma once
+// MpiCommunicator: the Communicator over an MPI communicator, for host
+// tensors. Half-precision tensors are refused: MPI has no fp16/bf16 types, so
+// callers reduce in float32 (DESIGN.md).
+
+#include <mpi.h>
+
+#include "memtrain/dist/communicator.h"
+
+namespace memtrain {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Uses (does not own or free) `comm`; MPI_COMM_WORLD for the job,
+  // MPI_COMM_SELF for a world of one inside one process (tests). Errors from
+  // MPI are raised as memtrain::Error with MPI's message and this rank.
+  explicit MpiCommunicator(MPI_Comm comm);
+
+  int rank() const override {
+    return rank_;
+  }
+  int size() const override {
+    return size_;
+  }
+  std::string backend() const override {
+    return "mpi";
+  }
+  void all_reduce_sum(at::Tensor& t) override;
+  void broadcast(at::Tensor& t, int root) override;
+  void barrier() override;
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace memtrain

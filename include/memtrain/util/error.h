@@ -1,0 +1,64 @@
+#pragma once
+// Errors. memtrain separates what a user did wrong (a config key, a file, a
+// flag: `memtrain::Error`, raised with MT_CHECK) from a broken invariant
+// inside memtrain (`memtrain::InternalError`, raised with
+// MT_INTERNAL_ASSERT). Library code never calls exit(): `main` catches, prints
+// the message once and ends every rank with a non-zero status.
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace memtrain {
+
+// Process exit statuses, documented in the README.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitFailure = 1,  // runtime failure (a peer died, I/O failed, a bug)
+  kExitUsage = 2,    // bad config, bad flag, bad input file
+};
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+class InternalError : public std::logic_error {
+ public:
+  explicit InternalError(const std::string& what) : std::logic_error(what) {}
+};
+
+namespace detail {
+template <typename... Args>
+std::string concat(Args&&... args) {
+  std::ostringstream out;
+  (out << ... << std::forward<Args>(args));
+  return out.str();
+}
+}  // namespace detail
+
+// "1.5 MiB", "512 B": for messages and logs.
+std::string format_bytes(double bytes);
+
+}  // namespace memtrain
+
+#define MT_CHECK(cond, ...)                                             \
+  do {                                                                  \
+    if (!(cond)) {                                                      \
+      throw ::memtrain::Error(::memtrain::detail::concat(__VA_ARGS__)); \
+    }                                                                   \
+  } while (0)
+
+#define MT_INTERNAL_ASSERT(cond, ...)                             \
+  do {                                                            \
+    if (!(cond)) {                                                \
+      throw ::memtrain::InternalError(::memtrain::detail::concat( \
+          "internal error at ",                                   \
+          __FILE__,                                               \
+          ":",                                                    \
+          __LINE__,                                               \
+          ": " #cond " ",                                         \
+          ##__VA_ARGS__));                                        \
+    }                                                             \
+  } while (0)

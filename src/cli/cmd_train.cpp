@@ -1,0 +1,156 @@
+#include <torch/torch.h>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <sstream>
+
+#include "commands.h"
+#include "memtrain/dist/environment.h"
+#include "memtrain/dist/mpi_communicator.h"
+#include "memtrain/train/trainer.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain::cli {
+
+void add_train(CLI::App& app, TrainArgs& args) {
+  auto* cmd = app.add_subcommand(
+      "train",
+      "Train. Start one rank per device: mpirun -np N memtrain train "
+      "[--config FILE] [--section.key=value ...]. Without --config the "
+      "built-in defaults are used (see --print-config).");
+  cmd->add_option("--config", args.config, "YAML config file")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag(
+      "--print-config",
+      args.print_config,
+      "print the resolved config as YAML and exit");
+  cmd->allow_extras();
+  cmd->footer(
+      "Config keys (YAML sections, or --section.key=value):\n" +
+      TrainConfig::describe_keys());
+  cmd->callback([cmd, &args] {
+    for (const auto& extra : cmd->remaining()) {
+      if (extra.rfind("--", 0) == 0 && extra.find('.') != std::string::npos &&
+          extra.find('=') != std::string::npos) {
+        args.overrides.push_back(extra.substr(2));
+      } else {
+        throw CLI::ExtrasError(
+            "unexpected argument '" + extra +
+                "': config overrides are written --section.key=value "
+                "(e.g. --training.lr=0.1); see memtrain train --help",
+            CLI::ExitCodes::ExtrasError);
+      }
+    }
+  });
+}
+
+namespace {
+
+// Runs `step` on every rank; if it throws memtrain::Error on any rank, the
+// lowest failing rank prints its message and every rank returns false.
+// For checks that happen before ranks exchange data: nobody is left waiting.
+template <typename F>
+bool agreed(const Environment& env, const char* what, F&& step) {
+  std::string error;
+  try {
+    step();
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  int first = 0;
+  if (env.all_ok(error.empty(), &first))
+    return true;
+  if (env.rank() == first) {
+    std::fprintf(
+        stderr,
+        "memtrain: error: %s%s\n",
+        error.c_str(),
+        env.world_size() > 1
+            ? (" [rank " + std::to_string(first) + ", " + what + "]").c_str()
+            : "");
+  }
+  return false;
+}
+
+}  // namespace
+
+int run_train(const TrainArgs& args, int* argc, char*** argv) {
+  Environment env(argc, argv);
+  torch::set_num_threads(env.threads_per_rank());
+
+  TrainConfig cfg;
+  if (!agreed(env, "config", [&] {
+        cfg = TrainConfig::load(args.config, args.overrides);
+      })) {
+    return kExitUsage;
+  }
+  if (args.print_config) {
+    if (env.rank() == 0)
+      std::fputs(cfg.to_yaml().c_str(), stdout);
+    return kExitOk;
+  }
+
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  Trainer::Options options;
+  options.progress = stdout;
+  if (cfg.output.progress == "auto") {
+    options.progress_is_tty = ::isatty(::fileno(stdout)) == 1 &&
+                              env.local_rank_source() == "mpi-shared-memory" &&
+                              env.world_size() == 1;
+  } else {
+    options.progress_is_tty = cfg.output.progress == "tty";
+  }
+  std::unique_ptr<Trainer> trainer;
+  if (!agreed(env, "start-up", [&] {
+        trainer = std::make_unique<Trainer>(cfg, comm, options);
+      })) {
+    return kExitUsage;
+  }
+
+  // The launch banner, once: world, each rank's device, config, plan.
+  std::ostringstream me;
+  me << "rank " << env.rank() << ": host " << env.hostname() << ", local rank "
+     << env.local_rank() << "/" << env.local_size() << ", device cpu, "
+     << torch::get_num_threads() << " threads";
+  const auto ranks = env.all_gather(me.str());
+  if (env.rank() == 0) {
+    std::printf(
+        "memtrain 0.1.0: %d rank(s), backend %s, local rank from %s\n",
+        env.world_size(),
+        comm.backend().c_str(),
+        env.local_rank_source().c_str());
+    for (const auto& r : ranks)
+      std::printf("  %s\n", r.c_str());
+    std::printf("config:\n");
+    std::istringstream yaml(cfg.to_yaml());
+    for (std::string l; std::getline(yaml, l);)
+      std::printf("  %s\n", l.c_str());
+    std::printf("%s\n", trainer->describe().c_str());
+    std::fflush(stdout);
+  }
+
+  try {
+    trainer->run();
+  } catch (const std::exception& e) {
+    // Peers may be inside a collective: end the whole job now.
+    std::fprintf(
+        stderr,
+        "memtrain: [rank %d, %s] error: %s\n",
+        env.rank(),
+        env.hostname().c_str(),
+        e.what());
+    std::fflush(stderr);
+    env.abort(kExitFailure);
+  }
+  if (env.rank() == 0) {
+    std::printf(
+        "done: %s/model.safetensors, %s/metrics.jsonl\n",
+        cfg.output.dir.c_str(),
+        cfg.output.dir.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace memtrain::cli

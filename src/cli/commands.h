@@ -1,0 +1,28 @@
+#pragma once
+// The memtrain sub-commands. Each returns the process exit status.
+
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace memtrain::cli {
+
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> overrides;  // "section.key=value"
+  bool print_config = false;
+};
+
+void add_train(CLI::App& app, TrainArgs& args);
+int run_train(const TrainArgs& args, int* argc, char*** argv);
+
+void add_make_data(CLI::App& app);
+int run_make_data();
+
+void add_inspect(CLI::App& app);
+int run_inspect();
+
+}  // namespace memtrain::cli

@@ -1,0 +1,45 @@
+// memtrain: a distributed, memory-managed trainer. `memtrain --help`.
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+#include "memtrain/util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "memtrain: distributed, memory-managed training over MPI.\n"
+      "Start one rank per device: mpirun -np N memtrain train ...",
+      "memtrain"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "memtrain 0.1.0");
+
+  memtrain::cli::TrainArgs train_args;
+  memtrain::cli::add_train(app, train_args);
+  memtrain::cli::add_make_data(app);
+  memtrain::cli::add_inspect(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? memtrain::kExitOk : memtrain::kExitUsage;
+  }
+  try {
+    if (app.got_subcommand("train")) {
+      return memtrain::cli::run_train(train_args, &argc, &argv);
+    }
+    if (app.got_subcommand("make-data"))
+      return memtrain::cli::run_make_data();
+    if (app.got_subcommand("inspect"))
+      return memtrain::cli::run_inspect();
+  } catch (const memtrain::Error& e) {
+    std::fprintf(stderr, "memtrain: error: %s\n", e.what());
+    return memtrain::kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memtrain: error: %s\n", e.what());
+    return memtrain::kExitFailure;
+  }
+  return memtrain::kExitUsage;
+}

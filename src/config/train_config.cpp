@@ -1,0 +1,593 @@
+#include "memtrain/config/train_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+namespace {
+
+// One configurable key: its dotted name, how to parse and check a value, and
+// where it lives in a TrainConfig. The table below is the single source of
+// truth for parsing, defaults, `--help` and the resolved YAML.
+struct Key {
+  enum class Type { kInt, kFloat, kBool, kString, kChoice };
+  std::string name;
+  Type type = Type::kString;
+  std::string help;
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+  bool min_exclusive = false;
+  std::vector<std::string> choices;
+  // Accessors into a config (exactly one is set, by type).
+  std::function<int64_t*(TrainConfig&)> i;
+  std::function<double*(TrainConfig&)> f;
+  std::function<bool*(TrainConfig&)> b;
+  std::function<std::string*(TrainConfig&)> s;
+};
+
+Key int_key(
+    std::string name,
+    std::function<int64_t*(TrainConfig&)> at,
+    double min,
+    double max,
+    std::string help) {
+  Key k;
+  k.name = std::move(name);
+  k.type = Key::Type::kInt;
+  k.help = std::move(help);
+  k.min = min;
+  k.max = max;
+  k.i = std::move(at);
+  return k;
+}
+
+Key float_key(
+    std::string name,
+    std::function<double*(TrainConfig&)> at,
+    double min,
+    bool min_exclusive,
+    double max,
+    std::string help) {
+  Key k;
+  k.name = std::move(name);
+  k.type = Key::Type::kFloat;
+  k.help = std::move(help);
+  k.min = min;
+  k.min_exclusive = min_exclusive;
+  k.max = max;
+  k.f = std::move(at);
+  return k;
+}
+
+Key bool_key(
+    std::string name, std::function<bool*(TrainConfig&)> at, std::string help) {
+  Key k;
+  k.name = std::move(name);
+  k.type = Key::Type::kBool;
+  k.help = std::move(help);
+  k.b = std::move(at);
+  return k;
+}
+
+Key string_key(
+    std::string name,
+    std::function<std::string*(TrainConfig&)> at,
+    std::string help) {
+  Key k;
+  k.name = std::move(name);
+  k.type = Key::Type::kString;
+  k.help = std::move(help);
+  k.s = std::move(at);
+  return k;
+}
+
+Key choice_key(
+    std::string name,
+    std::function<std::string*(TrainConfig&)> at,
+    std::vector<std::string> choices,
+    std::string help) {
+  Key k;
+  k.name = std::move(name);
+  k.type = Key::Type::kChoice;
+  k.help = std::move(help);
+  k.choices = std::move(choices);
+  k.s = std::move(at);
+  return k;
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+const std::vector<Key>& keys() {
+  static const std::vector<Key> table = {
+      choice_key(
+          "model.name",
+          [](TrainConfig& c) { return &c.model.name; },
+          {"mlp", "cnn"},
+          "model: mlp (for /features files) or cnn (for /images)"),
+      int_key(
+          "model.hidden",
+          [](TrainConfig& c) { return &c.model.hidden; },
+          1,
+          1 << 16,
+          "hidden width (MLP units, CNN channels)"),
+      choice_key(
+          "model.norm",
+          [](TrainConfig& c) { return &c.model.norm; },
+          {"none", "group"},
+          "normalisation layers: none or group (no batch-norm: it "
+          "would make the update depend on the micro-batch split)"),
+      int_key(
+          "model.seed",
+          [](TrainConfig& c) { return &c.model.seed; },
+          0,
+          9.0e15,
+          "seed of the parameter initialisation"),
+      string_key(
+          "data.train",
+          [](TrainConfig& c) { return &c.data.train; },
+          "training HDF5 file (see data/FORMAT.md)"),
+      string_key(
+          "data.val",
+          [](TrainConfig& c) { return &c.data.val; },
+          "validation HDF5 file; empty to skip validation"),
+      int_key(
+          "data.batch_size",
+          [](TrainConfig& c) { return &c.data.batch_size; },
+          1,
+          1 << 20,
+          "micro-batch per rank (samples in one forward/backward)"),
+      int_key(
+          "data.seed",
+          [](TrainConfig& c) { return &c.data.seed; },
+          0,
+          9.0e15,
+          "seed of the per-epoch sample permutation"),
+      bool_key(
+          "data.drop_last",
+          [](TrainConfig& c) { return &c.data.drop_last; },
+          "drop each epoch's last, partial window"),
+      int_key(
+          "training.epochs",
+          [](TrainConfig& c) { return &c.training.epochs; },
+          1,
+          1e9,
+          "passes over the training set"),
+      int_key(
+          "training.max_windows",
+          [](TrainConfig& c) { return &c.training.max_windows; },
+          0,
+          9e15,
+          "stop after this many accumulation windows in all (0 = no "
+          "limit)"),
+      int_key(
+          "training.gradient_accumulation_steps",
+          [](TrainConfig& c) {
+            return &c.training.gradient_accumulation_steps;
+          },
+          1,
+          1 << 16,
+          "micro-steps per window; gradients are all-reduced once per "
+          "window"),
+      float_key(
+          "training.lr",
+          [](TrainConfig& c) { return &c.training.lr; },
+          0,
+          true,
+          1e3,
+          "learning rate"),
+      choice_key(
+          "training.optimizer",
+          [](TrainConfig& c) { return &c.training.optimizer; },
+          {"sgd", "adamw"},
+          "optimizer"),
+      float_key(
+          "training.momentum",
+          [](TrainConfig& c) { return &c.training.momentum; },
+          0,
+          false,
+          0.999999,
+          "SGD momentum (sgd only)"),
+      float_key(
+          "training.weight_decay",
+          [](TrainConfig& c) { return &c.training.weight_decay; },
+          0,
+          false,
+          10,
+          "weight decay (decoupled for adamw)"),
+      float_key(
+          "training.grad_clip_norm",
+          [](TrainConfig& c) { return &c.training.grad_clip_norm; },
+          0,
+          false,
+          kInf,
+          "clip the global gradient norm to this (0 = off)"),
+      float_key(
+          "dist.bucket_mib",
+          [](TrainConfig& c) { return &c.dist.bucket_mib; },
+          0,
+          true,
+          4096,
+          "gradient all-reduce bucket size in MiB"),
+      choice_key(
+          "dist.check_replicas",
+          [](TrainConfig& c) { return &c.dist.check_replicas; },
+          {"off", "epoch", "window"},
+          "verify that every rank holds bit-identical parameters"),
+      string_key(
+          "output.dir",
+          [](TrainConfig& c) { return &c.output.dir; },
+          "where metrics.jsonl and model.safetensors go"),
+      choice_key(
+          "output.progress",
+          [](TrainConfig& c) { return &c.output.progress; },
+          {"auto", "tty", "lines"},
+          "progress display: tty redraws one line, lines prints a "
+          "line every progress_every_s; auto picks tty only on a "
+          "terminal outside mpirun/srun"),
+      float_key(
+          "output.progress_every_s",
+          [](TrainConfig& c) { return &c.output.progress_every_s; },
+          0,
+          false,
+          kInf,
+          "seconds between progress lines when stdout is not a "
+          "terminal"),
+  };
+  return table;
+}
+
+const char* type_name(const Key& k) {
+  switch (k.type) {
+    case Key::Type::kInt:
+      return "an integer";
+    case Key::Type::kFloat:
+      return "a number";
+    case Key::Type::kBool:
+      return "true or false";
+    case Key::Type::kString:
+      return "a string";
+    case Key::Type::kChoice:
+      return "one of";
+  }
+  return "";
+}
+
+std::string join(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    out += (i ? sep : "") + items[i];
+  }
+  return out;
+}
+
+std::string allowed(const Key& k) {
+  std::ostringstream out;
+  out << type_name(k);
+  if (k.type == Key::Type::kChoice) {
+    out << " " << join(k.choices, ", ");
+  } else if (k.type == Key::Type::kInt || k.type == Key::Type::kFloat) {
+    const bool has_min = std::isfinite(k.min);
+    const bool has_max = std::isfinite(k.max);
+    if (has_min && has_max) {
+      out << " in " << (k.min_exclusive ? "(" : "[") << k.min << ", " << k.max
+          << "]";
+    } else if (has_min) {
+      out << (k.min_exclusive ? " > " : " >= ") << k.min;
+    }
+  }
+  return out.str();
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min(
+          {row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+const Key& find_key(const std::string& name, const std::string& origin) {
+  for (const auto& k : keys()) {
+    if (k.name == name)
+      return k;
+  }
+  std::string best;
+  size_t best_d = 4;
+  for (const auto& k : keys()) {
+    const size_t d = edit_distance(name, k.name);
+    if (d < best_d) {
+      best_d = d;
+      best = k.name;
+    }
+  }
+  const std::string section = name.substr(0, name.find('.'));
+  std::vector<std::string> same_section;
+  for (const auto& k : keys()) {
+    if (k.name.compare(0, section.size() + 1, section + ".") == 0) {
+      same_section.push_back(k.name);
+    }
+  }
+  std::ostringstream msg;
+  msg << "config: unknown key '" << name << "'" << origin;
+  if (!best.empty())
+    msg << "; did you mean '" << best << "'?";
+  if (!same_section.empty()) {
+    msg << " Keys in '" << section << "': " << join(same_section, ", ");
+  } else {
+    std::vector<std::string> sections;
+    for (const auto& k : keys()) {
+      const std::string s = k.name.substr(0, k.name.find('.'));
+      if (std::find(sections.begin(), sections.end(), s) == sections.end()) {
+        sections.push_back(s);
+      }
+    }
+    msg << " Sections: " << join(sections, ", ");
+  }
+  msg << " (`memtrain train --help` lists every key)";
+  throw Error(msg.str());
+}
+
+std::string scalar_text(const YAML::Node& node) {
+  if (node.IsScalar())
+    return node.Scalar();
+  YAML::Emitter out;
+  out << YAML::Flow << node;
+  return out.c_str();
+}
+
+void assign(
+    TrainConfig& cfg,
+    const Key& k,
+    const YAML::Node& node,
+    const std::string& origin) {
+  const std::string text = scalar_text(node);
+  auto fail = [&](const std::string& why) {
+    throw Error(
+        "config: " + k.name + " = '" + text + "'" + origin + ": " + why +
+        "; allowed: " + allowed(k));
+  };
+  if (!node.IsScalar())
+    fail("expected a single value");
+  switch (k.type) {
+    case Key::Type::kInt: {
+      int64_t v = 0;
+      try {
+        v = node.as<int64_t>();
+      } catch (const YAML::Exception&) {
+        fail("not an integer");
+      }
+      if (v < k.min || v > k.max)
+        fail("out of range");
+      *k.i(cfg) = v;
+      break;
+    }
+    case Key::Type::kFloat: {
+      double v = 0;
+      try {
+        v = node.as<double>();
+      } catch (const YAML::Exception&) {
+        fail("not a number");
+      }
+      if (!std::isfinite(v) || v < k.min || (k.min_exclusive && v == k.min) ||
+          v > k.max) {
+        fail("out of range");
+      }
+      *k.f(cfg) = v;
+      break;
+    }
+    case Key::Type::kBool: {
+      bool v = false;
+      try {
+        v = node.as<bool>();
+      } catch (const YAML::Exception&) {
+        fail("not a boolean");
+      }
+      *k.b(cfg) = v;
+      break;
+    }
+    case Key::Type::kString:
+      *k.s(cfg) = node.Scalar();
+      break;
+    case Key::Type::kChoice:
+      if (std::find(k.choices.begin(), k.choices.end(), node.Scalar()) ==
+          k.choices.end()) {
+        fail("not a valid choice");
+      }
+      *k.s(cfg) = node.Scalar();
+      break;
+  }
+}
+
+void apply_tree(
+    TrainConfig& cfg,
+    const YAML::Node& node,
+    const std::string& prefix,
+    const std::string& origin) {
+  for (const auto& item : node) {
+    const std::string key = item.first.as<std::string>();
+    const std::string name = prefix.empty() ? key : prefix + "." + key;
+    if (item.second.IsMap()) {
+      // Only sections are maps; a key that is a map is either unknown
+      // (find_key throws) or misused (assign reports it).
+      bool is_section = false;
+      for (const auto& k : keys()) {
+        if (k.name.compare(0, name.size() + 1, name + ".") == 0) {
+          is_section = true;
+        }
+      }
+      if (is_section) {
+        apply_tree(cfg, item.second, name, origin);
+        continue;
+      }
+      if (item.second.size() > 0) {
+        // An unknown section: name its first key, so the message lists the
+        // sections there are.
+        find_key(
+            name + "." + item.second.begin()->first.as<std::string>(), origin);
+      }
+    }
+    if (prefix.empty() && !item.second.IsMap()) {
+      throw Error(
+          "config: top-level entry '" + name + "'" + origin +
+          " must be a section (a mapping of keys)");
+    }
+    assign(cfg, find_key(name, origin), item.second, origin);
+  }
+}
+
+std::string value_text(const Key& k, TrainConfig& cfg) {
+  std::ostringstream out;
+  switch (k.type) {
+    case Key::Type::kInt:
+      out << *k.i(cfg);
+      break;
+    case Key::Type::kFloat:
+      out << *k.f(cfg);
+      break;
+    case Key::Type::kBool:
+      out << (*k.b(cfg) ? "true" : "false");
+      break;
+    case Key::Type::kString:
+    case Key::Type::kChoice: {
+      YAML::Emitter e;
+      e << YAML::DoubleQuoted << *k.s(cfg);
+      out << e.c_str();
+      break;
+    }
+  }
+  return out.str();
+}
+
+std::string emit(const TrainConfig& cfg_in, bool with_help) {
+  TrainConfig cfg = cfg_in;
+  std::ostringstream out;
+  std::string section;
+  for (const auto& k : keys()) {
+    const std::string s = k.name.substr(0, k.name.find('.'));
+    if (s != section) {
+      section = s;
+      out << s << ":\n";
+    }
+    out << "  " << k.name.substr(s.size() + 1) << ": " << value_text(k, cfg);
+    if (with_help)
+      out << "  # " << k.help;
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+std::string TrainConfig::default_yaml() {
+  return emit(TrainConfig{}, /*with_help=*/true);
+}
+
+std::string TrainConfig::to_yaml() const {
+  return emit(*this, /*with_help=*/false);
+}
+
+std::string TrainConfig::describe_keys() {
+  std::ostringstream out;
+  TrainConfig defaults;
+  for (const auto& k : keys()) {
+    out << "  --" << k.name << "=VALUE\n      " << k.help << "\n      "
+        << allowed(k) << "; default " << value_text(k, defaults) << "\n";
+  }
+  return out.str();
+}
+
+void TrainConfig::set(const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  MT_CHECK(
+      eq != std::string::npos && eq > 0,
+      "config: override '",
+      assignment,
+      "' is not of the form section.key=value (e.g. --training.lr=0.1)");
+  const std::string name = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  const Key& k = find_key(name, " (command line)");
+  YAML::Node node;
+  try {
+    node = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw Error(
+        "config: " + name + " = '" + text +
+        "' (command line): not valid YAML: " + e.msg);
+  }
+  if (node.IsNull())
+    node = YAML::Node(text);  // "--data.val=" means ""
+  if (k.type == Key::Type::kString && node.IsScalar()) {
+    node = YAML::Node(text);  // keep strings verbatim (no YAML typing)
+  }
+  assign(*this, k, node, " (command line)");
+}
+
+TrainConfig TrainConfig::load(
+    const std::string& yaml_path, const std::vector<std::string>& overrides) {
+  TrainConfig cfg;
+  if (!yaml_path.empty()) {
+    std::ifstream in(yaml_path);
+    MT_CHECK(
+        in.good(),
+        "config: cannot read '",
+        yaml_path,
+        "': no such file or not readable (pass an existing YAML file to "
+        "--config, or leave --config out for the built-in defaults)");
+    const std::string origin = " (in " + yaml_path + ")";
+    YAML::Node root;
+    try {
+      root = YAML::LoadFile(yaml_path);
+    } catch (const YAML::Exception& e) {
+      throw Error(
+          "config: '" + yaml_path + "' is not valid YAML: line " +
+          std::to_string(e.mark.line + 1) + ": " + e.msg);
+    }
+    if (!root.IsNull()) {
+      MT_CHECK(
+          root.IsMap(),
+          "config: '",
+          yaml_path,
+          "' must be a YAML mapping of sections (model:, data:, ...)");
+      apply_tree(cfg, root, "", origin);
+    }
+  }
+  for (const auto& o : overrides)
+    cfg.set(o);
+  cfg.validate();
+  return cfg;
+}
+
+void TrainConfig::validate() const {
+  MT_CHECK(
+      !data.train.empty(),
+      "config: data.train is empty; set it to a training HDF5 file "
+      "(memtrain make-data makes one)");
+  MT_CHECK(!output.dir.empty(), "config: output.dir is empty; set a folder");
+  MT_CHECK(
+      training.optimizer == "sgd" || training.momentum == 0.0 ||
+          training.momentum == TrainingConfig{}.momentum,
+      "config: training.momentum = ",
+      training.momentum,
+      " applies to training.optimizer=sgd only, but the optimizer is '",
+      training.optimizer,
+      "'; remove training.momentum");
+}
+
+}  // namespace memtrain

@@ -1,0 +1,190 @@
+#include "h5_util.h"
+
+#include <mutex>
+
+#include "memtrain/util/error.h"
+
+namespace memtrain::h5 {
+
+void silence_errors() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+std::string last_error() {
+  std::string msg;
+  H5Ewalk2(
+      H5E_DEFAULT,
+      H5E_WALK_DOWNWARD,
+      [](unsigned n, const H5E_error2_t* err, void* data) -> herr_t {
+        auto* out = static_cast<std::string*>(data);
+        if (n == 0 && err->desc)
+          *out = err->desc;
+        return 0;
+      },
+      &msg);
+  return msg;
+}
+
+bool has_link(hid_t loc, const std::string& name) {
+  return H5Lexists(loc, name.c_str(), H5P_DEFAULT) > 0;
+}
+
+std::vector<hsize_t> dims_of(hid_t dataset) {
+  Handle sp = space(H5Dget_space(dataset));
+  const int rank = H5Sget_simple_extent_ndims(sp.get());
+  std::vector<hsize_t> dims(rank > 0 ? rank : 0);
+  if (rank > 0)
+    H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr);
+  return dims;
+}
+
+std::string type_name(hid_t dataset) {
+  Handle t = type(H5Dget_type(dataset));
+  const size_t size = H5Tget_size(t.get());
+  switch (H5Tget_class(t.get())) {
+    case H5T_INTEGER: {
+      const bool sign = H5Tget_sign(t.get()) == H5T_SGN_2;
+      return std::string(sign ? "int" : "uint") + std::to_string(size * 8);
+    }
+    case H5T_FLOAT:
+      return "float" + std::to_string(size * 8);
+    case H5T_STRING:
+      return "string";
+    case H5T_COMPOUND:
+      return "compound";
+    default:
+      return "other";
+  }
+}
+
+bool is_integer(hid_t dataset) {
+  Handle t = type(H5Dget_type(dataset));
+  return H5Tget_class(t.get()) == H5T_INTEGER;
+}
+
+bool is_float(hid_t dataset) {
+  Handle t = type(H5Dget_type(dataset));
+  return H5Tget_class(t.get()) == H5T_FLOAT;
+}
+
+namespace {
+Handle open_attr(hid_t obj, const char* name) {
+  if (H5Aexists(obj, name) <= 0)
+    return Handle();
+  return attribute(H5Aopen(obj, name, H5P_DEFAULT));
+}
+}  // namespace
+
+bool read_attr(hid_t obj, const char* name, int64_t* out) {
+  Handle a = open_attr(obj, name);
+  if (!a.valid())
+    return false;
+  Handle t = type(H5Aget_type(a.get()));
+  MT_CHECK(
+      H5Tget_class(t.get()) == H5T_INTEGER,
+      "attribute '",
+      name,
+      "' must be an integer");
+  MT_CHECK(
+      H5Aread(a.get(), H5T_NATIVE_INT64, out) >= 0,
+      "cannot read attribute '",
+      name,
+      "': ",
+      last_error());
+  return true;
+}
+
+bool read_attr(hid_t obj, const char* name, double* out) {
+  Handle a = open_attr(obj, name);
+  if (!a.valid())
+    return false;
+  Handle t = type(H5Aget_type(a.get()));
+  const auto cls = H5Tget_class(t.get());
+  MT_CHECK(
+      cls == H5T_FLOAT || cls == H5T_INTEGER,
+      "attribute '",
+      name,
+      "' must be a number");
+  MT_CHECK(
+      H5Aread(a.get(), H5T_NATIVE_DOUBLE, out) >= 0,
+      "cannot read attribute '",
+      name,
+      "': ",
+      last_error());
+  return true;
+}
+
+bool read_attr(hid_t obj, const char* name, std::string* out) {
+  Handle a = open_attr(obj, name);
+  if (!a.valid())
+    return false;
+  Handle t = type(H5Aget_type(a.get()));
+  MT_CHECK(
+      H5Tget_class(t.get()) == H5T_STRING,
+      "attribute '",
+      name,
+      "' must be a string");
+  if (H5Tis_variable_str(t.get()) > 0) {
+    Handle mem = type(H5Tcopy(H5T_C_S1));
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    char* value = nullptr;
+    MT_CHECK(
+        H5Aread(a.get(), mem.get(), &value) >= 0,
+        "cannot read attribute '",
+        name,
+        "': ",
+        last_error());
+    *out = value ? value : "";
+    H5free_memory(value);
+  } else {
+    const size_t size = H5Tget_size(t.get());
+    std::string buf(size, '\0');
+    MT_CHECK(
+        H5Aread(a.get(), t.get(), buf.data()) >= 0,
+        "cannot read attribute '",
+        name,
+        "': ",
+        last_error());
+    *out = buf.substr(0, buf.find('\0'));
+  }
+  return true;
+}
+
+namespace {
+void write_raw(
+    hid_t obj,
+    const char* name,
+    hid_t file_type,
+    hid_t mem_type,
+    const void* data) {
+  if (H5Aexists(obj, name) > 0)
+    H5Adelete(obj, name);
+  Handle sp = space(H5Screate(H5S_SCALAR));
+  Handle a = attribute(
+      H5Acreate2(obj, name, file_type, sp.get(), H5P_DEFAULT, H5P_DEFAULT));
+  MT_CHECK(
+      a.valid() && H5Awrite(a.get(), mem_type, data) >= 0,
+      "cannot write attribute '",
+      name,
+      "': ",
+      last_error());
+}
+}  // namespace
+
+void write_attr(hid_t obj, const char* name, int64_t value) {
+  write_raw(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+}
+
+void write_attr(hid_t obj, const char* name, double value) {
+  write_raw(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+}
+
+void write_attr(hid_t obj, const char* name, const std::string& value) {
+  Handle t = type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(t.get(), value.size() + 1);
+  H5Tset_strpad(t.get(), H5T_STR_NULLTERM);
+  write_raw(obj, name, t.get(), t.get(), value.c_str());
+}
+
+}  // namespace memtrain::h5

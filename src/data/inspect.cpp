@@ -1,0 +1,130 @@
+#include "memtrain/data/inspect.h"
+
+#include <sstream>
+#include <vector>
+
+#include "h5_util.h"
+#include "memtrain/data/h5_dataset.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+namespace {
+
+std::string dims_text(const std::vector<hsize_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(dims[i]);
+  }
+  return s + "]";
+}
+
+void describe_dataset(
+    hid_t file, const std::string& name, std::ostringstream& out) {
+  h5::Handle ds = h5::dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
+  if (!ds.valid()) {
+    out << "  /" << name << ": cannot open: " << h5::last_error() << "\n";
+    return;
+  }
+  out << "  /" << name << "  " << h5::type_name(ds.get()) << " "
+      << dims_text(h5::dims_of(ds.get()));
+  h5::Handle dcpl = h5::plist(H5Dget_create_plist(ds.get()));
+  if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED) {
+    std::vector<hsize_t> chunk(h5::dims_of(ds.get()).size());
+    H5Pget_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+    out << "  chunks " << dims_text(chunk);
+  } else {
+    out << "  contiguous";
+  }
+  out << "\n";
+}
+
+}  // namespace
+
+InspectReport inspect_file(const std::string& path) {
+  h5::silence_errors();
+  InspectReport report;
+  std::ostringstream out;
+  out << "file: " << path << "\n";
+  if (H5Fis_hdf5(path.c_str()) > 0) {
+    h5::Handle file =
+        h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    if (file.valid()) {
+      out << "attributes:\n";
+      for (const char* a :
+           {"layout_version",
+            "kind",
+            "num_classes",
+            "class_names",
+            "generator",
+            "seed",
+            "split"}) {
+        std::string s;
+        int64_t i = 0;
+        double d = 0;
+        try {
+          if (h5::read_attr(file.get(), a, &s)) {
+            out << "  " << a << " = \"" << s << "\"\n";
+          }
+        } catch (const Error&) {
+          try {
+            if (h5::read_attr(file.get(), a, &i)) {
+              out << "  " << a << " = " << i << "\n";
+            }
+          } catch (const Error&) {
+            if (h5::read_attr(file.get(), a, &d)) {
+              out << "  " << a << " = " << d << "\n";
+            }
+          }
+        }
+      }
+      out << "datasets:\n";
+      std::vector<std::string> names;
+      H5Literate(
+          file.get(),
+          H5_INDEX_NAME,
+          H5_ITER_INC,
+          nullptr,
+          [](hid_t, const char* name, const H5L_info_t*, void* data) {
+            static_cast<std::vector<std::string>*>(data)->push_back(name);
+            return herr_t{0};
+          },
+          &names);
+      for (const auto& n : names) {
+        const hid_t obj = H5Oopen(file.get(), n.c_str(), H5P_DEFAULT);
+        const bool is_dataset = obj >= 0 && H5Iget_type(obj) == H5I_DATASET;
+        if (obj >= 0)
+          H5Oclose(obj);
+        if (is_dataset) {
+          describe_dataset(file.get(), n, out);
+        } else {
+          out << "  /" << n << "  (not a dataset)\n";
+        }
+      }
+    }
+  }
+  try {
+    const H5Dataset ds = H5Dataset::open(path, "inspect");
+    const DatasetInfo& info = ds.info();
+    out << "layout: " << to_string(info.kind) << ", " << info.num_samples
+        << " samples of shape [";
+    for (size_t i = 0; i < info.sample_shape.size(); ++i) {
+      out << (i ? ", " : "") << info.sample_shape[i];
+    }
+    out << "] " << info.sample_dtype << ", " << info.num_classes
+        << " classes\nlabels:";
+    for (int64_t c = 0; c < info.num_classes; ++c) {
+      const std::string name = c < static_cast<int64_t>(info.class_names.size())
+                                   ? info.class_names[c]
+                                   : std::to_string(c);
+      out << " " << name << "=" << info.label_counts[c];
+    }
+    out << "\nproblems: none\n";
+    report.ok = true;
+  } catch (const Error& e) {
+    out << "problems:\n  " << e.what() << "\n";
+  }
+  report.text = out.str();
+  return report;
+}
+
+}  // namespace memtrain

@@ -1,0 +1,120 @@
+#include "memtrain/data/sharded_sampler.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+
+// Note [Global windows]
+// DistributedSampler in PyTorch shards the dataset per rank first, so the
+// samples that meet in one optimizer step depend on the world size. memtrain
+// shards each window instead: the epoch permutation is global and window w
+// always holds the same B samples, so 1 rank x 4 micro-steps x 2 and
+// 2 ranks x 2 x 2 and 1 x 1 x 8 train on identical batches, and a run can
+// resume at another world size from the same (epoch, window). A short last
+// window is split the same way; a rank whose share is empty still joins the
+// all-reduce with zero gradient, so no rank ever waits for a peer that has
+// left the epoch.
+
+ShardedSampler::ShardedSampler(
+    int64_t num_samples,
+    int64_t micro_batch,
+    int64_t accumulation_steps,
+    int rank,
+    int world_size,
+    uint64_t seed,
+    bool drop_last)
+    : num_samples_(num_samples),
+      micro_batch_(micro_batch),
+      accumulation_steps_(accumulation_steps),
+      rank_(rank),
+      world_size_(world_size),
+      seed_(seed) {
+  MT_INTERNAL_ASSERT(
+      num_samples > 0 && micro_batch > 0 && accumulation_steps > 0 &&
+      world_size > 0 && rank >= 0 && rank < world_size);
+  effective_batch_ = micro_batch * accumulation_steps * world_size;
+  windows_per_epoch_ =
+      drop_last ? num_samples / effective_batch_
+                : (num_samples + effective_batch_ - 1) / effective_batch_;
+  MT_CHECK(
+      windows_per_epoch_ > 0,
+      "data: the training set has ",
+      num_samples,
+      " samples, fewer than one accumulation window of ",
+      effective_batch_,
+      " (= ",
+      world_size,
+      " ranks x ",
+      accumulation_steps,
+      " accumulation steps x ",
+      micro_batch,
+      " micro-batch) and data.drop_last is true; lower data.batch_size "
+      "or training.gradient_accumulation_steps, or set "
+      "data.drop_last=false");
+}
+
+void ShardedSampler::ensure_epoch(int64_t epoch) const {
+  if (epoch == cached_epoch_)
+    return;
+  perm_.resize(num_samples_);
+  std::iota(perm_.begin(), perm_.end(), int64_t{0});
+  // Fisher-Yates with our own index draw: std::shuffle and
+  // std::uniform_int_distribution differ between standard libraries, and the
+  // permutation must not.
+  std::seed_seq seq{
+      static_cast<uint32_t>(seed_),
+      static_cast<uint32_t>(seed_ >> 32),
+      static_cast<uint32_t>(epoch),
+      static_cast<uint32_t>(static_cast<uint64_t>(epoch) >> 32)};
+  std::mt19937_64 rng(seq);
+  for (int64_t i = num_samples_ - 1; i > 0; --i) {
+    const uint64_t bound = static_cast<uint64_t>(i) + 1;
+    // Rejection sampling for an unbiased draw in [0, bound).
+    const uint64_t limit = UINT64_MAX - (UINT64_MAX % bound);
+    uint64_t r;
+    do {
+      r = rng();
+    } while (r >= limit);
+    std::swap(perm_[i], perm_[static_cast<int64_t>(r % bound)]);
+  }
+  cached_epoch_ = epoch;
+}
+
+std::vector<int64_t> ShardedSampler::permutation(int64_t epoch) const {
+  ensure_epoch(epoch);
+  return perm_;
+}
+
+std::vector<int64_t> ShardedSampler::window_indices(
+    int64_t epoch, int64_t w) const {
+  MT_INTERNAL_ASSERT(w >= 0 && w < windows_per_epoch_);
+  ensure_epoch(epoch);
+  const int64_t begin = w * effective_batch_;
+  const int64_t end = std::min(begin + effective_batch_, num_samples_);
+  return std::vector<int64_t>(perm_.begin() + begin, perm_.begin() + end);
+}
+
+WindowPlan ShardedSampler::plan(int64_t epoch, int64_t w) const {
+  const std::vector<int64_t> all = window_indices(epoch, w);
+  WindowPlan p;
+  p.epoch = epoch;
+  p.window = w;
+  p.global_samples = static_cast<int64_t>(all.size());
+  const int64_t n = p.global_samples;
+  const int64_t begin = n * rank_ / world_size_;
+  const int64_t end = n * (rank_ + 1) / world_size_;
+  p.rank_samples = end - begin;
+  for (int64_t s = begin; s < end; s += micro_batch_) {
+    const int64_t e = std::min(s + micro_batch_, end);
+    p.micro_batches.emplace_back(all.begin() + s, all.begin() + e);
+  }
+  MT_INTERNAL_ASSERT(
+      static_cast<int64_t>(p.micro_batches.size()) <= accumulation_steps_);
+  return p;
+}
+
+}  // namespace memtrain

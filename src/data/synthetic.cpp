@@ -1,0 +1,217 @@
+#include "memtrain/data/synthetic.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "h5_util.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+namespace {
+
+// Box-Muller on our own uniform draws: std::normal_distribution is not the
+// same across standard libraries, and these files must be.
+class Gaussian {
+ public:
+  explicit Gaussian(std::seed_seq& seq) : rng_(seq) {}
+  double next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double u1 = (static_cast<double>(rng_() >> 11) + 0.5) * 0x1.0p-53;
+    const double u2 = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    spare_ = r * std::sin(2.0 * M_PI * u2);
+    has_spare_ = true;
+    return r * std::cos(2.0 * M_PI * u2);
+  }
+  uint64_t raw() {
+    return rng_();
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  bool has_spare_ = false;
+  double spare_ = 0.0;
+};
+
+uint32_t hash_name(const std::string& s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : s)
+    h = (h ^ c) * 16777619u;
+  return h;
+}
+
+void write_dataset(
+    hid_t file,
+    const char* name,
+    hid_t file_type,
+    hid_t mem_type,
+    const std::vector<hsize_t>& dims,
+    const std::vector<hsize_t>& chunk,
+    const void* data) {
+  h5::Handle sp = h5::space(
+      H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
+  H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+  h5::Handle ds = h5::dataset(H5Dcreate2(
+      file, name, file_type, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+  MT_CHECK(
+      ds.valid(),
+      "make-data: cannot create dataset '",
+      name,
+      "': ",
+      h5::last_error());
+  MT_CHECK(
+      H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0,
+      "make-data: cannot write dataset '",
+      name,
+      "': ",
+      h5::last_error());
+}
+
+}  // namespace
+
+void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
+  h5::silence_errors();
+  MT_CHECK(
+      spec.kind == "features" || spec.kind == "images",
+      "make-data: --kind '",
+      spec.kind,
+      "' is not features or images");
+  MT_CHECK(spec.samples > 0, "make-data: --samples must be positive");
+  MT_CHECK(spec.classes >= 2, "make-data: --classes must be at least 2");
+  MT_CHECK(spec.noise >= 0, "make-data: --noise must be >= 0");
+  MT_CHECK(
+      spec.dtype == "float32" || spec.dtype == "uint8",
+      "make-data: --dtype '",
+      spec.dtype,
+      "' is not float32 or uint8");
+  const bool features = spec.kind == "features";
+  MT_CHECK(
+      !features || spec.dtype == "float32",
+      "make-data: --dtype uint8 applies to --kind images only");
+  const int64_t numel =
+      features ? spec.features : spec.channels * spec.height * spec.width;
+  MT_CHECK(numel > 0, "make-data: sample shape must be positive");
+
+  // The task: one centre (or image template) per class, from the seed alone.
+  std::seed_seq task_seq{
+      static_cast<uint32_t>(spec.seed),
+      static_cast<uint32_t>(spec.seed >> 32),
+      0x7a5cu};
+  Gaussian task(task_seq);
+  // Class centres at a fixed distance scale: separation ~1.5 noise units per
+  // dimension, so a linear model can learn it but not instantly.
+  std::vector<float> centres(spec.classes * numel);
+  for (float& c : centres)
+    c = static_cast<float>(0.5 * task.next());
+
+  std::seed_seq sample_seq{
+      static_cast<uint32_t>(spec.seed),
+      static_cast<uint32_t>(spec.seed >> 32),
+      hash_name(spec.split)};
+  Gaussian gen(sample_seq);
+  std::vector<int64_t> labels(spec.samples);
+  std::vector<float> x(spec.samples * numel);
+  for (int64_t i = 0; i < spec.samples; ++i) {
+    labels[i] = static_cast<int64_t>(gen.raw() % spec.classes);
+    const float* c = centres.data() + labels[i] * numel;
+    for (int64_t j = 0; j < numel; ++j) {
+      x[i * numel + j] = c[j] + static_cast<float>(spec.noise * gen.next());
+    }
+  }
+
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    h5::Handle file = h5::file(
+        H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    MT_CHECK(
+        file.valid(),
+        "make-data: cannot create '",
+        tmp,
+        "' (does the folder exist and is it writable?): ",
+        h5::last_error());
+    const hid_t f = file.get();
+    const hsize_t n = static_cast<hsize_t>(spec.samples);
+    if (features) {
+      const hsize_t fdim = static_cast<hsize_t>(spec.features);
+      write_dataset(
+          f,
+          "features",
+          H5T_IEEE_F32LE,
+          H5T_NATIVE_FLOAT,
+          {n, fdim},
+          {std::min<hsize_t>(n, std::max<hsize_t>(1, 65536 / fdim)), fdim},
+          x.data());
+    } else {
+      const std::vector<hsize_t> dims = {
+          n,
+          static_cast<hsize_t>(spec.channels),
+          static_cast<hsize_t>(spec.height),
+          static_cast<hsize_t>(spec.width)};
+      // One sample a chunk (DESIGN.md): a random read touches one chunk.
+      const std::vector<hsize_t> chunk = {1, dims[1], dims[2], dims[3]};
+      if (spec.dtype == "uint8") {
+        std::vector<uint8_t> q(x.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+          const double v = std::round(128.0 + 32.0 * x[i]);
+          q[i] = static_cast<uint8_t>(std::clamp(v, 0.0, 255.0));
+        }
+        write_dataset(
+            f, "images", H5T_STD_U8LE, H5T_NATIVE_UINT8, dims, chunk, q.data());
+        h5::Handle ds = h5::dataset(H5Dopen2(f, "images", H5P_DEFAULT));
+        // Undo the quantisation: x = (q - 128) / 32.
+        h5::write_attr(ds.get(), "scale", 1.0 / 32.0);
+        h5::write_attr(ds.get(), "shift", -4.0);
+      } else {
+        write_dataset(
+            f,
+            "images",
+            H5T_IEEE_F32LE,
+            H5T_NATIVE_FLOAT,
+            dims,
+            chunk,
+            x.data());
+      }
+    }
+    write_dataset(
+        f,
+        "labels",
+        H5T_STD_I64LE,
+        H5T_NATIVE_INT64,
+        {n},
+        {std::min<hsize_t>(n, 8192)},
+        labels.data());
+    h5::write_attr(f, "layout_version", int64_t{1});
+    h5::write_attr(f, "kind", spec.kind);
+    h5::write_attr(f, "num_classes", spec.classes);
+    std::string names;
+    for (int64_t c = 0; c < spec.classes; ++c) {
+      names += (c ? "," : "") + std::string("class") + std::to_string(c);
+    }
+    h5::write_attr(f, "class_names", names);
+    h5::write_attr(f, "generator", std::string("memtrain make-data"));
+    h5::write_attr(f, "seed", static_cast<int64_t>(spec.seed));
+    h5::write_attr(f, "split", spec.split);
+    h5::write_attr(f, "noise", spec.noise);
+    MT_CHECK(
+        H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0,
+        "make-data: cannot flush '",
+        tmp,
+        "': ",
+        h5::last_error());
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error("make-data: cannot move '" + tmp + "' to '" + path + "'");
+  }
+}
+
+}  // namespace memtrain

@@ -1,0 +1,107 @@
+#include "memtrain/dist/mpi_communicator.h"
+
+#include <torch/torch.h>
+
+#include <climits>
+
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+namespace {
+
+#define MT_MPI_CHECK(call, rank)                          \
+  do {                                                    \
+    const int mt_rc = (call);                             \
+    if (mt_rc != MPI_SUCCESS) {                           \
+      char mt_msg[MPI_MAX_ERROR_STRING];                  \
+      int mt_len = 0;                                     \
+      MPI_Error_string(mt_rc, mt_msg, &mt_len);           \
+      throw ::memtrain::Error(::memtrain::detail::concat( \
+          "[rank ",                                       \
+          (rank),                                         \
+          "] ",                                           \
+          #call,                                          \
+          " failed at ",                                  \
+          __FILE__,                                       \
+          ":",                                            \
+          __LINE__,                                       \
+          ": ",                                           \
+          std::string(mt_msg, mt_len)));                  \
+    }                                                     \
+  } while (0)
+
+MPI_Datatype mpi_type(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return MPI_FLOAT;
+    case at::kDouble:
+      return MPI_DOUBLE;
+    case at::kLong:
+      return MPI_INT64_T;
+    case at::kInt:
+      return MPI_INT32_T;
+    default:
+      throw InternalError(
+          std::string("MpiCommunicator: unsupported dtype ") +
+          std::string(c10::toString(t.scalar_type())) +
+          " (MPI has no half types: reduce in float32)");
+  }
+}
+
+void check_tensor(const at::Tensor& t) {
+  MT_INTERNAL_ASSERT(
+      t.defined() && t.is_contiguous() && t.device().is_cpu(),
+      "MpiCommunicator needs a contiguous host tensor");
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+void MpiCommunicator::all_reduce_sum(at::Tensor& t) {
+  check_tensor(t);
+  const MPI_Datatype type = mpi_type(t);
+  char* data = static_cast<char*>(t.data_ptr());
+  const int64_t elem = t.element_size();
+  // MPI counts are int: reduce in pieces of at most INT_MAX elements.
+  for (int64_t done = 0; done < t.numel();) {
+    const int64_t n = std::min<int64_t>(t.numel() - done, INT_MAX);
+    MT_MPI_CHECK(
+        MPI_Allreduce(
+            MPI_IN_PLACE,
+            data + done * elem,
+            static_cast<int>(n),
+            type,
+            MPI_SUM,
+            comm_),
+        rank_);
+    done += n;
+  }
+  stats_.allreduce_calls += 1;
+  stats_.allreduce_bytes += t.numel() * elem;
+}
+
+void MpiCommunicator::broadcast(at::Tensor& t, int root) {
+  check_tensor(t);
+  const int64_t bytes = t.numel() * t.element_size();
+  char* data = static_cast<char*>(t.data_ptr());
+  for (int64_t done = 0; done < bytes;) {
+    const int64_t n = std::min<int64_t>(bytes - done, INT_MAX);
+    MT_MPI_CHECK(
+        MPI_Bcast(data + done, static_cast<int>(n), MPI_BYTE, root, comm_),
+        rank_);
+    done += n;
+  }
+  stats_.broadcast_calls += 1;
+  stats_.broadcast_bytes += bytes;
+}
+
+void MpiCommunicator::barrier() {
+  MT_MPI_CHECK(MPI_Barrier(comm_), rank_);
+}
+
+}  // namespace memtrain

@@ -1,0 +1,147 @@
+#include "memtrain/dist/environment.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+namespace {
+
+int parse_int(const char* name, const char* text) {
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  MT_CHECK(
+      end != text && v >= 0 && v < (1 << 24),
+      "environment variable ",
+      name,
+      "='",
+      text,
+      "' is not a non-negative integer");
+  return static_cast<int>(v);
+}
+
+// SLURM_TASKS_PER_NODE looks like "4(x2),3": tasks on the first node first.
+// Without SLURM_NTASKS_PER_NODE we take the first node's count.
+int parse_slurm_tasks_per_node(const char* text) {
+  return parse_int(
+      "SLURM_TASKS_PER_NODE",
+      std::string(text)
+          .substr(0, std::string(text).find_first_of("(,"))
+          .c_str());
+}
+
+}  // namespace
+
+LocalRank local_rank_from_env(
+    const std::function<const char*(const char*)>& getenv) {
+  LocalRank out;
+  if (const char* r = getenv("OMPI_COMM_WORLD_LOCAL_RANK")) {
+    out.local_rank = parse_int("OMPI_COMM_WORLD_LOCAL_RANK", r);
+    const char* s = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    out.local_size = s ? parse_int("OMPI_COMM_WORLD_LOCAL_SIZE", s) : 1;
+    out.source = "openmpi";
+  } else if (const char* r = getenv("SLURM_LOCALID")) {
+    out.local_rank = parse_int("SLURM_LOCALID", r);
+    if (const char* s = getenv("SLURM_NTASKS_PER_NODE")) {
+      out.local_size = parse_int("SLURM_NTASKS_PER_NODE", s);
+    } else if (const char* t = getenv("SLURM_TASKS_PER_NODE")) {
+      out.local_size = parse_slurm_tasks_per_node(t);
+    }
+    out.source = "slurm";
+  } else if (const char* r = getenv("LOCAL_RANK")) {
+    out.local_rank = parse_int("LOCAL_RANK", r);
+    const char* s = getenv("LOCAL_WORLD_SIZE");
+    out.local_size = s ? parse_int("LOCAL_WORLD_SIZE", s) : 1;
+    out.source = "torchrun";
+  }
+  if (out.local_size < out.local_rank + 1)
+    out.local_size = out.local_rank + 1;
+  return out;
+}
+
+Environment::Environment(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    owns_mpi_ = true;
+  }
+  // Errors in MPI calls come back as codes that our check macros turn into
+  // exceptions with MPI's own message, instead of MPI aborting silently.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+  local_ = local_rank_from_env([](const char* n) { return std::getenv(n); });
+  if (local_.source.empty()) {
+    // No launcher variables: ask MPI which ranks share this node.
+    MPI_Comm node;
+    MPI_Comm_split_type(
+        MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local_.local_rank);
+    MPI_Comm_size(node, &local_.local_size);
+    MPI_Comm_free(&node);
+    local_.source = "mpi-shared-memory";
+  }
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  hostname_ = host;
+}
+
+Environment::~Environment() {
+  if (owns_mpi_) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized)
+      MPI_Finalize();
+  }
+}
+
+int Environment::threads_per_rank() const {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int t = cores / std::max(1, local_.local_size);
+  return t < 1 ? 1 : t;
+}
+
+void Environment::abort(int status) const {
+  MPI_Abort(MPI_COMM_WORLD, status);
+  std::_Exit(status);
+}
+
+bool Environment::all_ok(bool ok, int* first_failing_rank) const {
+  int mine = ok ? world_size_ : rank_;
+  int lowest = mine;
+  MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first_failing_rank)
+    *first_failing_rank = lowest;
+  return lowest == world_size_;
+}
+
+std::vector<std::string> Environment::all_gather(
+    const std::string& text) const {
+  constexpr int kWidth = 256;
+  std::vector<char> mine(kWidth, '\0');
+  std::copy_n(
+      text.begin(), std::min<size_t>(text.size(), kWidth - 1), mine.begin());
+  std::vector<char> all(static_cast<size_t>(kWidth) * world_size_);
+  MPI_Allgather(
+      mine.data(),
+      kWidth,
+      MPI_CHAR,
+      all.data(),
+      kWidth,
+      MPI_CHAR,
+      MPI_COMM_WORLD);
+  std::vector<std::string> out;
+  for (int r = 0; r < world_size_; ++r)
+    out.emplace_back(&all[r * kWidth]);
+  return out;
+}
+
+}  // namespace memtrain

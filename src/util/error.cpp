@@ -1,0 +1,20 @@
+#include "memtrain/util/error.h"
+
+#include <cstdio>
+
+namespace memtrain {
+
+std::string format_bytes(double bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 4) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(
+      buf, sizeof(buf), unit == 0 ? "%.0f %s" : "%.1f %s", bytes, kUnits[unit]);
+  return buf;
+}
+
+}  // namespace memtrain

@@ -1,0 +1,270 @@
+// The semantics of DESIGN.md that the loop must keep, at any world size:
+// one window's update equals one step on the concatenated global batch;
+// micro-steps move no bytes; every rank runs the same number of windows;
+// replicas stay bit-identical.
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <torch/torch.h>
+
+#include <cstring>
+
+#include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/sharded_sampler.h"
+#include "memtrain/data/synthetic.h"
+#include "memtrain/dist/mpi_communicator.h"
+#include "memtrain/model/models.h"
+#include "memtrain/train/trainer.h"
+#include "test_support.h"
+
+namespace memtrain {
+namespace {
+
+int world_size() {
+  int w = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &w);
+  return w;
+}
+
+// A folder made by rank 0 and known to all ranks (one machine).
+class SharedDir {
+ public:
+  explicit SharedDir(const std::string& name) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char buf[512] = {0};
+    if (rank == 0) {
+      dir_ = std::make_unique<test::TempDir>(name);
+      std::strncpy(buf, dir_->path().c_str(), sizeof(buf) - 1);
+    }
+    MPI_Bcast(buf, sizeof(buf), MPI_CHAR, 0, MPI_COMM_WORLD);
+    path_ = buf;
+  }
+  ~SharedDir() {
+    MPI_Barrier(MPI_COMM_WORLD);  // nobody still reads when rank 0 removes
+  }
+  std::string file(const std::string& n) const {
+    return path_ + "/" + n;
+  }
+
+ private:
+  std::unique_ptr<test::TempDir> dir_;
+  std::string path_;
+};
+
+void make_features(
+    const SharedDir& dir, const std::string& name, int64_t samples) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) {
+    SyntheticSpec spec;
+    spec.samples = samples;
+    spec.features = 12;
+    spec.classes = 3;
+    spec.seed = 5;
+    make_synthetic(spec, dir.file(name));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TrainConfig base_config(const std::string& train) {
+  TrainConfig c;
+  c.data.train = train;
+  c.data.val = "";
+  c.model.hidden = 16;
+  c.training.lr = 1.0;  // the update is the gradient itself
+  c.training.momentum = 0.0;
+  c.training.epochs = 1;
+  c.output.dir = "";
+  c.dist.check_replicas = "window";
+  return c;
+}
+
+struct RunResult {
+  NamedTensors params;
+  TrainSummary summary;
+};
+
+RunResult train(const TrainConfig& cfg, MPI_Comm comm_handle) {
+  MpiCommunicator comm(comm_handle);
+  Trainer::Options opts;
+  opts.write_outputs = false;
+  Trainer t(cfg, comm, opts);
+  RunResult r;
+  r.summary = t.run();
+  for (auto& [name, p] : t.named_parameters()) {
+    r.params.emplace_back(name, p.detach().clone());
+  }
+  return r;
+}
+
+double max_abs_diff(const NamedTensors& a, const NamedTensors& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    m = std::max(m, (a[i].second - b[i].second).abs().max().item<double>());
+  }
+  return m;
+}
+
+// The update written out by hand with plain LibTorch: for each window, one
+// SGD step (lr, no momentum) on the mean cross-entropy of the window's
+// samples, read in one batch. Independent of Trainer, GradientSync and the
+// micro-batch split.
+NamedTensors reference_updates(const TrainConfig& cfg, int64_t windows) {
+  const H5Dataset data = H5Dataset::open(cfg.data.train, "reference");
+  const DatasetInfo& info = data.info();
+  auto model =
+      make_model(cfg.model, {info.kind, info.sample_shape, info.num_classes});
+  const ShardedSampler sampler(
+      info.num_samples,
+      cfg.data.batch_size,
+      cfg.training.gradient_accumulation_steps,
+      0,
+      world_size(),
+      cfg.data.seed,
+      false);
+  for (int64_t w = 0; w < windows; ++w) {
+    const auto idx = sampler.window_indices(0, w);
+    auto x =
+        torch::empty({static_cast<int64_t>(idx.size()), info.sample_numel()});
+    auto y = torch::empty({static_cast<int64_t>(idx.size())}, torch::kInt64);
+    data.read(idx, x.data_ptr<float>(), y.data_ptr<int64_t>());
+    model->zero_grad();
+    torch::nn::functional::cross_entropy(model->forward(x), y).backward();
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters())
+      p -= cfg.training.lr * p.grad();
+  }
+  NamedTensors out;
+  for (const auto& item : model->named_parameters()) {
+    out.emplace_back(item.key(), item.value().detach().clone());
+  }
+  return out;
+}
+
+// Semantics 1: W ranks x K micro-steps x 2 == 1 rank x 1 x B == 1 x B/2 x 2,
+// on a full window and then on a short last window (13 = 8 + 5 samples for
+// B = 8) whose micro-batches are uneven and weighted by sample count.
+TEST(TrainerSemantics, WindowUpdateIsIndependentOfTheSplit) {
+  SharedDir dir("equiv");
+  const int w = world_size();
+  const int64_t k = std::max(1, 4 / w);
+  const int64_t b = w * k * 2;
+  make_features(dir, "train.h5", b + b / 2 + 1);
+
+  for (int64_t windows : {1, 2}) {
+    TrainConfig dist = base_config(dir.file("train.h5"));
+    dist.training.max_windows = windows;
+    dist.data.batch_size = 2;
+    dist.training.gradient_accumulation_steps = k;
+    const RunResult d = train(dist, MPI_COMM_WORLD);
+    ASSERT_EQ(d.summary.windows, windows);
+
+    TrainConfig whole = dist;  // 1 rank x 1 micro-step x B
+    whole.data.batch_size = b;
+    whole.training.gradient_accumulation_steps = 1;
+    const RunResult one = train(whole, MPI_COMM_SELF);
+
+    TrainConfig micro = dist;  // 1 rank x B/2 micro-steps x 2
+    micro.training.gradient_accumulation_steps = b / 2;
+    const RunResult acc = train(micro, MPI_COMM_SELF);
+
+    TrainConfig untrained = dist;
+    untrained.training.max_windows = 1;
+    untrained.training.lr = 1e-30;
+    const RunResult init = train(untrained, MPI_COMM_SELF);
+
+    const NamedTensors by_hand = reference_updates(dist, windows);
+    EXPECT_LT(max_abs_diff(one.params, by_hand), 1e-5)
+        << windows << " window(s): trainer vs a hand-written step";
+    EXPECT_LT(max_abs_diff(d.params, one.params), 1e-5)
+        << windows << " window(s), world " << w;
+    EXPECT_LT(max_abs_diff(acc.params, one.params), 1e-5)
+        << windows << " window(s)";
+    EXPECT_GT(max_abs_diff(init.params, one.params), 1e-2)
+        << "the update must be large enough to mean something";
+    // The logged loss is the global mean, whatever the split.
+    EXPECT_NEAR(
+        d.summary.window_results.back().loss,
+        one.summary.window_results.back().loss,
+        1e-5);
+  }
+}
+
+// Semantics 2: micro-steps move nothing; the boundary moves the gradient
+// once, so bytes per window do not depend on the accumulation steps.
+TEST(TrainerSemantics, OneAllReducePerWindowWhateverTheAccumulation) {
+  SharedDir dir("bytes");
+  make_features(dir, "train.h5", 256);
+  std::vector<int64_t> bytes;
+  for (int64_t k : {1, 4}) {
+    TrainConfig c = base_config(dir.file("train.h5"));
+    c.data.batch_size = 4;
+    c.training.gradient_accumulation_steps = k;
+    c.training.max_windows = 3;
+    c.training.lr = 0.01;
+    const RunResult r = train(c, MPI_COMM_WORLD);
+    int64_t numel = 0;
+    for (const auto& [n, p] : r.params)
+      numel += p.numel();
+    for (const auto& win : r.summary.window_results) {
+      EXPECT_EQ(win.allreduce_calls, 1);
+      EXPECT_EQ(win.allreduce_bytes, (numel + 2) * 4);
+      EXPECT_EQ(win.micro_steps, k);
+      bytes.push_back(win.allreduce_bytes);
+    }
+  }
+  EXPECT_EQ(bytes.front(), bytes.back());
+}
+
+// Semantics 3: the same number of windows on every rank, whatever the shard
+// sizes; nobody hangs on a short last window.
+TEST(TrainerSemantics, EveryRankRunsTheSameWindows) {
+  SharedDir dir("uneven");
+  make_features(dir, "train.h5", 37);
+  const int w = world_size();
+  for (bool drop_last : {false, true}) {
+    TrainConfig c = base_config(dir.file("train.h5"));
+    c.data.batch_size = 3;
+    c.training.gradient_accumulation_steps = 2;
+    c.training.epochs = 2;
+    c.data.drop_last = drop_last;
+    c.training.lr = 0.01;
+    const int64_t per_epoch =
+        drop_last ? 37 / (6 * w) : (37 + 6 * w - 1) / (6 * w);
+    if (per_epoch == 0)
+      continue;
+    const RunResult r = train(c, MPI_COMM_WORLD);
+    int64_t mine = r.summary.windows, lo = 0, hi = 0;
+    MPI_Allreduce(&mine, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&mine, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(lo, 2 * per_epoch);
+    EXPECT_EQ(hi, 2 * per_epoch);
+  }
+}
+
+// Semantics 3b: replicas are bit-identical after training.
+TEST(TrainerSemantics, ReplicasAreBitIdentical) {
+  SharedDir dir("replicas");
+  make_features(dir, "train.h5", 200);
+  TrainConfig c = base_config(dir.file("train.h5"));
+  c.data.batch_size = 5;
+  c.training.gradient_accumulation_steps = 3;
+  c.training.optimizer = "adamw";
+  c.training.momentum = 0.9;
+  c.training.lr = 0.01;
+  c.training.grad_clip_norm = 0.5;
+  c.training.epochs = 2;
+  c.dist.check_replicas = "epoch";
+  const RunResult r = train(c, MPI_COMM_WORLD);
+  uint64_t mine = r.summary.checksum, lo = 0, hi = 0;
+  MPI_Allreduce(&mine, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(lo, hi);
+  EXPECT_NE(mine, 0u);
+}
+
+}  // namespace
+}  // namespace memtrain

@@ -1,0 +1,125 @@
+#include "test_support.h"
+
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+
+namespace memtrain::test {
+
+TempDir::TempDir(const std::string& name) {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl =
+      std::string(base ? base : "/tmp") + "/memtrain-" + name + "-XXXXXX";
+  if (!::mkdtemp(tmpl.data()))
+    throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+namespace {
+void write(
+    hid_t file,
+    const char* name,
+    const std::vector<uint64_t>& shape,
+    hid_t file_type,
+    hid_t mem_type,
+    const void* data) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  const hid_t space =
+      H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  const hid_t ds = H5Dcreate2(
+      file, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  H5Dclose(ds);
+  H5Sclose(space);
+}
+
+size_t count(const std::vector<uint64_t>& shape) {
+  size_t n = 1;
+  for (auto d : shape)
+    n *= d;
+  return n;
+}
+}  // namespace
+
+void write_raw_h5(const std::string& path, const RawH5& spec) {
+  const hid_t f =
+      H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f < 0)
+    throw std::runtime_error("cannot create " + path);
+  if (!spec.features_shape.empty()) {
+    std::vector<float> v(count(spec.features_shape), 0.5f);
+    std::vector<int32_t> iv(v.size(), 1);
+    if (spec.features_as_int) {
+      write(
+          f,
+          "features",
+          spec.features_shape,
+          H5T_STD_I32LE,
+          H5T_NATIVE_INT32,
+          iv.data());
+    } else {
+      write(
+          f,
+          "features",
+          spec.features_shape,
+          H5T_IEEE_F32LE,
+          H5T_NATIVE_FLOAT,
+          v.data());
+    }
+  }
+  if (!spec.images_shape.empty()) {
+    std::vector<float> v(count(spec.images_shape), 0.25f);
+    write(
+        f,
+        "images",
+        spec.images_shape,
+        H5T_IEEE_F32LE,
+        H5T_NATIVE_FLOAT,
+        v.data());
+  }
+  if (!spec.labels_shape.empty()) {
+    const size_t n = count(spec.labels_shape);
+    std::vector<int64_t> l(n);
+    for (size_t i = 0; i < n; ++i) {
+      l[i] = i < spec.label_values.size() ? spec.label_values[i]
+                                          : static_cast<int64_t>(i % 3);
+    }
+    std::vector<float> lf(l.begin(), l.end());
+    if (spec.labels_as_float) {
+      write(
+          f,
+          "labels",
+          spec.labels_shape,
+          H5T_IEEE_F32LE,
+          H5T_NATIVE_FLOAT,
+          lf.data());
+    } else {
+      write(
+          f,
+          "labels",
+          spec.labels_shape,
+          H5T_STD_I64LE,
+          H5T_NATIVE_INT64,
+          l.data());
+    }
+  }
+  if (spec.num_classes_attr >= 0) {
+    const hid_t sp = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(
+        f, "num_classes", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT64, &spec.num_classes_attr);
+    H5Aclose(a);
+    H5Sclose(sp);
+  }
+  H5Fclose(f);
+}
+
+}  // namespace memtrain::test

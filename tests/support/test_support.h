@@ -1,0 +1,41 @@
+#pragma once
+// Helpers shared by the unit and MPI tests: temporary folders, synthetic
+// files, hand-made broken HDF5 files.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace memtrain::test {
+
+// A fresh folder under the system temp dir (or $TMPDIR), removed at exit of
+// the object. `name` makes it recognisable.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name);
+  ~TempDir();
+  const std::string& path() const {
+    return path_;
+  }
+  std::string file(const std::string& name) const {
+    return path_ + "/" + name;
+  }
+
+ private:
+  std::string path_;
+};
+
+// Writes an HDF5 file with the given datasets (any may be left empty to
+// omit it). Shapes are the full dataset shapes. Used to build broken files.
+struct RawH5 {
+  std::vector<uint64_t> features_shape;  // float32 /features
+  std::vector<uint64_t> images_shape;    // float32 /images
+  std::vector<uint64_t> labels_shape;    // int64 /labels
+  bool labels_as_float = false;          // /labels stored as float32
+  bool features_as_int = false;          // /features stored as int32
+  std::vector<int64_t> label_values;     // default: i % 3
+  int64_t num_classes_attr = -1;         // -1: no attribute
+};
+void write_raw_h5(const std::string& path, const RawH5& spec);
+
+}  // namespace memtrain::test

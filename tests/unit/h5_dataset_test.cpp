@@ -1,0 +1,172 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/inspect.h"
+#include "memtrain/data/synthetic.h"
+#include "memtrain/util/error.h"
+#include "test_support.h"
+
+namespace memtrain {
+namespace {
+
+std::string open_error(const std::string& path) {
+  try {
+    H5Dataset::open(path, "data.train");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(H5Dataset, SyntheticFeaturesRoundTrip) {
+  test::TempDir dir("h5");
+  SyntheticSpec spec;
+  spec.samples = 50;
+  spec.features = 6;
+  spec.classes = 3;
+  make_synthetic(spec, dir.file("a.h5"));
+  const H5Dataset ds = H5Dataset::open(dir.file("a.h5"), "data.train");
+  EXPECT_EQ(ds.info().kind, SampleKind::kFeatures);
+  EXPECT_EQ(ds.info().num_samples, 50);
+  EXPECT_EQ(ds.info().sample_shape, std::vector<int64_t>{6});
+  EXPECT_EQ(ds.info().num_classes, 3);
+  EXPECT_EQ(ds.info().class_names.size(), 3u);
+
+  // Rows come back in the order asked, repeats included.
+  std::vector<float> x1(6), x_all(3 * 6);
+  std::vector<int64_t> y1(1), y_all(3);
+  ds.read({17}, x1.data(), y1.data());
+  ds.read({40, 17, 17}, x_all.data(), y_all.data());
+  for (int j = 0; j < 6; ++j) {
+    EXPECT_EQ(x_all[6 + j], x1[j]);
+    EXPECT_EQ(x_all[12 + j], x1[j]);
+  }
+  EXPECT_EQ(y_all[1], y1[0]);
+  EXPECT_NE(x_all[0], x1[0]);
+}
+
+TEST(H5Dataset, SyntheticIsDeterministicAndSplitsDiffer) {
+  test::TempDir dir("h5");
+  SyntheticSpec spec;
+  spec.samples = 20;
+  make_synthetic(spec, dir.file("a.h5"));
+  make_synthetic(spec, dir.file("b.h5"));
+  spec.split = "val";
+  make_synthetic(spec, dir.file("c.h5"));
+  auto read_all = [](const std::string& p) {
+    const H5Dataset ds = H5Dataset::open(p, "t");
+    std::vector<int64_t> idx(20);
+    for (int i = 0; i < 20; ++i)
+      idx[i] = i;
+    std::vector<float> x(20 * ds.info().sample_numel());
+    std::vector<int64_t> y(20);
+    ds.read(idx, x.data(), y.data());
+    return x;
+  };
+  EXPECT_EQ(read_all(dir.file("a.h5")), read_all(dir.file("b.h5")));
+  EXPECT_NE(read_all(dir.file("a.h5")), read_all(dir.file("c.h5")));
+}
+
+TEST(H5Dataset, Uint8ImagesAreScaled) {
+  test::TempDir dir("h5");
+  SyntheticSpec spec;
+  spec.kind = "images";
+  spec.samples = 8;
+  spec.channels = 2;
+  spec.height = 4;
+  spec.width = 5;
+  spec.dtype = "uint8";
+  make_synthetic(spec, dir.file("u8.h5"));
+  spec.dtype = "float32";
+  make_synthetic(spec, dir.file("f32.h5"));
+  const H5Dataset q = H5Dataset::open(dir.file("u8.h5"), "t");
+  const H5Dataset f = H5Dataset::open(dir.file("f32.h5"), "t");
+  EXPECT_EQ(q.info().sample_dtype, "uint8");
+  EXPECT_EQ(q.info().sample_shape, (std::vector<int64_t>{2, 4, 5}));
+  std::vector<float> xq(40), xf(40);
+  std::vector<int64_t> y(1);
+  q.read({3}, xq.data(), y.data());
+  f.read({3}, xf.data(), y.data());
+  for (int i = 0; i < 40; ++i) {
+    // Quantisation step 1/32; values within +-4 are not clipped.
+    if (std::abs(xf[i]) < 3.9f)
+      EXPECT_NEAR(xq[i], xf[i], 0.5f / 32 + 1e-6);
+  }
+}
+
+struct BadCase {
+  const char* name;
+  test::RawH5 spec;
+  const char* expect;  // substring of the message
+};
+
+TEST(H5Dataset, BadFilesNameFileAndDataset) {
+  test::TempDir dir("h5bad");
+  // Missing file.
+  EXPECT_NE(
+      open_error(dir.file("none.h5")).find("no such file"), std::string::npos);
+  EXPECT_NE(open_error(dir.file("none.h5")).find("none.h5"), std::string::npos);
+  // Not HDF5.
+  std::ofstream(dir.file("text.h5")) << "just text\n";
+  EXPECT_NE(
+      open_error(dir.file("text.h5")).find("not an HDF5 file"),
+      std::string::npos);
+
+  const std::vector<BadCase> cases = {
+      {"rank3.h5", {{10, 4, 2}, {}, {10}}, "dataset '/features': expected 2-D"},
+      {"intfeat.h5",
+       {{10, 4}, {}, {10}, false, true},
+       "dataset '/features': expected float32"},
+      {"floatlabels.h5",
+       {{10, 4}, {}, {10}, true},
+       "dataset '/labels': expected integer labels"},
+      {"mismatch.h5",
+       {{10, 4}, {}, {9}},
+       "dataset '/labels': has 9 labels but '/features' has 10"},
+      {"empty.h5", {{0, 4}, {}, {0}}, "dataset '/features': is empty"},
+      {"nolabels.h5", {{10, 4}, {}, {}}, "dataset '/labels': missing"},
+      {"nothing.h5", {{}, {}, {10}}, "neither a /features nor an /images"},
+      {"images3d.h5",
+       {{}, {10, 4, 4}, {10}},
+       "dataset '/images': expected 4-D"},
+      {"labels2d.h5",
+       {{10, 4}, {}, {10, 2}},
+       "dataset '/labels': expected 1-D"},
+      {"range.h5",
+       {{4, 2}, {}, {4}, false, false, {0, 1, 5, 1}, 3},
+       "label 5 at index 2 is outside 0..2"},
+      {"negative.h5",
+       {{4, 2}, {}, {4}, false, false, {0, -1, 1, 1}},
+       "label -1 at index 1 is negative"},
+  };
+  for (const auto& c : cases) {
+    const std::string path = dir.file(c.name);
+    test::write_raw_h5(path, c.spec);
+    const std::string e = open_error(path);
+    EXPECT_NE(e.find(c.expect), std::string::npos)
+        << c.name << ": got '" << e << "'";
+    EXPECT_NE(e.find(path), std::string::npos) << c.name << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << "one line: " << e;
+    EXPECT_FALSE(inspect_file(path).ok) << c.name;
+  }
+}
+
+TEST(Inspect, ReportsLayoutOfAGoodFile) {
+  test::TempDir dir("inspect");
+  SyntheticSpec spec;
+  spec.kind = "images";
+  spec.samples = 12;
+  make_synthetic(spec, dir.file("i.h5"));
+  const InspectReport r = inspect_file(dir.file("i.h5"));
+  EXPECT_TRUE(r.ok);
+  EXPECT_NE(
+      r.text.find("/images  float32 [12, 3, 16, 16]  chunks [1, 3, 16, 16]"),
+      std::string::npos)
+      << r.text;
+  EXPECT_NE(r.text.find("problems: none"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace memtrain
