@@ -107,11 +107,25 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
       static_cast<uint32_t>(spec.seed >> 32),
       0x7a5cu};
   Gaussian task(task_seq);
-  // Class centres at a fixed distance scale: separation ~1.5 noise units per
-  // dimension, so a linear model can learn it but not instantly.
+  // Class centres drawn N(0, 0.5^2) per dimension under N(0, noise^2) noise:
+  // a single dimension barely separates classes, all of them together do,
+  // so a model has something to learn over a few epochs.
   std::vector<float> centres(spec.classes * numel);
   for (float& c : centres)
     c = static_cast<float>(0.5 * task.next());
+  if (!features) {
+    // Images also get a per-class, per-channel intensity offset: a signal
+    // that survives a CNN's global average pooling, as colour does.
+    const int64_t plane = spec.height * spec.width;
+    for (int64_t c = 0; c < spec.classes; ++c) {
+      for (int64_t ch = 0; ch < spec.channels; ++ch) {
+        const float offset = static_cast<float>(0.7 * task.next());
+        float* p = centres.data() + c * numel + ch * plane;
+        for (int64_t k = 0; k < plane; ++k)
+          p[k] += offset;
+      }
+    }
+  }
 
   std::seed_seq sample_seq{
       static_cast<uint32_t>(spec.seed),

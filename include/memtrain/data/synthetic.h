@@ -18,7 +18,7 @@ struct SyntheticSpec {
   int64_t height = 16;
   int64_t width = 16;
   std::string dtype = "float32";  // images: float32 | uint8
-  double noise = 1.0;  // noise standard deviation (class separation is 1.5)
+  double noise = 1.0;  // noise standard deviation (centres: N(0, 0.5^2))
   uint64_t seed = 0;
   std::string split = "train";  // any name; different names, other samples
 };

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what memtrain needs from Debian's packages (bookworm), as root.
+# Installs only what is missing; prints what it installs.
+set -euo pipefail
+packages=(
+  build-essential cmake ccache pkg-config    # toolchain; ccache for rebuilds
+  libtorch-dev                               # LibTorch 1.13 (CPU)
+  libopenmpi-dev openmpi-bin                 # MPI: ranks and host collectives
+  libhdf5-dev                                # HDF5 C API: datasets
+  libyaml-cpp-dev                            # YAML configs
+  libcli11-dev                               # command line
+  nlohmann-json3-dev                         # metrics.jsonl, safetensors header
+  libgtest-dev                               # tests
+  python3                                    # e2e checks (standard library only)
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  [ "$(id -u)" = 0 ] || { echo "install_deps.sh: run as root (apt-get)" >&2; exit 1; }
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The main job: install what is missing, build, make a small synthetic
+# dataset, and train it with 2 MPI ranks on the built-in default config.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash launch/install_deps.sh
+bash launch/build.sh
+./build/memtrain make-data --kind features --out runs/data/train.h5 --samples 4096
+./build/memtrain make-data --kind features --out runs/data/val.h5 --samples 1024 --split val
+bash launch/run.sh -np 2 "$@"

@@ -1,0 +1,50 @@
+"""Checks a memtrain run's output folder: metrics.jsonl fields, a falling
+loss, validation records, and model.safetensors readable by an independent
+reader. Usage: check_metrics.py OUTDIR EPOCHS [--min-val-acc X]."""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+import safetensors_read  # noqa: E402
+
+WINDOW_KEYS = ["epoch", "window", "loss", "lr", "micro_batch", "accum_steps",
+               "effective_batch", "samples_per_s", "allreduce_calls",
+               "allreduce_bytes"]
+
+
+def records(outdir):
+    with open(os.path.join(outdir, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    return ([r for r in rows if r["type"] == "window"],
+            [r for r in rows if r["type"] == "epoch"])
+
+
+def main():
+    outdir, epochs = sys.argv[1], int(sys.argv[2])
+    min_acc = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+    windows, epoch_rows = records(outdir)
+    assert windows, "no window records"
+    for w in windows:
+        missing = [k for k in WINDOW_KEYS if k not in w]
+        assert not missing, f"window record lacks {missing}: {w}"
+    assert len(epoch_rows) == epochs, f"{len(epoch_rows)} epoch records"
+    for e in epoch_rows:
+        assert "val_loss" in e and "val_accuracy" in e, e
+    first = windows[0]["loss"]
+    tail = [w["loss"] for w in windows[-10:]]
+    last = sum(tail) / len(tail)
+    assert last < 0.5 * first, f"loss did not fall: {first} -> {last}"
+    acc = epoch_rows[-1]["val_accuracy"]
+    assert acc >= min_acc, f"val accuracy {acc} < {min_acc}"
+    tensors, meta = safetensors_read.load(os.path.join(outdir,
+                                                       "model.safetensors"))
+    assert all(dt == "F32" for dt, _, _ in tensors.values())
+    assert meta.get("producer") == "memtrain", meta
+    print(f"ok: {len(windows)} windows, loss {first:.4f} -> {last:.4f}, "
+          f"val accuracy {acc:.4f}, tensors {sorted(tensors)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+// make_bad_h5 CASE OUT.h5: writes one kind of broken dataset file for the
+// end-to-end bad-input tests (HDF5 C API, no h5py needed).
+
+#include <cstdio>
+#include <cstring>
+
+#include "test_support.h"
+
+int main(int argc, char** argv) {
+  using memtrain::test::RawH5;
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: make_bad_h5 CASE OUT.h5\n");
+    return 2;
+  }
+  const char* c = argv[1];
+  RawH5 spec;
+  if (!std::strcmp(c, "wrong-rank")) {
+    spec = {{64, 4, 2}, {}, {64}};
+  } else if (!std::strcmp(c, "wrong-dtype")) {
+    spec = {{64, 4}, {}, {64}, /*labels_as_float=*/true};
+  } else if (!std::strcmp(c, "length-mismatch")) {
+    spec = {{64, 4}, {}, {60}};
+  } else if (!std::strcmp(c, "empty")) {
+    spec = {{0, 4}, {}, {0}};
+  } else {
+    std::fprintf(stderr, "unknown case %s\n", c);
+    return 2;
+  }
+  memtrain::test::write_raw_h5(argv[2], spec);
+  return 0;
+}
