@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash launch/install_deps.sh
-bash launch/build.sh
-./build/memtrain make-data --kind features --out runs/data/train.h5 --samples 4096
-./build/memtrain make-data --kind features --out runs/data/val.h5 --samples 1024 --split val
+bash launch/build.sh --target memtrain
+./build/memtrain make-data --kind features --out runs/data/train.h5 --samples 32768
+./build/memtrain make-data --kind features --out runs/data/val.h5 --samples 4096 --split val
 bash launch/run.sh -np 2 "$@"

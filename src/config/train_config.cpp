@@ -276,11 +276,20 @@ std::string allowed(const Key& k) {
   } else if (k.type == Key::Type::kInt || k.type == Key::Type::kFloat) {
     const bool has_min = std::isfinite(k.min);
     const bool has_max = std::isfinite(k.max);
+    auto num = [&](double v) {
+      std::ostringstream n;
+      if (k.type == Key::Type::kInt) {
+        n << static_cast<int64_t>(v);
+      } else {
+        n << v;
+      }
+      return n.str();
+    };
     if (has_min && has_max) {
-      out << " in " << (k.min_exclusive ? "(" : "[") << k.min << ", " << k.max
-          << "]";
+      out << " in " << (k.min_exclusive ? "(" : "[") << num(k.min) << ", "
+          << num(k.max) << "]";
     } else if (has_min) {
-      out << (k.min_exclusive ? " > " : " >= ") << k.min;
+      out << (k.min_exclusive ? " > " : " >= ") << num(k.min);
     }
   }
   return out.str();

@@ -46,7 +46,7 @@ struct OutputConfig {
   // gives every rank a pty, so isatty() cannot tell a log file from a
   // terminal there); lines: a full line every progress_every_s seconds.
   std::string progress = "auto";  // auto | tty | lines
-  double progress_every_s = 10.0;
+  double progress_every_s = 5.0;
 };
 
 struct TrainConfig {
