@@ -4,6 +4,7 @@
 // PyTorch install (CUDA: GPU machines and clusters). Nothing else in the tree
 // tests TORCH_VERSION_*.
 
+#include <c10/core/ScalarType.h>
 #include <torch/version.h>
 
 #define MEMTRAIN_TORCH_AT_LEAST(major, minor) \
@@ -24,5 +25,32 @@ namespace memtrain::compat {
 // released and the next backward allocates fresh. 2.x does this in
 // Optimizer::zero_grad(); 1.13's zero_grad() only zeroes in place.
 void zero_grad_to_none(torch::optim::Optimizer& optimizer);
+
+// Autocast's thread-local state for CPU and CUDA. 1.13 has per-device
+// functions (is_cpu_enabled, get_autocast_cpu_dtype, ...); 2.4 replaced them
+// with functions taking a device type.
+struct AutocastState {
+  bool cpu_enabled = false;
+  c10::ScalarType cpu_dtype = c10::ScalarType::BFloat16;
+  bool cuda_enabled = false;
+  c10::ScalarType cuda_dtype = c10::ScalarType::Half;
+};
+AutocastState autocast_state();
+void set_autocast_state(const AutocastState& state);
+
+// Enables autocast to `dtype` on `cuda` or CPU for its lifetime (nothing
+// when `enabled` is false), restoring the previous state and clearing the
+// cast cache when the outermost guard ends, as torch.autocast does.
+class AutocastGuard {
+ public:
+  AutocastGuard(bool enabled, bool cuda, c10::ScalarType dtype);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool enabled_;
+  AutocastState saved_;
+};
 
 }  // namespace memtrain::compat

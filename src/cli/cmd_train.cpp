@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "memtrain/dist/environment.h"
 #include "memtrain/dist/mpi_communicator.h"
+#include "memtrain/memory/device_memory.h"
 #include "memtrain/train/trainer.h"
 #include "memtrain/util/error.h"
 
@@ -77,6 +78,10 @@ bool agreed(const Environment& env, const char* what, F&& step) {
 }  // namespace
 
 int run_train(const TrainArgs& args, int* argc, char*** argv) {
+#if !MEMTRAIN_CUDA
+  // Before the first tensor: device memory on the CPU build is accounted.
+  memory::install_cpu_accounting();
+#endif
   Environment env(argc, argv);
   torch::set_num_threads(env.threads_per_rank());
 
@@ -106,6 +111,9 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
   if (!agreed(env, "start-up", [&] {
         trainer = std::make_unique<Trainer>(cfg, comm, options);
       })) {
+    return kExitUsage;
+  }
+  if (!agreed(env, "memory plan", [&] { trainer->prepare(); })) {
     return kExitUsage;
   }
 

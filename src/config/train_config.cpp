@@ -9,6 +9,7 @@
 #include <limits>
 #include <sstream>
 
+#include "memtrain/memory/budget.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -25,6 +26,7 @@ struct Key {
   double min = -std::numeric_limits<double>::infinity();
   double max = std::numeric_limits<double>::infinity();
   bool min_exclusive = false;
+  bool allow_auto = false;  // integers: "auto" means kAuto
   std::vector<std::string> choices;
   // Accessors into a config (exactly one is set, by type).
   std::function<int64_t*(TrainConfig&)> i;
@@ -46,6 +48,17 @@ Key int_key(
   k.min = min;
   k.max = max;
   k.i = std::move(at);
+  return k;
+}
+
+Key auto_int_key(
+    std::string name,
+    std::function<int64_t*(TrainConfig&)> at,
+    double min,
+    double max,
+    std::string help) {
+  Key k = int_key(std::move(name), std::move(at), min, max, std::move(help));
+  k.allow_auto = true;
   return k;
 }
 
@@ -125,6 +138,19 @@ const std::vector<Key>& keys() {
           "normalisation layers: none or group (no batch-norm: it "
           "would make the update depend on the micro-batch split)"),
       int_key(
+          "model.depth",
+          [](TrainConfig& c) { return &c.model.depth; },
+          1,
+          256,
+          "MLP residual blocks / CNN stages; each is one checkpoint segment"),
+      float_key(
+          "model.dropout",
+          [](TrainConfig& c) { return &c.model.dropout; },
+          0,
+          false,
+          0.95,
+          "dropout probability in the MLP's blocks"),
+      int_key(
           "model.seed",
           [](TrainConfig& c) { return &c.model.seed; },
           0,
@@ -138,12 +164,14 @@ const std::vector<Key>& keys() {
           "data.val",
           [](TrainConfig& c) { return &c.data.val; },
           "validation HDF5 file; empty to skip validation"),
-      int_key(
+      auto_int_key(
           "data.batch_size",
           [](TrainConfig& c) { return &c.data.batch_size; },
           1,
           1 << 20,
-          "micro-batch per rank (samples in one forward/backward)"),
+          "micro-batch per rank (samples in one forward/backward); auto: "
+          "the largest that fits memory.budget (needs "
+          "training.effective_batch_size)"),
       int_key(
           "data.seed",
           [](TrainConfig& c) { return &c.data.seed; },
@@ -209,6 +237,93 @@ const std::vector<Key>& keys() {
           false,
           kInf,
           "clip the global gradient norm to this (0 = off)"),
+      int_key(
+          "training.effective_batch_size",
+          [](TrainConfig& c) { return &c.training.effective_batch_size; },
+          0,
+          1 << 30,
+          "samples per optimizer step over all ranks (0: ranks x "
+          "gradient_accumulation_steps x data.batch_size); when set, the "
+          "accumulation steps follow from it"),
+      choice_key(
+          "training.gradient_checkpointing",
+          [](TrainConfig& c) { return &c.training.gradient_checkpointing; },
+          {"off", "all", "auto"},
+          "activation checkpointing of the model's segments; auto: the "
+          "fewest segments that reach the micro-batch memory.budget allows"),
+      choice_key(
+          "training.amp",
+          [](TrainConfig& c) { return &c.training.amp; },
+          {"off", "fp16", "bf16"},
+          "mixed precision: bf16 autocast, or fp16 autocast with dynamic "
+          "loss scaling (fp16 needs a CUDA build)"),
+      float_key(
+          "training.amp_init_scale",
+          [](TrainConfig& c) { return &c.training.amp_init_scale; },
+          1,
+          false,
+          1e30,
+          "fp16: initial loss scale"),
+      int_key(
+          "training.amp_growth_interval",
+          [](TrainConfig& c) { return &c.training.amp_growth_interval; },
+          1,
+          1e9,
+          "fp16: finite steps in a row before the loss scale doubles"),
+      string_key(
+          "memory.budget",
+          [](TrainConfig& c) { return &c.memory.budget; },
+          "device memory per rank: a profile (v100-16gb, v100-32gb, "
+          "a100-40gb, a100-80gb), a size (512MiB, 14GiB) or none"),
+      float_key(
+          "memory.headroom",
+          [](TrainConfig& c) { return &c.memory.headroom; },
+          0,
+          false,
+          0.9,
+          "fraction of the budget the planner keeps free"),
+      int_key(
+          "memory.max_oom_retries",
+          [](TrainConfig& c) { return &c.memory.max_oom_retries; },
+          0,
+          64,
+          "out-of-memory recoveries (micro-batch halvings) per window "
+          "before the run stops"),
+      choice_key(
+          "memory.release_cache",
+          [](TrainConfig& c) { return &c.memory.release_cache; },
+          {"auto", "never"},
+          "auto: release cached device blocks before validation and when "
+          "cached bytes pass memory.release_threshold x budget"),
+      float_key(
+          "memory.release_threshold",
+          [](TrainConfig& c) { return &c.memory.release_threshold; },
+          0,
+          true,
+          1,
+          "cached (reserved - allocated) fraction of the budget that "
+          "triggers a release"),
+      float_key(
+          "memory.leak_warn_mib",
+          [](TrainConfig& c) { return &c.memory.leak_warn_mib; },
+          0,
+          true,
+          1e9,
+          "device bytes held at epoch end growing by more than this (MiB) "
+          "..."),
+      int_key(
+          "memory.leak_epochs",
+          [](TrainConfig& c) { return &c.memory.leak_epochs; },
+          1,
+          1e6,
+          "... for this many epochs in a row is reported as a leak"),
+      int_key(
+          "memory.test_leak_kib_per_window",
+          [](TrainConfig& c) { return &c.memory.test_leak_kib_per_window; },
+          0,
+          1 << 20,
+          "for tests only: keep this many KiB of device memory alive per "
+          "window, to check the leak warning"),
       float_key(
           "dist.bucket_mib",
           [](TrainConfig& c) { return &c.dist.bucket_mib; },
@@ -270,7 +385,7 @@ std::string join(const std::vector<std::string>& items, const char* sep) {
 
 std::string allowed(const Key& k) {
   std::ostringstream out;
-  out << type_name(k);
+  out << (k.allow_auto ? "auto or an integer" : type_name(k));
   if (k.type == Key::Type::kChoice) {
     out << " " << join(k.choices, ", ");
   } else if (k.type == Key::Type::kInt || k.type == Key::Type::kFloat) {
@@ -377,6 +492,10 @@ void assign(
   switch (k.type) {
     case Key::Type::kInt: {
       int64_t v = 0;
+      if (k.allow_auto && node.Scalar() == "auto") {
+        *k.i(cfg) = kAuto;
+        break;
+      }
       try {
         v = node.as<int64_t>();
       } catch (const YAML::Exception&) {
@@ -465,7 +584,11 @@ std::string value_text(const Key& k, TrainConfig& cfg) {
   std::ostringstream out;
   switch (k.type) {
     case Key::Type::kInt:
-      out << *k.i(cfg);
+      if (k.allow_auto && *k.i(cfg) == kAuto) {
+        out << "auto";
+      } else {
+        out << *k.i(cfg);
+      }
       break;
     case Key::Type::kFloat:
       out << *k.f(cfg);
@@ -589,6 +712,25 @@ void TrainConfig::validate() const {
       "config: data.train is empty; set it to a training HDF5 file "
       "(memtrain make-data makes one)");
   MT_CHECK(!output.dir.empty(), "config: output.dir is empty; set a folder");
+  MT_CHECK(
+      data.batch_size != kAuto || training.effective_batch_size > 0,
+      "config: data.batch_size=auto needs training.effective_batch_size "
+      "(the samples per optimizer step the planner must reach)");
+  MT_CHECK(
+      data.batch_size != kAuto || memory.budget != "none",
+      "config: data.batch_size=auto needs memory.budget (what the "
+      "micro-batch must fit in), e.g. --memory.budget=v100-16gb");
+  MT_CHECK(
+      training.effective_batch_size == 0 ||
+          training.gradient_accumulation_steps == 1,
+      "config: set training.effective_batch_size or "
+      "training.gradient_accumulation_steps, not both (the steps follow "
+      "from the effective batch)");
+  MT_CHECK(
+      MEMTRAIN_CUDA || training.amp != "fp16",
+      "config: training.amp=fp16 needs a CUDA build (fp16 autocast runs "
+      "on CUDA devices); on this CPU build use training.amp=bf16");
+  resolve_budget(memory.budget, memory.headroom);  // throws with the profiles
   MT_CHECK(
       training.optimizer == "sgd" || training.momentum == 0.0 ||
           training.momentum == TrainingConfig{}.momentum,

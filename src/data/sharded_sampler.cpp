@@ -21,22 +21,19 @@ namespace memtrain {
 
 ShardedSampler::ShardedSampler(
     int64_t num_samples,
-    int64_t micro_batch,
-    int64_t accumulation_steps,
+    int64_t effective_batch,
     int rank,
     int world_size,
     uint64_t seed,
     bool drop_last)
     : num_samples_(num_samples),
-      micro_batch_(micro_batch),
-      accumulation_steps_(accumulation_steps),
       rank_(rank),
       world_size_(world_size),
-      seed_(seed) {
+      seed_(seed),
+      effective_batch_(effective_batch) {
   MT_INTERNAL_ASSERT(
-      num_samples > 0 && micro_batch > 0 && accumulation_steps > 0 &&
-      world_size > 0 && rank >= 0 && rank < world_size);
-  effective_batch_ = micro_batch * accumulation_steps * world_size;
+      num_samples > 0 && effective_batch > 0 && world_size > 0 && rank >= 0 &&
+      rank < world_size);
   windows_per_epoch_ =
       drop_last ? num_samples / effective_batch_
                 : (num_samples + effective_batch_ - 1) / effective_batch_;
@@ -46,15 +43,10 @@ ShardedSampler::ShardedSampler(
       num_samples,
       " samples, fewer than one accumulation window of ",
       effective_batch_,
-      " (= ",
-      world_size,
-      " ranks x ",
-      accumulation_steps,
-      " accumulation steps x ",
-      micro_batch,
-      " micro-batch) and data.drop_last is true; lower data.batch_size "
-      "or training.gradient_accumulation_steps, or set "
-      "data.drop_last=false");
+      " (the effective batch: ranks x accumulation steps x micro-batch) and "
+      "data.drop_last is true; lower data.batch_size, "
+      "training.gradient_accumulation_steps or "
+      "training.effective_batch_size, or set data.drop_last=false");
 }
 
 void ShardedSampler::ensure_epoch(int64_t epoch) const {
@@ -107,14 +99,19 @@ WindowPlan ShardedSampler::plan(int64_t epoch, int64_t w) const {
   const int64_t n = p.global_samples;
   const int64_t begin = n * rank_ / world_size_;
   const int64_t end = n * (rank_ + 1) / world_size_;
-  p.rank_samples = end - begin;
-  for (int64_t s = begin; s < end; s += micro_batch_) {
-    const int64_t e = std::min(s + micro_batch_, end);
-    p.micro_batches.emplace_back(all.begin() + s, all.begin() + e);
-  }
-  MT_INTERNAL_ASSERT(
-      static_cast<int64_t>(p.micro_batches.size()) <= accumulation_steps_);
+  p.rank_indices.assign(all.begin() + begin, all.begin() + end);
   return p;
+}
+
+std::vector<std::vector<int64_t>> split_micro_batches(
+    const std::vector<int64_t>& indices, int64_t micro) {
+  MT_INTERNAL_ASSERT(micro > 0);
+  std::vector<std::vector<int64_t>> out;
+  for (size_t s = 0; s < indices.size(); s += static_cast<size_t>(micro)) {
+    const size_t e = std::min(indices.size(), s + static_cast<size_t>(micro));
+    out.emplace_back(indices.begin() + s, indices.begin() + e);
+  }
+  return out;
 }
 
 }  // namespace memtrain

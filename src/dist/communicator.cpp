@@ -2,8 +2,6 @@
 
 #include <torch/torch.h>
 
-#include "memtrain/compat.h"
-
 namespace memtrain {
 
 bool all_ranks_ok(Communicator& comm, bool ok) {
@@ -12,19 +10,4 @@ bool all_ranks_ok(Communicator& comm, bool ok) {
   return failures.item<int64_t>() == 0;
 }
 
-namespace compat {
-
-void zero_grad_to_none(torch::optim::Optimizer& optimizer) {
-#if MEMTRAIN_TORCH_AT_LEAST(2, 0)
-  optimizer.zero_grad(/*set_to_none=*/true);
-#else
-  for (auto& group : optimizer.param_groups()) {
-    for (auto& p : group.params()) {
-      p.mutable_grad() = torch::Tensor();
-    }
-  }
-#endif
-}
-
-}  // namespace compat
 }  // namespace memtrain

@@ -1,8 +1,28 @@
 #include "memtrain/model/models.h"
 
+#include "memtrain/model/checkpointed.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
+
+torch::Tensor Classifier::forward(torch::Tensor x) {
+  x = stem(x);
+  for (int64_t i = 0; i < num_segments(); ++i) {
+    if (i < checkpointed_) {
+      x = checkpoint(
+          [this, i](const at::Tensor& t) { return segment(i, t); }, x);
+    } else {
+      x = segment(i, x);
+    }
+  }
+  return head(x);
+}
+
+void Classifier::set_checkpointed(int64_t count) {
+  MT_INTERNAL_ASSERT(count >= 0 && count <= num_segments());
+  checkpointed_ = count;
+}
+
 namespace {
 
 // Largest group count <= 8 that divides `channels`.
@@ -14,80 +34,132 @@ int64_t groups_for(int64_t channels) {
   return 1;
 }
 
-class FeatureMlp : public Classifier {
- public:
-  FeatureMlp(int64_t in, int64_t hidden, int64_t classes, bool norm) {
-    fc1_ = register_module("fc1", torch::nn::Linear(in, hidden));
-    fc2_ = register_module("fc2", torch::nn::Linear(hidden, hidden));
-    head_ = register_module("head", torch::nn::Linear(hidden, classes));
+// x + fc2(dropout(relu(norm(fc1(x))))), widening 4x inside: most of a
+// block's activations are the wide ones, which checkpointing drops.
+struct MlpBlockImpl : torch::nn::Module {
+  MlpBlockImpl(int64_t width, bool norm, double dropout) : dropout_(dropout) {
+    fc1 = register_module("fc1", torch::nn::Linear(width, 4 * width));
+    fc2 = register_module("fc2", torch::nn::Linear(4 * width, width));
     if (norm) {
-      const int64_t g = groups_for(hidden);
-      norm1_ = register_module(
-          "norm1",
-          torch::nn::GroupNorm(torch::nn::GroupNormOptions(g, hidden)));
-      norm2_ = register_module(
-          "norm2",
-          torch::nn::GroupNorm(torch::nn::GroupNormOptions(g, hidden)));
+      norm1 = register_module(
+          "norm",
+          torch::nn::GroupNorm(
+              torch::nn::GroupNormOptions(groups_for(4 * width), 4 * width)));
     }
   }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = fc1(x);
+    if (norm1)
+      h = norm1(h);
+    h = torch::relu(h);
+    if (dropout_ > 0)
+      h = torch::dropout(h, dropout_, is_training());
+    return x + fc2(h);
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::nn::GroupNorm norm1{nullptr};
+  double dropout_;
+};
+TORCH_MODULE(MlpBlock);
 
-  torch::Tensor forward(torch::Tensor x) override {
-    x = fc1_(x);
-    if (norm1_)
-      x = norm1_(x);
-    x = torch::relu(x);
-    x = fc2_(x);
-    if (norm2_)
-      x = norm2_(x);
-    x = torch::relu(x);
+class FeatureMlp : public Classifier {
+ public:
+  FeatureMlp(int64_t in, const ModelConfig& cfg, int64_t classes) {
+    const bool norm = cfg.norm == "group";
+    input_ = register_module("input", torch::nn::Linear(in, cfg.hidden));
+    blocks_ = register_module("blocks", torch::nn::ModuleList());
+    for (int64_t i = 0; i < cfg.depth; ++i) {
+      blocks_->push_back(MlpBlock(cfg.hidden, norm, cfg.dropout));
+      segment_names_.push_back("blocks." + std::to_string(i));
+    }
+    head_ = register_module("head", torch::nn::Linear(cfg.hidden, classes));
+  }
+
+ protected:
+  torch::Tensor stem(torch::Tensor x) override {
+    return torch::relu(input_(x));
+  }
+  torch::Tensor segment(int64_t i, torch::Tensor x) override {
+    return blocks_[i]->as<MlpBlockImpl>()->forward(x);
+  }
+  torch::Tensor head(torch::Tensor x) override {
     return head_(x);
   }
 
  private:
-  torch::nn::Linear fc1_{nullptr}, fc2_{nullptr}, head_{nullptr};
-  torch::nn::GroupNorm norm1_{nullptr}, norm2_{nullptr};
+  torch::nn::Linear input_{nullptr}, head_{nullptr};
+  torch::nn::ModuleList blocks_{nullptr};
 };
+
+// conv3x3 -> [group norm] -> relu -> 2x2 max-pool (while the image allows).
+struct ConvStageImpl : torch::nn::Module {
+  ConvStageImpl(int64_t in, int64_t out, bool norm, bool pool) : pool_(pool) {
+    conv = register_module(
+        "conv",
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).padding(1)));
+    if (norm) {
+      norm1 = register_module(
+          "norm",
+          torch::nn::GroupNorm(
+              torch::nn::GroupNormOptions(groups_for(out), out)));
+    }
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = conv(x);
+    if (norm1)
+      h = norm1(h);
+    h = torch::relu(h);
+    return pool_ ? torch::max_pool2d(h, 2) : h;
+  }
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::GroupNorm norm1{nullptr};
+  bool pool_;
+};
+TORCH_MODULE(ConvStage);
 
 class SmallCnn : public Classifier {
  public:
-  SmallCnn(int64_t in_channels, int64_t width, int64_t classes, bool norm) {
-    using torch::nn::Conv2dOptions;
-    conv1_ = register_module(
-        "conv1",
-        torch::nn::Conv2d(Conv2dOptions(in_channels, width, 3).padding(1)));
-    conv2_ = register_module(
-        "conv2",
-        torch::nn::Conv2d(Conv2dOptions(width, 2 * width, 3).padding(1)));
-    head_ = register_module("head", torch::nn::Linear(2 * width, classes));
-    if (norm) {
-      norm1_ = register_module(
-          "norm1",
-          torch::nn::GroupNorm(
-              torch::nn::GroupNormOptions(groups_for(width), width)));
-      norm2_ = register_module(
-          "norm2",
-          torch::nn::GroupNorm(
-              torch::nn::GroupNormOptions(groups_for(2 * width), 2 * width)));
+  SmallCnn(
+      const std::vector<int64_t>& shape,
+      const ModelConfig& cfg,
+      int64_t classes) {
+    const bool norm = cfg.norm == "group";
+    const int64_t width = cfg.hidden;
+    stem_ = register_module(
+        "stem",
+        torch::nn::Conv2d(
+            torch::nn::Conv2dOptions(shape[0], width, 3).padding(1)));
+    stages_ = register_module("stages", torch::nn::ModuleList());
+    int64_t channels = width;
+    int64_t h = shape[1], w = shape[2];
+    for (int64_t i = 0; i < cfg.depth; ++i) {
+      const bool pool = h >= 2 && w >= 2;
+      stages_->push_back(ConvStage(channels, 2 * channels, norm, pool));
+      segment_names_.push_back("stages." + std::to_string(i));
+      channels *= 2;
+      if (pool) {
+        h /= 2;
+        w /= 2;
+      }
     }
+    head_ = register_module("head", torch::nn::Linear(channels, classes));
   }
 
-  torch::Tensor forward(torch::Tensor x) override {
-    x = conv1_(x);
-    if (norm1_)
-      x = norm1_(x);
-    x = torch::max_pool2d(torch::relu(x), 2);
-    x = conv2_(x);
-    if (norm2_)
-      x = norm2_(x);
-    x = torch::relu(x);
-    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
-    return head_(x);
+ protected:
+  torch::Tensor stem(torch::Tensor x) override {
+    return torch::relu(stem_(x));
+  }
+  torch::Tensor segment(int64_t i, torch::Tensor x) override {
+    return stages_[i]->as<ConvStageImpl>()->forward(x);
+  }
+  torch::Tensor head(torch::Tensor x) override {
+    return head_(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
   }
 
  private:
-  torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
+  torch::nn::Conv2d stem_{nullptr};
+  torch::nn::ModuleList stages_{nullptr};
   torch::nn::Linear head_{nullptr};
-  torch::nn::GroupNorm norm1_{nullptr}, norm2_{nullptr};
 };
 
 }  // namespace
@@ -99,7 +171,6 @@ std::shared_ptr<Classifier> make_model(
       "model: the training data has ",
       input.num_classes,
       " class(es); a classifier needs at least 2 (check /labels)");
-  const bool norm = cfg.norm == "group";
   // Initialisation draws from LibTorch's default generator: seed it so that
   // every rank, at every world size, starts from the same parameters.
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
@@ -110,7 +181,7 @@ std::shared_ptr<Classifier> make_model(
         to_string(input.kind),
         "; use model.name=cnn for images");
     return std::make_shared<FeatureMlp>(
-        input.sample_shape.at(0), cfg.hidden, input.num_classes, norm);
+        input.sample_shape.at(0), cfg, input.num_classes);
   }
   if (cfg.name == "cnn") {
     MT_CHECK(
@@ -118,11 +189,8 @@ std::shared_ptr<Classifier> make_model(
         "model.name=cnn needs an /images file, but data.train holds ",
         to_string(input.kind),
         "; use model.name=mlp for features");
-    MT_CHECK(
-        input.sample_shape.at(1) >= 2 && input.sample_shape.at(2) >= 2,
-        "model.name=cnn needs images of at least 2x2 pixels");
     return std::make_shared<SmallCnn>(
-        input.sample_shape.at(0), cfg.hidden, input.num_classes, norm);
+        input.sample_shape, cfg, input.num_classes);
   }
   throw InternalError(
       "make_model: unknown model '" + cfg.name + "' passed config validation");

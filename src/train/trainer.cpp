@@ -15,8 +15,13 @@
 #include "memtrain/dist/communicator.h"
 #include "memtrain/dist/gradient_sync.h"
 #include "memtrain/dist/replica_check.h"
+#include "memtrain/memory/budget.h"
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/memory/monitor.h"
+#include "memtrain/memory/planner.h"
 #include "memtrain/model/models.h"
 #include "memtrain/train/batch_loader.h"
+#include "memtrain/train/loss_scaler.h"
 #include "memtrain/train/metrics.h"
 #include "memtrain/train/progress.h"
 #include "memtrain/util/atomic_file.h"
@@ -33,6 +38,20 @@ namespace memtrain {
 // boundary all-reduce *sums* over ranks. The sum of all those gradients is
 // exactly the gradient of the mean loss over the n samples: the division
 // happens once, in the loss, and no rank divides by the world size or by K.
+// The same weighting makes OOM recovery exact: a rank that re-splits its
+// share into smaller micro-batches produces the same gradient.
+
+// Note [OOM recovery]
+// An out-of-memory error in a micro-step unwinds it (its graph and tensors
+// are freed as the exception passes). The guard then drops the gradients
+// accumulated so far in the window, releases cached blocks, halves this
+// rank's micro-batch and replays the window from its first micro-step. Only
+// this rank changes its split; no collective has happened yet in the window,
+// so the others simply wait at the boundary. By Note [Window weighting] the
+// update is the one the smaller micro-batch would have given from the start.
+// The smaller micro-batch stays for the rest of the run. The boundary itself
+// (all-reduce, optimizer step) is not replayed: its memory was measured by
+// the planner's probes.
 
 namespace {
 
@@ -70,15 +89,35 @@ struct Trainer::Impl {
   std::unique_ptr<MetricsLog> metrics;
   std::unique_ptr<Progress> progress;
 
+  Budget budget;
+  bool prepared = false;
+  MemoryPlan plan;
+  int64_t micro = 0;  // this rank's micro-batch (halved by the OOM guard)
+  int64_t val_micro = 0;
+  int64_t measured_peak = 0;  // largest window peak of the run
+  std::unique_ptr<LossScaler> scaler;
+  memory::Monitor monitor;
+  std::unique_ptr<memory::LeakDetector> leak;
+  std::vector<at::Tensor> test_leak;  // memory.test_leak_kib_per_window
+
   Impl(const TrainConfig& c, Communicator& comm_, Options o)
       : cfg(c), comm(comm_), options(o) {}
 
   void open_data();
   void build_model();
+  std::unique_ptr<torch::optim::Optimizer> make_optimizer();
+  Batch to_device(Batch b) const;
+  double micro_step(const std::vector<int64_t>& indices, double weight);
+  ProbeResult probe(int64_t micro_batch, int64_t segments);
   WindowResult run_window(const WindowPlan& plan);
   ValResult validate();
+  void maybe_release_cache(bool before_validation);
   void check_replicas(const char* when, uint64_t* checksum);
   nlohmann::json window_record(const WindowResult& r) const;
+  nlohmann::json plan_json() const;
+  bool amp_on() const {
+    return cfg.training.amp != "off";
+  }
 };
 
 void Trainer::Impl::open_data() {
@@ -110,27 +149,38 @@ void Trainer::Impl::open_data() {
   }
 }
 
-void Trainer::Impl::build_model() {
-  const DatasetInfo& ti = train_data->info();
-  model = make_model(cfg.model, {ti.kind, ti.sample_shape, ti.num_classes});
-  model->train();
-  params = model->parameters();
+std::unique_ptr<torch::optim::Optimizer> Trainer::Impl::make_optimizer() {
   if (cfg.training.optimizer == "sgd") {
-    optimizer = std::make_unique<torch::optim::SGD>(
+    return std::make_unique<torch::optim::SGD>(
         params,
         torch::optim::SGDOptions(cfg.training.lr)
             .momentum(cfg.training.momentum)
             .weight_decay(cfg.training.weight_decay));
-  } else {
-    optimizer = std::make_unique<torch::optim::AdamW>(
-        params,
-        torch::optim::AdamWOptions(cfg.training.lr)
-            .weight_decay(cfg.training.weight_decay));
   }
+  return std::make_unique<torch::optim::AdamW>(
+      params,
+      torch::optim::AdamWOptions(cfg.training.lr)
+          .weight_decay(cfg.training.weight_decay));
+}
+
+void Trainer::Impl::build_model() {
+  const DatasetInfo& ti = train_data->info();
+  // Parameters, gradient buckets and (later) optimizer state are device
+  // memory: create them inside the device scope.
+  memory::DeviceScope device;
+  model = make_model(cfg.model, {ti.kind, ti.sample_shape, ti.num_classes});
+  model->train();
+  params = model->parameters();
+  optimizer = make_optimizer();
+  const int64_t world = comm.size();
+  const int64_t effective = cfg.training.effective_batch_size > 0
+                                ? cfg.training.effective_batch_size
+                                : world *
+                                      cfg.training.gradient_accumulation_steps *
+                                      cfg.data.batch_size;
   sampler = std::make_unique<ShardedSampler>(
       ti.num_samples,
-      cfg.data.batch_size,
-      cfg.training.gradient_accumulation_steps,
+      effective,
       comm.rank(),
       comm.size(),
       static_cast<uint64_t>(cfg.data.seed),
@@ -147,8 +197,16 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm, Options options)
     : impl_(std::make_unique<Impl>(cfg, comm, options)) {
   Impl& m = *impl_;
   m.writer = options.write_outputs && comm.rank() == 0;
+  m.budget = resolve_budget(cfg.memory.budget, cfg.memory.headroom);
+  memory::set_cap(m.budget.bytes);
   m.open_data();
   m.build_model();
+  m.scaler = std::make_unique<LossScaler>(
+      cfg.training.amp == "fp16",
+      cfg.training.amp_init_scale,
+      cfg.training.amp_growth_interval);
+  m.leak = std::make_unique<memory::LeakDetector>(
+      cfg.memory.leak_warn_mib * 1024.0 * 1024.0, cfg.memory.leak_epochs);
   if (m.writer) {
     make_directories(cfg.output.dir);
     m.metrics = std::make_unique<MetricsLog>(cfg.output.dir + "/metrics.jsonl");
@@ -163,56 +221,287 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm, Options options)
 
 Trainer::~Trainer() = default;
 
-WindowResult Trainer::Impl::run_window(const WindowPlan& plan) {
+Batch Trainer::Impl::to_device(Batch b) const {
+  // On a GPU this is the host-to-device copy; on the CPU build the copy is
+  // what makes the batch count in the device domain, as it would on a GPU.
+  return {b.x.clone(), b.y.clone()};
+}
+
+// One micro-step: read, forward (under autocast), backward of the weighted,
+// scaled loss. Returns the unweighted loss sum. Everything it creates (batch,
+// logits, loss, graph) is freed when it returns.
+double Trainer::Impl::micro_step(
+    const std::vector<int64_t>& indices, double weight) {
+  Batch host;
+  {
+    memory::HostScope host_scope;
+    host = loader->load(indices);
+  }
+  const Batch batch = to_device(std::move(host));
+  torch::Tensor logits;
+  {
+    compat::AutocastGuard amp(
+        amp_on(),
+        /*cuda=*/false,
+        cfg.training.amp == "bf16" ? torch::kBFloat16 : torch::kHalf);
+    logits = model->forward(batch.x);
+  }
+  torch::Tensor loss = torch::nn::functional::cross_entropy(
+      logits.to(torch::kFloat32),
+      batch.y,
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  // See Note [Window weighting].
+  (loss * (weight * scaler->scale())).backward();
+  return loss.item<double>();
+}
+
+ProbeResult Trainer::Impl::probe(int64_t micro_batch, int64_t segments) {
+  // Probe against the usable budget, on the same samples on every rank, then
+  // put everything back as it was.
+  const int64_t usable = budget.usable();
+  std::vector<at::Tensor> saved;
+  {
+    memory::HostScope host;
+    torch::NoGradGuard no_grad;
+    for (const auto& p : params)
+      saved.push_back(p.detach().clone());
+  }
+  std::vector<int64_t> indices(micro_batch);
+  for (int64_t i = 0; i < micro_batch; ++i) {
+    indices[i] = i % train_data->info().num_samples;
+  }
+  model->set_checkpointed(segments);
+  memory::set_cap(usable);
+  memory::release_cache();
+  memory::reset_peak();
+  bool ran = true;
+  {
+    memory::DeviceScope device;
+    auto opt = make_optimizer();
+    try {
+      micro_step(indices, 1.0 / static_cast<double>(micro_batch));
+      opt->step();
+    } catch (const c10::OutOfMemoryError&) {
+      ran = false;
+    }
+    compat::zero_grad_to_none(*opt);
+  }
+  const int64_t peak = memory::stats().peak_reserved;
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i)
+      params[i].copy_(saved[i]);
+  }
+  memory::release_cache();
+  memory::set_cap(budget.bytes);
+  return {ran && (usable <= 0 || peak <= usable), ran ? peak : 0};
+}
+
+void Trainer::prepare() {
+  Impl& m = *impl_;
+  if (m.prepared)
+    return;
+  const Budget& b = m.budget;
+  PlanRequest req;
+  req.rank_share = m.sampler->max_rank_share();
+  req.fixed_micro = m.cfg.data.batch_size;  // kAuto (0) means search
+  req.checkpointing = m.cfg.training.gradient_checkpointing;
+  req.num_segments = m.model->num_segments();
+
+  // Plan locally (every rank probes the same samples), then agree: the
+  // smallest micro-batch and the most checkpointing any rank needs.
+  std::string error;
+  try {
+    if (b.limited()) {
+      m.plan = plan_memory(req, [&](int64_t micro, int64_t segments) {
+        return m.probe(micro, segments);
+      });
+    } else {
+      m.plan.micro_batch = req.fixed_micro;
+      m.plan.checkpointed_segments =
+          req.checkpointing == "all" ? req.num_segments : 0;
+      m.plan.accumulation_steps =
+          (req.rank_share + req.fixed_micro - 1) / req.fixed_micro;
+      m.plan.note =
+          req.checkpointing == "auto"
+              ? "no memory.budget: checkpointing auto checkpoints nothing"
+              : "no memory.budget: nothing measured";
+    }
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  if (!all_ranks_ok(m.comm, error.empty())) {
+    throw Error(
+        error.empty() ? "memory planning failed on another rank" : error);
+  }
+  auto agreed = torch::tensor(
+      {-m.plan.micro_batch, m.plan.checkpointed_segments}, torch::kInt64);
+  m.comm.all_reduce(agreed, ReduceOp::kMax);
+  m.plan.micro_batch = -agreed[0].item<int64_t>();
+  m.plan.checkpointed_segments = agreed[1].item<int64_t>();
+  m.plan.accumulation_steps =
+      (req.rank_share + m.plan.micro_batch - 1) / m.plan.micro_batch;
+  m.model->set_checkpointed(m.plan.checkpointed_segments);
+  m.micro = m.plan.micro_batch;
+  m.val_micro = m.plan.micro_batch;
+  if (m.writer) {
+    write_file_atomically(
+        m.cfg.output.dir + "/memory_plan.json", m.plan_json().dump(2) + "\n");
+  }
+  m.prepared = true;
+}
+
+nlohmann::json Trainer::Impl::plan_json() const {
+  nlohmann::json probes = nlohmann::json::array();
+  for (const auto& p : plan.probes) {
+    probes.push_back(
+        {{"micro_batch", p.micro},
+         {"checkpointed_segments", p.segments},
+         {"fits", p.fits},
+         {"peak_bytes", p.peak}});
+  }
+  std::vector<std::string> segments(
+      model->segment_names().begin(),
+      model->segment_names().begin() + plan.checkpointed_segments);
+  nlohmann::json j = {
+      {"budget", budget.spec},
+      {"budget_bytes", budget.bytes},
+      {"headroom", budget.headroom},
+      {"usable_bytes", budget.limited() ? budget.usable() : 0},
+      {"world_size", comm.size()},
+      {"effective_batch", sampler->effective_batch()},
+      {"micro_batch", plan.micro_batch},
+      {"accumulation_steps", plan.accumulation_steps},
+      {"gradient_checkpointing", cfg.training.gradient_checkpointing},
+      {"checkpointed_segments", segments},
+      {"amp", cfg.training.amp},
+      {"predicted_peak_bytes", plan.predicted_peak},
+      {"measured_peak_bytes", measured_peak},
+      {"note", plan.note},
+      {"probes", probes}};
+  return j;
+}
+
+WindowResult Trainer::Impl::run_window(const WindowPlan& wp) {
   const auto start = Clock::now();
   const CommStats before = comm.stats();
   WindowResult r;
-  r.epoch = plan.epoch;
-  r.window = plan.window;
-  r.samples = plan.global_samples;
+  r.epoch = wp.epoch;
+  r.window = wp.window;
+  r.samples = wp.global_samples;
+  monitor.begin_window();
 
   // 1. Micro-steps: forward and backward on this rank's micro-batches,
   //    gradients accumulating locally. No communication here.
-  //    See Note [All-reduce only at the accumulation boundary].
-  const double inv_n = 1.0 / static_cast<double>(plan.global_samples);
+  //    See Note [All-reduce only at the accumulation boundary] and
+  //    Note [OOM recovery].
+  const double weight = 1.0 / static_cast<double>(wp.global_samples);
   double loss_sum = 0.0;
-  for (const auto& indices : plan.micro_batches) {
-    Batch batch = loader->load(indices);
-    torch::Tensor logits = model->forward(batch.x);
-    torch::Tensor loss = torch::nn::functional::cross_entropy(
-        logits,
-        batch.y,
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(
-            torch::kSum));
-    // See Note [Window weighting].
-    (loss * inv_n).backward();
-    loss_sum += loss.item<double>();
-    ++r.micro_steps;
-    // batch, logits and loss (and with them the graph) die here: nothing of
-    // micro-step k is alive during micro-step k+1.
+  for (;;) {
+    loss_sum = 0.0;
+    r.micro_steps = 0;
+    r.micro_step_start_bytes.clear();
+    try {
+      for (const auto& indices : split_micro_batches(wp.rank_indices, micro)) {
+        r.micro_step_start_bytes.push_back(memory::stats().allocated);
+        loss_sum += micro_step(indices, weight);
+        ++r.micro_steps;
+      }
+      break;
+    } catch (const c10::OutOfMemoryError&) {
+      compat::zero_grad_to_none(*optimizer);
+      memory::release_cache();
+      ++r.oom_retries;
+      const memory::Stats s = memory::stats();
+      MT_CHECK(
+          micro > 1 && r.oom_retries <= cfg.memory.max_oom_retries,
+          "out of device memory: the window does not fit memory.budget=",
+          budget.spec,
+          " (",
+          format_bytes(static_cast<double>(budget.bytes)),
+          ") even at micro-batch ",
+          micro,
+          " after ",
+          r.oom_retries - 1,
+          " retries (memory.max_oom_retries=",
+          cfg.memory.max_oom_retries,
+          "); measured peak ",
+          format_bytes(static_cast<double>(s.peak_reserved)),
+          ". Raise memory.budget, set training.gradient_checkpointing=all or "
+          "training.amp=bf16, or use a smaller model");
+      const int64_t smaller = std::max<int64_t>(1, micro / 2);
+      std::fprintf(
+          stderr,
+          "memtrain: [rank %d] out of device memory at micro-batch "
+          "%ld (epoch %ld, window %ld); replaying the window at "
+          "micro-batch %ld\n",
+          comm.rank(),
+          static_cast<long>(micro),
+          static_cast<long>(wp.epoch + 1),
+          static_cast<long>(wp.window + 1),
+          static_cast<long>(smaller));
+      micro = smaller;
+    }
   }
 
   // 2. Boundary: one bucketed all-reduce of gradient + [loss sum, samples].
   std::vector<float> extras = {
-      static_cast<float>(loss_sum), static_cast<float>(plan.rank_samples)};
+      static_cast<float>(loss_sum), static_cast<float>(wp.rank_indices.size())};
   grad_sync->sync(extras);
   r.loss = extras[0] / extras[1];
   MT_INTERNAL_ASSERT(
-      static_cast<int64_t>(extras[1]) == plan.global_samples,
+      static_cast<int64_t>(extras[1]) == wp.global_samples,
       "ranks disagree on the window's samples");
 
-  // 3. Update, then drop the gradients (set to none, not zero).
-  if (cfg.training.grad_clip_norm > 0) {
-    torch::nn::utils::clip_grad_norm_(params, cfg.training.grad_clip_norm);
+  // 3. Update (unless fp16 gradients overflowed), then drop the gradients.
+  r.loss_scale = scaler->scale();
+  const bool finite = scaler->unscale_and_check(params);
+  if (finite) {
+    if (cfg.training.grad_clip_norm > 0) {
+      torch::nn::utils::clip_grad_norm_(params, cfg.training.grad_clip_norm);
+    }
+    optimizer->step();
   }
-  optimizer->step();
+  r.skipped = !finite;
+  scaler->update(finite);
   compat::zero_grad_to_none(*optimizer);
 
+  if (cfg.memory.test_leak_kib_per_window > 0) {
+    test_leak.push_back(
+        torch::empty({cfg.memory.test_leak_kib_per_window * 256}));
+  }
+  maybe_release_cache(/*before_validation=*/false);
+  const memory::WindowMemory mem = monitor.end_window();
+  r.mem_allocated = mem.allocated;
+  r.mem_reserved = mem.reserved;
+  r.mem_peak = mem.peak;
+  r.mem_peak_reserved = mem.peak_reserved;
+  measured_peak = std::max(measured_peak, mem.peak);
+  r.micro_batch = micro;
   r.allreduce_calls = comm.stats().allreduce_calls - before.allreduce_calls;
   r.allreduce_bytes = comm.stats().allreduce_bytes - before.allreduce_bytes;
   r.data_wait_s = loader->take_wait_seconds();
   r.seconds = seconds_since(start);
   return r;
+}
+
+// Note [Cache policy]
+// Cached blocks are what makes the next window's allocations cheap, and
+// releasing them synchronises a CUDA device: so no unconditional
+// empty_cache() in the loop. With memory.release_cache=auto they are
+// released only when the cached bytes (reserved - allocated) pass
+// memory.release_threshold x the budget, and before validation (which
+// allocates differently shaped tensors). Count and time are recorded.
+void Trainer::Impl::maybe_release_cache(bool before_validation) {
+  if (cfg.memory.release_cache != "auto")
+    return;
+  const memory::Stats s = memory::stats();
+  const bool over =
+      budget.limited() &&
+      static_cast<double>(s.reserved - s.allocated) >
+          cfg.memory.release_threshold * static_cast<double>(budget.bytes);
+  if (before_validation || over)
+    memory::release_cache();
 }
 
 ValResult Trainer::Impl::validate() {
@@ -224,20 +513,50 @@ ValResult Trainer::Impl::validate() {
   BatchLoader val_loader(*val_data);
   double loss_sum = 0.0;
   int64_t correct = 0;
-  for (int64_t s = begin; s < end; s += cfg.data.batch_size) {
+  for (int64_t s = begin; s < end;) {
     std::vector<int64_t> idx;
-    for (int64_t i = s; i < std::min(end, s + cfg.data.batch_size); ++i) {
+    for (int64_t i = s; i < std::min(end, s + val_micro); ++i) {
       idx.push_back(i);
     }
-    Batch b = val_loader.load(idx);
-    torch::Tensor logits = model->forward(b.x);
-    loss_sum += torch::nn::functional::cross_entropy(
-                    logits,
-                    b.y,
-                    torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                        torch::kSum))
-                    .item<double>();
-    correct += logits.argmax(1).eq(b.y).sum().item<int64_t>();
+    try {
+      Batch host;
+      {
+        memory::HostScope host_scope;
+        host = val_loader.load(idx);
+      }
+      const Batch b = to_device(std::move(host));
+      torch::Tensor logits;
+      {
+        compat::AutocastGuard amp(
+            amp_on(),
+            /*cuda=*/false,
+            cfg.training.amp == "bf16" ? torch::kBFloat16 : torch::kHalf);
+        logits = model->forward(b.x).to(torch::kFloat32);
+      }
+      loss_sum +=
+          torch::nn::functional::cross_entropy(
+              logits,
+              b.y,
+              torch::nn::functional::CrossEntropyFuncOptions().reduction(
+                  torch::kSum))
+              .item<double>();
+      correct += logits.argmax(1).eq(b.y).sum().item<int64_t>();
+      s += static_cast<int64_t>(idx.size());
+    } catch (const c10::OutOfMemoryError&) {
+      memory::release_cache();
+      MT_CHECK(
+          val_micro > 1,
+          "out of device memory in validation even at "
+          "batch 1 within memory.budget=",
+          budget.spec);
+      val_micro = std::max<int64_t>(1, val_micro / 2);
+      std::fprintf(
+          stderr,
+          "memtrain: [rank %d] out of device memory in validation; "
+          "validation batch now %ld\n",
+          comm.rank(),
+          static_cast<long>(val_micro));
+    }
   }
   model->train();
   auto totals = torch::tensor(
@@ -265,27 +584,44 @@ void Trainer::Impl::check_replicas(const char* when, uint64_t* checksum) {
 }
 
 nlohmann::json Trainer::Impl::window_record(const WindowResult& r) const {
-  return {
+  const memory::Stats s = memory::stats();
+  nlohmann::json j = {
       {"type", "window"},
       {"epoch", r.epoch},
       {"window", r.window},
       {"step", r.step},
       {"loss", r.loss},
       {"lr", cfg.training.lr},
-      {"micro_batch", cfg.data.batch_size},
-      {"accum_steps", cfg.training.gradient_accumulation_steps},
+      {"micro_batch", r.micro_batch},
+      {"accum_steps", plan.accumulation_steps},
       {"effective_batch", sampler->effective_batch()},
       {"samples", r.samples},
       {"samples_per_s", r.samples / std::max(r.seconds, 1e-9)},
       {"allreduce_calls", r.allreduce_calls},
       {"allreduce_bytes", r.allreduce_bytes},
       {"data_wait_s", r.data_wait_s},
-      {"window_s", r.seconds}};
+      {"window_s", r.seconds},
+      {"mem_allocated", r.mem_allocated},
+      {"mem_reserved", r.mem_reserved},
+      {"mem_peak", r.mem_peak},
+      {"mem_peak_reserved", r.mem_peak_reserved},
+      {"oom_retries", r.oom_retries},
+      {"cache_releases", s.cache_releases},
+      {"cache_release_s", s.cache_release_seconds}};
+  if (scaler->enabled()) {
+    j["loss_scale"] = r.loss_scale;
+    j["skipped_steps"] = scaler->skipped_steps();
+  }
+  return j;
 }
 
 TrainSummary Trainer::run() {
   Impl& m = *impl_;
+  prepare();
   TrainSummary summary;
+  // Everything from here on that is not explicitly host memory is device
+  // memory: activations, gradients, optimizer state, batches.
+  memory::DeviceScope device;
   // Start every replica from rank 0's parameters (they are equal by seed;
   // this makes it so whatever the nodes' LibTorch builds draw).
   {
@@ -309,12 +645,16 @@ TrainSummary Trainer::run() {
 
   for (int64_t epoch = 0; epoch < epochs && summary.windows < total; ++epoch) {
     const auto epoch_start = Clock::now();
+    m.monitor.begin_epoch();
     double epoch_loss = 0.0;
-    int64_t epoch_samples = 0;
+    int64_t epoch_samples = 0, epoch_ooms = 0;
     int64_t w = 0;
     for (; w < wpe && summary.windows < total; ++w) {
       WindowResult r = m.run_window(m.sampler->plan(epoch, w));
       r.step = ++summary.windows;
+      summary.oom_retries += r.oom_retries;
+      epoch_ooms += r.oom_retries;
+      summary.skipped_steps += r.skipped ? 1 : 0;
       epoch_loss += r.loss * r.samples;
       epoch_samples += r.samples;
       m.metrics->write(m.window_record(r));
@@ -327,7 +667,7 @@ TrainSummary Trainer::run() {
           r.samples / std::max(r.seconds, 1e-9),
           summary.windows,
           total);
-      summary.window_results.push_back(r);
+      summary.window_results.push_back(std::move(r));
       checked_last = false;
       if (check_each_window) {
         m.check_replicas("after a window", &summary.checksum);
@@ -337,21 +677,31 @@ TrainSummary Trainer::run() {
     if (w < wpe)
       break;  // stopped by max_windows inside the epoch
 
+    // The leak check reads the bytes held at the same point of every epoch:
+    // after its last window, before validation.
+    const memory::Stats held = memory::stats();
+    const auto leak = m.leak->observe(epoch, held.allocated);
     nlohmann::json rec = {
         {"type", "epoch"},
         {"epoch", epoch},
         {"windows", wpe},
-        {"train_loss", epoch_loss / epoch_samples}};
+        {"train_loss", epoch_loss / epoch_samples},
+        {"mem_held", held.allocated},
+        {"oom_retries", epoch_ooms}};
     std::ostringstream line;
     line << "epoch " << epoch + 1 << "/" << epochs << " done: train loss "
          << epoch_loss / epoch_samples;
     if (m.val_data) {
       const auto val_start = Clock::now();
+      m.maybe_release_cache(/*before_validation=*/true);
+      memory::reset_peak();
       const ValResult v = m.validate();
+      m.monitor.note_peak();
       summary.validations.push_back(v);
       rec["val_loss"] = v.loss;
       rec["val_accuracy"] = v.accuracy;
       rec["val_samples"] = v.samples;
+      rec["val_device_peak"] = memory::stats().peak_allocated;
       rec["val_seconds"] = seconds_since(val_start);
       line << ", val loss " << v.loss << ", val accuracy " << v.accuracy;
     }
@@ -363,10 +713,37 @@ TrainSummary Trainer::run() {
       rec["param_checksum"] = hex(summary.checksum);
       rec["replicas_identical"] = true;
     }
+    const memory::Stats s = memory::stats();
+    rec["mem_peak"] = m.monitor.epoch_peak();
+    rec["mem_reserved"] = s.reserved;
+    rec["cache_releases"] = s.cache_releases;
     rec["epoch_s"] = seconds_since(epoch_start);
     line << " (" << format_duration(seconds_since(epoch_start)) << ")";
     m.metrics->write(rec);
     m.progress->line(line.str());
+    if (memory::accounting_installed()) {
+      std::ostringstream mem;
+      mem << "  memory: peak " << format_bytes(double(m.monitor.epoch_peak()));
+      if (m.budget.limited()) {
+        mem << " of budget " << format_bytes(double(m.budget.bytes)) << " ("
+            << std::llround(
+                   100.0 * double(m.monitor.epoch_peak()) /
+                   double(m.budget.bytes))
+            << "%)";
+      }
+      mem << ", held " << format_bytes(double(held.allocated))
+          << " at epoch end, reserved " << format_bytes(double(s.reserved))
+          << ", OOM retries " << epoch_ooms << ", cache releases "
+          << s.cache_releases;
+      m.progress->line(mem.str());
+    }
+    if (leak) {
+      summary.leak_warnings.push_back(*leak);
+      nlohmann::json warn = {
+          {"type", "warning"}, {"epoch", epoch}, {"leak_warning", *leak}};
+      m.metrics->write(warn);
+      m.progress->line("warning: " + *leak);
+    }
   }
   if (check_each_epoch && !checked_last) {
     m.check_replicas("at the end of training", &summary.checksum);
@@ -381,6 +758,8 @@ TrainSummary Trainer::run() {
          {"producer", "memtrain"},
          {"model", m.cfg.model.name},
          {"windows", std::to_string(summary.windows)}});
+    write_file_atomically(
+        m.cfg.output.dir + "/memory_plan.json", m.plan_json().dump(2) + "\n");
   }
   // No rank returns (and maybe exits) before rank 0 has written the model.
   m.comm.barrier();
@@ -409,17 +788,37 @@ std::string Trainer::describe() const {
   for (const auto& p : m.params)
     numel += p.numel();
   out << "\nmodel: " << m.cfg.model.name << " (hidden " << m.cfg.model.hidden
-      << ", norm " << m.cfg.model.norm << "), " << numel << " parameters ("
-      << format_bytes(numel * 4.0) << " fp32), optimizer "
-      << m.cfg.training.optimizer << " lr " << m.cfg.training.lr
+      << ", depth " << m.cfg.model.depth << ", norm " << m.cfg.model.norm
+      << "), " << numel << " parameters (" << format_bytes(numel * 4.0)
+      << " fp32), optimizer " << m.cfg.training.optimizer << " lr "
+      << m.cfg.training.lr << ", amp " << m.cfg.training.amp
       << "\nwindow: effective batch " << m.sampler->effective_batch() << " = "
-      << m.comm.size() << " ranks x "
-      << m.cfg.training.gradient_accumulation_steps << " micro-steps x "
-      << m.cfg.data.batch_size << "; " << m.sampler->windows_per_epoch()
+      << m.comm.size() << " ranks x " << m.plan.accumulation_steps
+      << " micro-steps x " << m.plan.micro_batch;
+  if (m.sampler->effective_batch() !=
+      m.comm.size() * m.plan.accumulation_steps * m.plan.micro_batch) {
+    out << " (last micro-batch smaller)";
+  }
+  out << "; " << m.sampler->windows_per_epoch()
       << " windows/epoch; gradient sync: " << m.grad_sync->num_buckets()
       << " bucket(s), "
       << format_bytes(static_cast<double>(m.grad_sync->bytes_per_sync()))
       << " per window over " << m.comm.backend();
+  out << "\nmemory plan: budget ";
+  if (m.budget.limited()) {
+    out << m.budget.spec << " = "
+        << format_bytes(static_cast<double>(m.budget.bytes)) << " (usable "
+        << format_bytes(static_cast<double>(m.budget.usable())) << ")";
+  } else {
+    out << "none";
+  }
+  out << "; checkpointing " << m.cfg.training.gradient_checkpointing << ": "
+      << m.plan.checkpointed_segments << "/" << m.model->num_segments()
+      << " segments; predicted peak "
+      << (m.plan.predicted_peak > 0
+              ? format_bytes(static_cast<double>(m.plan.predicted_peak))
+              : std::string("not measured"))
+      << "; " << m.plan.note;
   return out.str();
 }
 

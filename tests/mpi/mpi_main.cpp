@@ -7,6 +7,8 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include "memtrain/memory/device_memory.h"
+
 #include <cstdio>
 
 namespace {
@@ -33,6 +35,7 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
+  memtrain::memory::install_cpu_accounting();
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

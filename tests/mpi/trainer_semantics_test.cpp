@@ -119,8 +119,8 @@ NamedTensors reference_updates(const TrainConfig& cfg, int64_t windows) {
       make_model(cfg.model, {info.kind, info.sample_shape, info.num_classes});
   const ShardedSampler sampler(
       info.num_samples,
-      cfg.data.batch_size,
-      cfg.training.gradient_accumulation_steps,
+      cfg.data.batch_size * cfg.training.gradient_accumulation_steps *
+          world_size(),
       0,
       world_size(),
       cfg.data.seed,

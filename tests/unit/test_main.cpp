@@ -5,7 +5,10 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include "memtrain/memory/device_memory.h"
+
 int main(int argc, char** argv) {
+  memtrain::memory::install_cpu_accounting();
   MPI_Init(&argc, &argv);
   torch::set_num_threads(1);
   ::testing::InitGoogleTest(&argc, argv);

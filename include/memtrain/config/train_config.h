@@ -10,11 +10,15 @@
 namespace memtrain {
 
 struct ModelConfig {
-  std::string name = "mlp";   // mlp (for /features) | cnn (for /images)
-  int64_t hidden = 64;        // width of the MLP's hidden layer / CNN channels
+  std::string name = "mlp";  // mlp (for /features) | cnn (for /images)
+  int64_t hidden = 64;       // width of the MLP's hidden layer / CNN channels
+  int64_t depth = 2;  // MLP residual blocks / CNN stages (checkpoint segments)
+  double dropout = 0.0;       // MLP blocks
   std::string norm = "none";  // none | group
   int64_t seed = 1234;        // parameter initialisation
 };
+
+constexpr int64_t kAuto = 0;  // "auto" for integer keys that allow it
 
 struct DataConfig {
   std::string train = "runs/data/train.h5";
@@ -32,7 +36,23 @@ struct TrainingConfig {
   std::string optimizer = "sgd";  // sgd | adamw
   double momentum = 0.9;          // sgd only
   double weight_decay = 0.0;
-  double grad_clip_norm = 0.0;  // 0 = no clipping
+  double grad_clip_norm = 0.0;       // 0 = no clipping
+  int64_t effective_batch_size = 0;  // 0: ranks x accumulation x micro
+  std::string gradient_checkpointing = "off";  // off | all | auto
+  std::string amp = "off";                     // off | fp16 | bf16
+  double amp_init_scale = 65536.0;             // fp16 loss scale to start from
+  int64_t amp_growth_interval = 2000;  // finite steps before the scale grows
+};
+
+struct MemoryConfig {
+  std::string budget = "none";  // profile, size, or none
+  double headroom = 0.1;        // fraction of the budget the planner keeps free
+  int64_t max_oom_retries = 4;  // halvings of the micro-batch per window
+  std::string release_cache = "auto";  // auto | never
+  double release_threshold = 0.25;     // auto: release when cached > this x cap
+  double leak_warn_mib = 8.0;          // growth per epoch that counts as a leak
+  int64_t leak_epochs = 3;             // ... for this many epochs in a row
+  int64_t test_leak_kib_per_window = 0;  // tests only: leak this much
 };
 
 struct DistConfig {
@@ -54,6 +74,7 @@ struct TrainConfig {
   DataConfig data;
   TrainingConfig training;
   DistConfig dist;
+  MemoryConfig memory;
   OutputConfig output;
 
   // The built-in defaults as YAML (what `memtrain train` uses without

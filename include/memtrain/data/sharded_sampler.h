@@ -3,9 +3,10 @@
 //
 // See Note [Global windows]: every epoch has one permutation of all N
 // samples, the same on every rank and independent of the world size. Window w
-// is the slice [w*B, (w+1)*B) of it (B = world * accumulation * micro-batch),
-// cut into `world` contiguous, near-equal rank shares, each cut into
-// micro-batches of at most `micro_batch`. So the global sample set of a
+// is the slice [w*B, (w+1)*B) of it (B = the effective batch, by default
+// world * accumulation * micro-batch), cut into `world` contiguous,
+// near-equal rank shares; each rank cuts its share into micro-batches of its
+// current micro-batch size (split_micro_batches). So the global sample set of a
 // window does not depend on how it is split, every rank runs the same number
 // of windows (derived from N and B alone), and a position (epoch, window) is
 // all a resume needs.
@@ -19,20 +20,22 @@ struct WindowPlan {
   int64_t epoch = 0;
   int64_t window = 0;
   int64_t global_samples = 0;  // samples in the window over all ranks
-  int64_t rank_samples = 0;    // samples this rank reads
-  // This rank's micro-batches (dataset indices), in order; at most
-  // accumulation_steps of them, the last possibly smaller, none if the
-  // rank's share of a short last window is empty.
-  std::vector<std::vector<int64_t>> micro_batches;
+  // This rank's share (dataset indices), in order; empty when the rank's
+  // share of a short last window is empty.
+  std::vector<int64_t> rank_indices;
 };
+
+// Cuts `indices` into consecutive micro-batches of `micro` samples, the last
+// possibly smaller.
+std::vector<std::vector<int64_t>> split_micro_batches(
+    const std::vector<int64_t>& indices, int64_t micro);
 
 class ShardedSampler {
  public:
   // Throws memtrain::Error when the configuration gives no window at all.
   ShardedSampler(
       int64_t num_samples,
-      int64_t micro_batch,
-      int64_t accumulation_steps,
+      int64_t effective_batch,
       int rank,
       int world_size,
       uint64_t seed,
@@ -46,6 +49,10 @@ class ShardedSampler {
   }
   int64_t num_samples() const {
     return num_samples_;
+  }
+  // The largest rank share of a full window: ceil(B / world).
+  int64_t max_rank_share() const {
+    return (effective_batch_ + world_size_ - 1) / world_size_;
   }
 
   // The epoch's permutation of 0..N-1 (same on every rank).
@@ -61,8 +68,6 @@ class ShardedSampler {
   void ensure_epoch(int64_t epoch) const;
 
   int64_t num_samples_;
-  int64_t micro_batch_;
-  int64_t accumulation_steps_;
   int rank_;
   int world_size_;
   uint64_t seed_;

@@ -21,6 +21,8 @@ struct CommStats {
   int64_t broadcast_bytes = 0;
 };
 
+enum class ReduceOp { kSum, kMin, kMax };
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -30,11 +32,16 @@ class Communicator {
   // "mpi" or "nccl", for logs.
   virtual std::string backend() const = 0;
 
-  // Sums `t` element-wise over all ranks, in place; every rank must call it
-  // with a tensor of the same shape and dtype. `t` must be contiguous.
-  // MPI: host tensors, float32/float64/int64; blocks until done. NCCL: CUDA
-  // tensors; enqueued on the current CUDA stream, returns when enqueued.
-  virtual void all_reduce_sum(at::Tensor& t) = 0;
+  // Reduces `t` element-wise over all ranks with `op`, in place; every rank
+  // must call it with a tensor of the same shape and dtype. `t` must be
+  // contiguous. MPI: host tensors, float32/float64/int32/int64; blocks until
+  // done. NCCL: CUDA tensors; enqueued on the current CUDA stream, returns
+  // when enqueued.
+  virtual void all_reduce(at::Tensor& t, ReduceOp op) = 0;
+
+  void all_reduce_sum(at::Tensor& t) {
+    all_reduce(t, ReduceOp::kSum);
+  }
 
   // Copies `t` from rank `root` to every rank, in place. Same rules as
   // all_reduce_sum.

@@ -25,7 +25,7 @@ class MpiCommunicator final : public Communicator {
   std::string backend() const override {
     return "mpi";
   }
-  void all_reduce_sum(at::Tensor& t) override;
+  void all_reduce(at::Tensor& t, ReduceOp op) override;
   void broadcast(at::Tensor& t, int root) override;
   void barrier() override;
 

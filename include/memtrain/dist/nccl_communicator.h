@@ -27,7 +27,7 @@ class NcclCommunicator final : public Communicator {
     return "nccl";
   }
   // CUDA tensors; float32/float64/float16/bfloat16/int32/int64.
-  void all_reduce_sum(at::Tensor& t) override;
+  void all_reduce(at::Tensor& t, ReduceOp op) override;
   void broadcast(at::Tensor& t, int root) override;
   // Waits for this rank's current stream, then an MPI barrier.
   void barrier() override;

@@ -1,13 +1,16 @@
 #pragma once
-// Models of this slice: a feature MLP (for /features files) and a small CNN
-// (for /images). Neither has batch-norm: its statistics would make a window's
-// update depend on how the window is split into micro-batches and ranks.
-// Parameter names are the modules' own ("fc1.weight", ...) and are what
+// Models: a residual feature MLP (for /features files) and a small CNN (for
+// /images). Each is stem -> segments -> head; every segment (an MLP block, a
+// CNN stage) can run checkpointed (see checkpointed.h). Neither has
+// batch-norm: its statistics would make a window's update depend on how the
+// window is split into micro-batches and ranks. Parameter names are the
+// modules' own ("input.weight", "blocks.0.fc1.weight", ...) and are what
 // model.safetensors stores.
 
 #include <torch/torch.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "memtrain/config/train_config.h"
@@ -18,7 +21,31 @@ namespace memtrain {
 class Classifier : public torch::nn::Module {
  public:
   // x: (N, F) or (N, C, H, W) float32 -> logits (N, num_classes).
-  virtual torch::Tensor forward(torch::Tensor x) = 0;
+  torch::Tensor forward(torch::Tensor x);
+
+  int64_t num_segments() const {
+    return static_cast<int64_t>(segment_names_.size());
+  }
+  const std::vector<std::string>& segment_names() const {
+    return segment_names_;
+  }
+  // Checkpoints the first `count` segments (0: none, num_segments(): all),
+  // in the model's preference order: the segments with the largest
+  // activations first.
+  void set_checkpointed(int64_t count);
+  int64_t checkpointed() const {
+    return checkpointed_;
+  }
+
+ protected:
+  virtual torch::Tensor stem(torch::Tensor x) = 0;
+  virtual torch::Tensor segment(int64_t i, torch::Tensor x) = 0;
+  virtual torch::Tensor head(torch::Tensor x) = 0;
+
+  std::vector<std::string> segment_names_;
+
+ private:
+  int64_t checkpointed_ = 0;
 };
 
 struct ModelInput {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,17 @@ struct WindowResult {
   int64_t allreduce_bytes = 0;  // bytes all-reduced in this window
   double seconds = 0.0;
   double data_wait_s = 0.0;
+  int64_t micro_batch = 0;  // this rank's micro-batch when the window ended
+  int64_t oom_retries = 0;  // window replays after out-of-memory
+  bool skipped = false;     // non-finite fp16 gradients: no optimizer step
+  double loss_scale = 1.0;
+  // Device memory (see memory/monitor.h).
+  int64_t mem_allocated = 0;
+  int64_t mem_reserved = 0;
+  int64_t mem_peak = 0;
+  int64_t mem_peak_reserved = 0;
+  // Device bytes allocated at the start of each micro-step (the last try).
+  std::vector<int64_t> micro_step_start_bytes;
 };
 
 struct ValResult {
@@ -37,6 +49,9 @@ struct ValResult {
 
 struct TrainSummary {
   int64_t windows = 0;
+  int64_t oom_retries = 0;
+  int64_t skipped_steps = 0;
+  std::vector<std::string> leak_warnings;
   std::vector<WindowResult> window_results;
   std::vector<ValResult> validations;  // one per completed epoch with val
   uint64_t checksum = 0;               // of this rank's final parameters
@@ -54,11 +69,17 @@ class Trainer {
   };
 
   // Opens and checks the data, builds model, optimizer, sampler and gradient
-  // buckets; rank 0 creates output.dir. No collective: a memtrain::Error
-  // thrown here is local, and callers agree on failure across ranks before
-  // anyone calls run().
+  // buckets inside the device scope, caps device memory at memory.budget;
+  // rank 0 creates output.dir. No collective: a memtrain::Error thrown here
+  // is local, and callers agree on failure across ranks before going on.
   Trainer(const TrainConfig& cfg, Communicator& comm, Options options);
   ~Trainer();
+
+  // Collective. Plans memory (micro-batch, accumulation steps, checkpointed
+  // segments: see memory/planner.h) and agrees on the plan across ranks;
+  // rank 0 writes memory_plan.json. A memtrain::Error (nothing fits) is
+  // thrown on every rank alike. run() calls it if nobody did.
+  void prepare();
 
   // Collective. Trains until training.epochs or training.max_windows.
   TrainSummary run();

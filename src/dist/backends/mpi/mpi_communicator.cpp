@@ -48,6 +48,18 @@ MPI_Datatype mpi_type(const at::Tensor& t) {
   }
 }
 
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return MPI_SUM;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+  }
+  return MPI_SUM;
+}
+
 void check_tensor(const at::Tensor& t) {
   MT_INTERNAL_ASSERT(
       t.defined() && t.is_contiguous() && t.device().is_cpu(),
@@ -62,7 +74,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
   MPI_Comm_size(comm_, &size_);
 }
 
-void MpiCommunicator::all_reduce_sum(at::Tensor& t) {
+void MpiCommunicator::all_reduce(at::Tensor& t, ReduceOp op) {
   check_tensor(t);
   const MPI_Datatype type = mpi_type(t);
   char* data = static_cast<char*>(t.data_ptr());
@@ -76,7 +88,7 @@ void MpiCommunicator::all_reduce_sum(at::Tensor& t) {
             data + done * elem,
             static_cast<int>(n),
             type,
-            MPI_SUM,
+            mpi_op(op),
             comm_),
         rank_);
     done += n;

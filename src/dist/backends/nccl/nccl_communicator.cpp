@@ -76,6 +76,18 @@ ncclDataType_t nccl_type(const at::Tensor& t) {
   }
 }
 
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+  }
+  return ncclSum;
+}
+
 }  // namespace
 
 struct NcclCommunicator::Impl {
@@ -123,7 +135,7 @@ int NcclCommunicator::size() const {
   return impl_->size;
 }
 
-void NcclCommunicator::all_reduce_sum(at::Tensor& t) {
+void NcclCommunicator::all_reduce(at::Tensor& t, ReduceOp op) {
   const cudaStream_t stream = impl_->stream_for(t);
   MT_NCCL_CHECK(
       ncclAllReduce(
@@ -131,7 +143,7 @@ void NcclCommunicator::all_reduce_sum(at::Tensor& t) {
           t.data_ptr(),
           static_cast<size_t>(t.numel()),
           nccl_type(t),
-          ncclSum,
+          nccl_op(op),
           impl_->comm,
           stream),
       impl_->rank);

@@ -1,0 +1,34 @@
+#pragma once
+// Budget: how much device memory one rank may use. A named profile (the
+// capacity a card reports) or a size, minus a headroom kept free.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace memtrain {
+
+struct Budget {
+  std::string spec;       // as configured: "v100-16gb", "512MiB", "" (none)
+  int64_t bytes = 0;      // 0: unlimited
+  double headroom = 0.0;  // fraction of `bytes` kept free by the planner
+
+  bool limited() const {
+    return bytes > 0;
+  }
+  // What the planner may fill: bytes * (1 - headroom).
+  int64_t usable() const;
+};
+
+// "512MiB", "14GiB", "1.5GiB", "2000000000", "16GB" (GB = 10^9). Throws
+// memtrain::Error naming the text and the accepted forms.
+int64_t parse_memory_size(const std::string& text);
+
+// A profile name or a size; "" or "none" means unlimited. Throws
+// memtrain::Error listing the profiles.
+Budget resolve_budget(const std::string& spec, double headroom);
+
+// The known profiles as "name (size)" strings, for messages and --help.
+std::vector<std::string> budget_profiles();
+
+}  // namespace memtrain

@@ -1,0 +1,75 @@
+#include "memtrain/compat.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+
+namespace memtrain::compat {
+
+void zero_grad_to_none(torch::optim::Optimizer& optimizer) {
+#if MEMTRAIN_TORCH_AT_LEAST(2, 0)
+  optimizer.zero_grad(/*set_to_none=*/true);
+#else
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) {
+      p.mutable_grad() = torch::Tensor();
+    }
+  }
+#endif
+}
+
+AutocastState autocast_state() {
+  AutocastState s;
+#if MEMTRAIN_TORCH_AT_LEAST(2, 4)
+  s.cpu_enabled = at::autocast::is_autocast_enabled(at::kCPU);
+  s.cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
+  s.cuda_enabled = at::autocast::is_autocast_enabled(at::kCUDA);
+  s.cuda_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+#else
+  s.cpu_enabled = at::autocast::is_cpu_enabled();
+  s.cpu_dtype = at::autocast::get_autocast_cpu_dtype();
+  s.cuda_enabled = at::autocast::is_enabled();
+  s.cuda_dtype = at::autocast::get_autocast_gpu_dtype();
+#endif
+  return s;
+}
+
+void set_autocast_state(const AutocastState& s) {
+#if MEMTRAIN_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(at::kCPU, s.cpu_enabled);
+  at::autocast::set_autocast_dtype(at::kCPU, s.cpu_dtype);
+  at::autocast::set_autocast_enabled(at::kCUDA, s.cuda_enabled);
+  at::autocast::set_autocast_dtype(at::kCUDA, s.cuda_dtype);
+#else
+  at::autocast::set_cpu_enabled(s.cpu_enabled);
+  at::autocast::set_autocast_cpu_dtype(s.cpu_dtype);
+  at::autocast::set_enabled(s.cuda_enabled);
+  at::autocast::set_autocast_gpu_dtype(s.cuda_dtype);
+#endif
+}
+
+AutocastGuard::AutocastGuard(bool enabled, bool cuda, c10::ScalarType dtype)
+    : enabled_(enabled) {
+  if (!enabled_)
+    return;
+  saved_ = autocast_state();
+  AutocastState s = saved_;
+  if (cuda) {
+    s.cuda_enabled = true;
+    s.cuda_dtype = dtype;
+  } else {
+    s.cpu_enabled = true;
+    s.cpu_dtype = dtype;
+  }
+  set_autocast_state(s);
+  at::autocast::increment_nesting();
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!enabled_)
+    return;
+  if (at::autocast::decrement_nesting() == 0)
+    at::autocast::clear_cache();
+  set_autocast_state(saved_);
+}
+
+}  // namespace memtrain::compat

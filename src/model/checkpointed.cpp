@@ -1,0 +1,104 @@
+#include "memtrain/model/checkpointed.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include "memtrain/compat.h"
+#include "memtrain/memory/device_memory.h"
+
+namespace memtrain {
+
+// Note [Checkpointing]
+// forward() runs the segment with grad mode off (Function::apply does that),
+// so no graph and no activations are kept; it saves the input, the CPU RNG
+// state and the autocast state. backward() restores both, re-runs the
+// segment with grad mode on from a detached copy of the input, back-
+// propagates the incoming gradient through that recomputation (a reentrant
+// backward: parameter gradients accumulate into .grad as usual), and returns
+// the input's gradient. The RNG is forked: its state after backward is what
+// it was before, so recomputation does not shift the random stream of the
+// rest of training.
+
+namespace {
+
+struct SegmentHolder : torch::CustomClassHolder {
+  Segment fn;
+};
+
+struct CheckpointFunction
+    : public torch::autograd::Function<CheckpointFunction> {
+  static torch::Tensor forward(
+      torch::autograd::AutogradContext* ctx,
+      torch::Tensor x,
+      c10::intrusive_ptr<SegmentHolder> holder) {
+    torch::Tensor rng;
+    {
+      memory::HostScope host;  // RNG state is bookkeeping, not activations
+      rng = at::detail::getDefaultCPUGenerator().get_state();
+    }
+    const compat::AutocastState amp = compat::autocast_state();
+    ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
+    ctx->saved_data["rng"] = rng;
+    ctx->saved_data["cpu_amp"] = amp.cpu_enabled;
+    ctx->saved_data["cpu_amp_dtype"] = static_cast<int64_t>(amp.cpu_dtype);
+    ctx->saved_data["cuda_amp"] = amp.cuda_enabled;
+    ctx->saved_data["cuda_amp_dtype"] = static_cast<int64_t>(amp.cuda_dtype);
+    ctx->saved_data["x_requires_grad"] = x.requires_grad();
+    ctx->save_for_backward({x});
+    return holder->fn(x);
+  }
+
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* ctx,
+      torch::autograd::variable_list grad_out) {
+    auto holder = c10::static_intrusive_pointer_cast<SegmentHolder>(
+        ctx->saved_data["fn"].toCapsule());
+    const bool x_requires_grad = ctx->saved_data["x_requires_grad"].toBool();
+    torch::Tensor x = ctx->get_saved_variables()[0].detach();
+    x.requires_grad_(x_requires_grad);
+
+    compat::AutocastState amp;
+    amp.cpu_enabled = ctx->saved_data["cpu_amp"].toBool();
+    amp.cpu_dtype =
+        static_cast<c10::ScalarType>(ctx->saved_data["cpu_amp_dtype"].toInt());
+    amp.cuda_enabled = ctx->saved_data["cuda_amp"].toBool();
+    amp.cuda_dtype =
+        static_cast<c10::ScalarType>(ctx->saved_data["cuda_amp_dtype"].toInt());
+
+    at::Generator gen = at::detail::getDefaultCPUGenerator();  // a handle
+    torch::Tensor rng_now;
+    {
+      memory::HostScope host;
+      rng_now = gen.get_state();
+    }
+    const compat::AutocastState amp_now = compat::autocast_state();
+    torch::Tensor y;
+    {
+      gen.set_state(ctx->saved_data["rng"].toTensor());
+      compat::set_autocast_state(amp);
+      torch::AutoGradMode grad(true);
+      y = holder->fn(x);
+    }
+    compat::set_autocast_state(amp_now);
+    gen.set_state(rng_now);
+    torch::autograd::backward({y}, {grad_out[0]});
+    return {x_requires_grad ? x.grad() : torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor checkpoint(Segment segment, const at::Tensor& x) {
+  // Without grad there is nothing to save or recompute (validation).
+  if (!torch::GradMode::is_enabled())
+    return segment(x);
+  auto holder = c10::make_intrusive<SegmentHolder>();
+  holder->fn = std::move(segment);
+  // The function's output needs grad only if an input does: an input that
+  // does not (raw data) would leave the segment's parameters without
+  // gradients, so give it a detached copy that does.
+  const at::Tensor input = x.requires_grad() ? x : x.detach().requires_grad_();
+  return CheckpointFunction::apply(input, holder);
+}
+
+}  // namespace memtrain
