@@ -50,19 +50,35 @@ int64_t GradientSync::bytes_per_sync() const {
   return bytes;
 }
 
+void GradientSync::attach() {
+  torch::NoGradGuard no_grad;
+  for (Bucket& bucket : buckets_) {
+    bucket.flat.zero_();
+    for (size_t j = 0; j < bucket.params.size(); ++j) {
+      at::Tensor& p = params_[bucket.params[j]];
+      p.mutable_grad() =
+          bucket.flat.narrow(0, bucket.offsets[j], p.numel()).view(p.sizes());
+    }
+  }
+}
+
 void GradientSync::sync(std::vector<float>& extras) {
   MT_INTERNAL_ASSERT(static_cast<int64_t>(extras.size()) == num_extras_);
   torch::NoGradGuard no_grad;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
     for (size_t j = 0; j < bucket.params.size(); ++j) {
-      const at::Tensor& p = params_[bucket.params[j]];
+      at::Tensor& p = params_[bucket.params[j]];
       auto slot = bucket.flat.narrow(0, bucket.offsets[j], p.numel());
-      if (p.grad().defined()) {
-        slot.copy_(p.grad().reshape({-1}));
+      const at::Tensor& g = p.grad();
+      if (g.defined() && g.data_ptr() == slot.data_ptr())
+        continue;  // a view
+      if (g.defined()) {
+        slot.copy_(g.reshape({-1}));
       } else {
         slot.zero_();
       }
+      p.mutable_grad() = slot.view(p.sizes());
     }
     const bool last = b + 1 == buckets_.size();
     if (last && num_extras_ > 0) {
@@ -71,12 +87,6 @@ void GradientSync::sync(std::vector<float>& extras) {
       std::copy(extras.begin(), extras.end(), tail.data_ptr<float>());
     }
     comm_.all_reduce_sum(bucket.flat);
-    for (size_t j = 0; j < bucket.params.size(); ++j) {
-      at::Tensor& p = params_[bucket.params[j]];
-      // The gradient becomes a view into the bucket: no copy back.
-      p.mutable_grad() =
-          bucket.flat.narrow(0, bucket.offsets[j], p.numel()).view(p.sizes());
-    }
     if (last && num_extras_ > 0) {
       const float* tail =
           bucket.flat.data_ptr<float>() + bucket.flat.numel() - num_extras_;

@@ -50,7 +50,7 @@ struct MlpBlockImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     torch::Tensor h = fc1(x);
     if (norm1)
-      h = norm1(h);
+      h = norm1(h.to(torch::kFloat32));  // norms run in fp32 under autocast
     h = torch::relu(h);
     if (dropout_ > 0)
       h = torch::dropout(h, dropout_, is_training());
@@ -107,7 +107,7 @@ struct ConvStageImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     torch::Tensor h = conv(x);
     if (norm1)
-      h = norm1(h);
+      h = norm1(h.to(torch::kFloat32));  // norms run in fp32 under autocast
     h = torch::relu(h);
     return pool_ ? torch::max_pool2d(h, 2) : h;
   }

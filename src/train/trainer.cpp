@@ -198,6 +198,10 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm, Options options)
   Impl& m = *impl_;
   m.writer = options.write_outputs && comm.rank() == 0;
   m.budget = resolve_budget(cfg.memory.budget, cfg.memory.headroom);
+  // A trainer starts from an empty cache and a fresh peak, whatever ran in
+  // this process before it.
+  memory::release_cache();
+  memory::reset_peak();
   memory::set_cap(m.budget.bytes);
   m.open_data();
   m.build_model();
@@ -279,8 +283,13 @@ ProbeResult Trainer::Impl::probe(int64_t micro_batch, int64_t segments) {
     memory::DeviceScope device;
     auto opt = make_optimizer();
     try {
-      micro_step(indices, 1.0 / static_cast<double>(micro_batch));
-      opt->step();
+      // Two steps: the second runs with the optimizer state the first
+      // created, which is what every later window looks like.
+      for (int step = 0; step < 2; ++step) {
+        grad_sync->attach();
+        micro_step(indices, 1.0 / static_cast<double>(micro_batch));
+        opt->step();
+      }
     } catch (const c10::OutOfMemoryError&) {
       ran = false;
     }
@@ -294,7 +303,7 @@ ProbeResult Trainer::Impl::probe(int64_t micro_batch, int64_t segments) {
   }
   memory::release_cache();
   memory::set_cap(budget.bytes);
-  return {ran && (usable <= 0 || peak <= usable), ran ? peak : 0};
+  return {ran && (usable <= 0 || peak <= usable), peak};
 }
 
 void Trainer::prepare() {
@@ -401,6 +410,7 @@ WindowResult Trainer::Impl::run_window(const WindowPlan& wp) {
     loss_sum = 0.0;
     r.micro_steps = 0;
     r.micro_step_start_bytes.clear();
+    grad_sync->attach();
     try {
       for (const auto& indices : split_micro_batches(wp.rank_indices, micro)) {
         r.micro_step_start_bytes.push_back(memory::stats().allocated);

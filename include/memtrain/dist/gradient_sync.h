@@ -26,6 +26,13 @@ class GradientSync {
       int64_t bucket_bytes,
       int64_t num_extras);
 
+  // Gives every parameter a zeroed gradient that is a view into its bucket
+  // slot, so backward accumulates straight into the buckets (as c10d's
+  // gradient_as_bucket_view): no second copy of the gradient exists and
+  // sync() copies nothing in. Call at the start of a window (and again
+  // after anything set the gradients to none). Local, no communication.
+  void attach();
+
   // Collective, blocking (host path). Replaces every parameter's gradient by
   // the sum over ranks (a missing gradient counts as zeros; afterwards every
   // parameter has one, a view into the bucket, valid until the next sync) and

@@ -3,8 +3,9 @@
 // that fit the budget. It measures instead of modelling: a probe runs one
 // forward + backward + optimizer step at a micro-batch size with some
 // segments checkpointed, inside the device scope, and reports whether it fit
-// and its peak. The search is independent of how probes run (tests use a
-// synthetic memory curve).
+// and its peak (two steps, so that the optimizer state exists during the
+// second, as in every window after the first). The search is independent of how
+// probes run (tests use a synthetic memory curve).
 
 #include <cstdint>
 #include <functional>

@@ -1,0 +1,162 @@
+// Activation checkpointing (gradients equal with and without, RNG and
+// autocast replayed, peak memory down) and the fp16 loss scaler's logic.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "memtrain/compat.h"
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/model/models.h"
+#include "memtrain/train/loss_scaler.h"
+
+namespace memtrain {
+namespace {
+
+struct Grads {
+  std::vector<torch::Tensor> g;
+  int64_t peak = 0;
+};
+
+// Forward + backward of `model` on a fixed batch, with `segments`
+// checkpointed, under bf16 autocast if asked. Returns the gradients and the
+// device-domain peak of the step (parameters excluded: they are allocated
+// before the peak is reset).
+Grads step(
+    Classifier& model,
+    const torch::Tensor& x,
+    const torch::Tensor& y,
+    int64_t segments,
+    bool bf16,
+    uint64_t rng_seed = 7) {
+  model.set_checkpointed(segments);
+  model.zero_grad();
+  torch::manual_seed(rng_seed);  // the same dropout masks in every run
+  memory::release_cache();
+  memory::reset_peak();
+  Grads out;
+  {
+    memory::DeviceScope device;
+    torch::Tensor logits;
+    {
+      compat::AutocastGuard amp(bf16, /*cuda=*/false, torch::kBFloat16);
+      logits = model.forward(x);
+    }
+    torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), y)
+        .backward();
+    out.peak = memory::stats().peak_allocated;
+    for (const auto& p : model.parameters())
+      out.g.push_back(p.grad().clone());
+    model.zero_grad();
+  }
+  return out;
+}
+
+double max_diff(const Grads& a, const Grads& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.g.size(); ++i) {
+    m = std::max(m, (a.g[i] - b.g[i]).abs().max().item<double>());
+  }
+  return m;
+}
+
+std::shared_ptr<Classifier> mlp(int64_t depth, int64_t hidden, double dropout) {
+  ModelConfig c;
+  c.name = "mlp";
+  c.depth = depth;
+  c.hidden = hidden;
+  c.dropout = dropout;
+  c.norm = "group";
+  return make_model(c, {SampleKind::kFeatures, {16}, 4});
+}
+
+TEST(Checkpointing, GradientsEqualWithDropoutReplayed) {
+  auto model = mlp(4, 32, 0.3);
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::randn({64, 16});
+  const torch::Tensor y = torch::randint(0, 4, {64});
+  const Grads off = step(*model, x, y, 0, false);
+  const Grads all = step(*model, x, y, 4, false);
+  const Grads two = step(*model, x, y, 2, false);
+  EXPECT_LT(max_diff(off, all), 1e-6);
+  EXPECT_LT(max_diff(off, two), 1e-6);
+  // The test can fail: other dropout masks give other gradients.
+  const Grads other = step(*model, x, y, 4, false, /*rng_seed=*/8);
+  EXPECT_GT(max_diff(off, other), 1e-3);
+}
+
+TEST(Checkpointing, CnnStagesGradientsEqual) {
+  ModelConfig c;
+  c.name = "cnn";
+  c.hidden = 4;
+  c.depth = 3;
+  auto model = make_model(c, {SampleKind::kImages, {2, 16, 16}, 3});
+  torch::manual_seed(2);
+  const torch::Tensor x = torch::randn({8, 2, 16, 16});
+  const torch::Tensor y = torch::randint(0, 3, {8});
+  EXPECT_LT(
+      max_diff(step(*model, x, y, 0, false), step(*model, x, y, 3, false)),
+      1e-6);
+}
+
+TEST(Checkpointing, AutocastStateIsReplayedInRecompute) {
+  auto model = mlp(3, 32, 0.0);
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({32, 16});
+  const torch::Tensor y = torch::randint(0, 4, {32});
+  const Grads bf16_off = step(*model, x, y, 0, true);
+  const Grads bf16_all = step(*model, x, y, 3, true);
+  const Grads fp32 = step(*model, x, y, 0, false);
+  // Recomputed in bf16 as the forward was: the same gradients.
+  EXPECT_LT(max_diff(bf16_off, bf16_all), 1e-6);
+  // ... and bf16 really differs from fp32, so the check means something.
+  EXPECT_GT(max_diff(bf16_off, fp32), 1e-5);
+}
+
+TEST(Checkpointing, DeepModelPeakFallsByMoreThan40Percent) {
+  auto model = mlp(16, 64, 0.0);
+  torch::manual_seed(4);
+  const torch::Tensor x = torch::randn({1024, 16});
+  const torch::Tensor y = torch::randint(0, 4, {1024});
+  const Grads off = step(*model, x, y, 0, false);
+  const Grads all = step(*model, x, y, 16, false);
+  EXPECT_LT(max_diff(off, all), 1e-6);
+  const double ratio = static_cast<double>(all.peak) / off.peak;
+  std::printf(
+      "checkpointing all/off peak: %ld / %ld = %.3f\n",
+      (long)all.peak,
+      (long)off.peak,
+      ratio);
+  EXPECT_LE(ratio, 0.6);
+}
+
+TEST(LossScaler, SkipsAndBacksOffOnOverflowThenGrows) {
+  LossScaler s(true, 1024.0, /*growth_interval=*/2);
+  torch::Tensor p = torch::zeros({3}, torch::requires_grad());
+  p.mutable_grad() = torch::tensor({2048.0f, -512.0f, 0.0f});
+  EXPECT_TRUE(s.unscale_and_check({p}));
+  EXPECT_TRUE(torch::equal(p.grad(), torch::tensor({2.0f, -0.5f, 0.0f})));
+  s.update(true);
+  EXPECT_EQ(s.scale(), 1024.0);
+  p.mutable_grad() = torch::tensor({1.0f, INFINITY, 0.0f});
+  EXPECT_FALSE(s.unscale_and_check({p}));
+  s.update(false);
+  EXPECT_EQ(s.scale(), 512.0);
+  EXPECT_EQ(s.skipped_steps(), 1);
+  p.mutable_grad() = torch::tensor({NAN, 1.0f, 0.0f});
+  EXPECT_FALSE(s.unscale_and_check({p}));
+  s.update(false);
+  EXPECT_EQ(s.scale(), 256.0);
+  for (int i = 0; i < 2; ++i) {
+    p.mutable_grad() = torch::ones({3});
+    EXPECT_TRUE(s.unscale_and_check({p}));
+    s.update(true);
+  }
+  EXPECT_EQ(s.scale(), 512.0);  // two finite steps in a row: grows
+  LossScaler off(false, 1024.0, 2);
+  EXPECT_EQ(off.scale(), 1.0);
+  p.mutable_grad() = torch::tensor({INFINITY, 1.0f, 0.0f});
+  EXPECT_TRUE(off.unscale_and_check({p}));  // disabled: no check (bf16, fp32)
+}
+
+}  // namespace
+}  // namespace memtrain

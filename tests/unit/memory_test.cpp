@@ -1,0 +1,192 @@
+// The memory area on the CPU build: budget parsing, the accounting
+// allocator's domains, cache and cap, the planner's search, the leak
+// detector.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "memtrain/memory/budget.h"
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/memory/monitor.h"
+#include "memtrain/memory/planner.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+namespace {
+
+TEST(Budget, ProfilesSizesAndErrors) {
+  EXPECT_EQ(resolve_budget("v100-16gb", 0.1).bytes, int64_t{16160} << 20);
+  EXPECT_EQ(resolve_budget("512MiB", 0).bytes, int64_t{512} << 20);
+  EXPECT_EQ(resolve_budget("1.5GiB", 0).bytes, int64_t{3} << 29);
+  EXPECT_EQ(resolve_budget("16GB", 0).bytes, int64_t{16000000000});
+  EXPECT_EQ(resolve_budget("1900000", 0).bytes, 1900000);
+  EXPECT_FALSE(resolve_budget("none", 0).limited());
+  const Budget b = resolve_budget("100MiB", 0.25);
+  EXPECT_EQ(b.usable(), int64_t{75} << 20);
+  try {
+    resolve_budget("v100", 0);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("v100-16gb"), std::string::npos);
+  }
+  EXPECT_THROW(resolve_budget("12 parsecs", 0), Error);
+  EXPECT_THROW(resolve_budget("-5MiB", 0), Error);
+}
+
+class AccountingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    memory::release_cache();
+    memory::set_cap(0);
+    memory::reset_peak();
+  }
+  void TearDown() override {
+    memory::set_cap(0);
+    memory::release_cache();
+  }
+};
+
+TEST_F(AccountingTest, DomainsFollowScopes) {
+  ASSERT_TRUE(memory::accounting_installed());
+  const memory::Stats before = memory::stats();
+  torch::Tensor host = torch::empty({1000});  // outside any scope: host
+  EXPECT_EQ(memory::stats().allocated, before.allocated);
+  EXPECT_GE(memory::stats().host_allocated, before.host_allocated + 4000);
+  torch::Tensor dev;
+  {
+    memory::DeviceScope device;
+    dev = torch::empty({1000});  // 4000 bytes, rounded up to 4096
+    torch::Tensor h;
+    {
+      memory::HostScope hs;
+      h = torch::empty({1000});
+    }
+    EXPECT_EQ(memory::stats().allocated, before.allocated + 4096);
+  }
+  // The domain is decided at allocation: freeing outside the scope returns
+  // the bytes to the device domain's cache.
+  dev = torch::Tensor();
+  const memory::Stats s = memory::stats();
+  EXPECT_EQ(s.allocated, before.allocated);
+  EXPECT_EQ(s.reserved, before.reserved + 4096);
+  EXPECT_EQ(memory::release_cache(), 4096);
+  EXPECT_EQ(memory::stats().reserved, before.reserved);
+}
+
+TEST_F(AccountingTest, CachedBlocksAreReusedAndPeakResets) {
+  memory::DeviceScope device;
+  const int64_t base = memory::stats().reserved;
+  for (int i = 0; i < 5; ++i) {
+    torch::Tensor t = torch::empty({256, 256});  // same size each time
+  }
+  EXPECT_EQ(memory::stats().reserved, base + 256 * 256 * 4);
+  memory::reset_peak();
+  EXPECT_EQ(memory::stats().peak_allocated, memory::stats().allocated);
+  {
+    torch::Tensor a = torch::empty({1024});
+    torch::Tensor b = torch::empty({1024});
+  }
+  EXPECT_EQ(
+      memory::stats().peak_allocated - memory::stats().allocated, 2 * 4096);
+}
+
+TEST_F(AccountingTest, CapThrowsLibTorchOutOfMemoryAndUnwindsCleanly) {
+  memory::DeviceScope device;
+  const int64_t base = memory::stats().allocated;
+  memory::set_cap(memory::stats().reserved + (int64_t{1} << 20));
+  torch::Tensor w = torch::randn({256, 256}, torch::requires_grad());
+  EXPECT_THROW(
+      {
+        // A graph whose activations pass 1 MiB.
+        torch::Tensor x = torch::randn({1024, 256});
+        for (int i = 0; i < 8; ++i)
+          x = torch::tanh(x.matmul(w));
+        x.sum().backward();
+      },
+      c10::OutOfMemoryError);
+  EXPECT_GE(memory::stats().num_ooms, 1);
+  w = torch::Tensor();
+  // Everything the failed forward held is back (in the cache or freed).
+  EXPECT_EQ(memory::stats().allocated, base);
+}
+
+// A synthetic memory curve: fixed part + per-sample activations, reduced
+// by checkpointing.
+ProbeFn curve(int64_t budget, int64_t segments, int64_t* calls) {
+  return [=](int64_t micro, int64_t ckpt) {
+    ++*calls;
+    const int64_t act = micro * (100 - 80 * ckpt / segments);
+    const int64_t peak = 1000 + act;
+    return ProbeResult{peak <= budget, peak};
+  };
+}
+
+TEST(Planner, AutoFindsLargestFittingDivisor) {
+  int64_t calls = 0;
+  PlanRequest req;
+  req.rank_share = 64;
+  req.fixed_micro = 0;
+  req.checkpointing = "off";
+  req.num_segments = 4;
+  // 1000 + 100 m <= 4000 -> m <= 30; largest divisor of 64 <= 30 is 16
+  // (16 >= 30/2, so it is taken): 16 x 4 steps = 64.
+  const MemoryPlan p = plan_memory(req, curve(4000, 4, &calls));
+  EXPECT_EQ(p.micro_batch, 16);
+  EXPECT_EQ(p.accumulation_steps, 4);
+  EXPECT_EQ(p.checkpointed_segments, 0);
+  EXPECT_EQ(p.predicted_peak, 1000 + 16 * 100);
+  EXPECT_LE(calls, 12);  // doubling + bisection, each probe once
+}
+
+TEST(Planner, KeepsLargestWhenDivisorsAreTooSmall) {
+  int64_t calls = 0;
+  PlanRequest req;
+  req.rank_share = 37;  // prime: the only divisors are 1 and 37
+  req.checkpointing = "off";
+  req.num_segments = 1;
+  const MemoryPlan p = plan_memory(req, curve(3000, 1, &calls));
+  EXPECT_EQ(p.micro_batch, 20);        // 1000 + 100 m <= 3000
+  EXPECT_EQ(p.accumulation_steps, 2);  // 20 + 17
+}
+
+TEST(Planner, AutoCheckpointingTakesFewestSegments) {
+  int64_t calls = 0;
+  PlanRequest req;
+  req.rank_share = 32;
+  req.checkpointing = "auto";
+  req.num_segments = 4;
+  // All 4 checkpointed: 1000 + 20 m -> m = 32 fits 2000 (1640).
+  // m = 32 with s segments: 1000 + 32 (100 - 20 s) <= 2000 -> s >= 3.45.
+  const MemoryPlan p = plan_memory(req, curve(2000, 4, &calls));
+  EXPECT_EQ(p.micro_batch, 32);
+  EXPECT_EQ(p.checkpointed_segments, 4);
+  // 3000: s = 2 gives 1000 + 32 * 60 = 2920, s = 1 gives 3560.
+  const MemoryPlan q = plan_memory(req, curve(3000, 4, &calls));
+  EXPECT_EQ(q.micro_batch, 32);
+  EXPECT_EQ(q.checkpointed_segments, 2);
+}
+
+TEST(Planner, NothingFitsIsAnError) {
+  int64_t calls = 0;
+  PlanRequest req;
+  req.rank_share = 8;
+  req.checkpointing = "all";
+  req.num_segments = 2;
+  EXPECT_THROW(plan_memory(req, curve(500, 2, &calls)), Error);
+}
+
+TEST(LeakDetector, WarnsAfterGrowthInARowAndResets) {
+  memory::LeakDetector d(1000.0, 3);
+  EXPECT_FALSE(d.observe(0, 10000));
+  EXPECT_FALSE(d.observe(1, 12000));
+  EXPECT_FALSE(d.observe(2, 14000));
+  const auto w = d.observe(3, 16000);
+  ASSERT_TRUE(w);
+  EXPECT_NE(w->find("3 epochs in a row"), std::string::npos) << *w;
+  EXPECT_NE(w->find("+5.9 KiB"), std::string::npos) << *w;
+  EXPECT_FALSE(d.observe(4, 16100));  // growth stopped: count resets
+  EXPECT_FALSE(d.observe(5, 18000));
+}
+
+}  // namespace
+}  // namespace memtrain
