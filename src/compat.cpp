@@ -47,6 +47,18 @@ void set_autocast_state(const AutocastState& s) {
 #endif
 }
 
+AutocastStateGuard::AutocastStateGuard(const AutocastState& state)
+    : saved_(autocast_state()) {
+  set_autocast_state(state);
+  at::autocast::increment_nesting();
+}
+
+AutocastStateGuard::~AutocastStateGuard() {
+  if (at::autocast::decrement_nesting() == 0)
+    at::autocast::clear_cache();
+  set_autocast_state(saved_);
+}
+
 AutocastGuard::AutocastGuard(bool enabled, bool cuda, c10::ScalarType dtype)
     : enabled_(enabled) {
   if (!enabled_)

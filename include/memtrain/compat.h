@@ -38,6 +38,22 @@ struct AutocastState {
 AutocastState autocast_state();
 void set_autocast_state(const AutocastState& state);
 
+// Sets `state` for its lifetime as an autocast region of its own: nesting is
+// counted and, when the outermost region ends, autocast's cache of
+// down-cast weights is cleared -- otherwise casts made here (a checkpointed
+// segment's recompute in backward) would outlive the optimizer step and feed
+// stale weights to the next forward.
+class AutocastStateGuard {
+ public:
+  explicit AutocastStateGuard(const AutocastState& state);
+  ~AutocastStateGuard();
+  AutocastStateGuard(const AutocastStateGuard&) = delete;
+  AutocastStateGuard& operator=(const AutocastStateGuard&) = delete;
+
+ private:
+  AutocastState saved_;
+};
+
 // Enables autocast to `dtype` on `cuda` or CPU for its lifetime (nothing
 // when `enabled` is false), restoring the previous state and clearing the
 // cast cache when the outermost guard ends, as torch.autocast does.

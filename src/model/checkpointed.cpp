@@ -71,15 +71,13 @@ struct CheckpointFunction
       memory::HostScope host;
       rng_now = gen.get_state();
     }
-    const compat::AutocastState amp_now = compat::autocast_state();
     torch::Tensor y;
     {
       gen.set_state(ctx->saved_data["rng"].toTensor());
-      compat::set_autocast_state(amp);
+      compat::AutocastStateGuard replay(amp);
       torch::AutoGradMode grad(true);
       y = holder->fn(x);
     }
-    compat::set_autocast_state(amp_now);
     gen.set_state(rng_now);
     torch::autograd::backward({y}, {grad_out[0]});
     return {x_requires_grad ? x.grad() : torch::Tensor(), torch::Tensor()};

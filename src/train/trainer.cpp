@@ -844,6 +844,10 @@ int64_t Trainer::windows_per_epoch() const {
   return impl_->sampler->windows_per_epoch();
 }
 
+int64_t Trainer::checkpointed_segments() const {
+  return impl_->model->checkpointed();
+}
+
 int64_t Trainer::effective_batch() const {
   return impl_->sampler->effective_batch();
 }

@@ -90,6 +90,8 @@ class Trainer {
   NamedTensors named_parameters() const;
   int64_t windows_per_epoch() const;
   int64_t effective_batch() const;
+  // Segments running checkpointed (after prepare()).
+  int64_t checkpointed_segments() const;
 
  private:
   struct Impl;

@@ -1,0 +1,223 @@
+// bench_memory: peak device bytes and time per window for the models that
+// exist, across activation checkpointing (off / all / auto), AMP (off /
+// bf16) and micro-batch sizes. One rank (the memory of one rank is what a
+// budget limits). Prints a table and writes CSV.
+//
+//   bench_memory [-b 64] [-e 1024] [-f 4] [-w 1] [-n 3] [-c 1]
+//                [--models mlp,cnn] [--csv FILE]
+//   -b/-e/-f  micro-batch sweep: begin, end, multiplication factor
+//   -w        warm-up windows (not timed)   -n  timed windows
+//   -c        check before timing: checkpointed weights equal un-checkpointed
+//
+// On the CPU build "device" bytes are the accounting allocator's device
+// domain (DESIGN.md); on CUDA they would be the caching allocator's.
+
+#include <mpi.h>
+#include <torch/torch.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "memtrain/data/synthetic.h"
+#include "memtrain/dist/mpi_communicator.h"
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/train/trainer.h"
+#include "memtrain/util/error.h"
+
+using namespace memtrain;
+
+namespace {
+
+struct Row {
+  std::string model, ckpt, amp;
+  int64_t micro = 0;
+  int64_t segments = 0;
+  int64_t peak = 0;
+  double window_ms = 0;
+  double samples_per_s = 0;
+};
+
+struct Result {
+  Row row;
+  NamedTensors params;
+};
+
+Result run(
+    const TrainConfig& base,
+    const std::string& ckpt,
+    const std::string& amp,
+    int64_t micro,
+    int64_t windows,
+    int64_t warmup) {
+  TrainConfig c = base;
+  c.data.batch_size = micro;
+  c.training.gradient_checkpointing = ckpt;
+  c.training.amp = amp;
+  c.training.max_windows = windows + warmup;
+  c.training.epochs = 1 << 20;
+  MpiCommunicator comm(MPI_COMM_SELF);
+  Trainer::Options opts;
+  opts.write_outputs = false;
+  Trainer t(c, comm, opts);
+  t.prepare();
+  const TrainSummary s = t.run();
+  Result r;
+  r.row.model = c.model.name;
+  r.row.ckpt = ckpt;
+  r.row.amp = amp;
+  r.row.micro = micro;
+  r.row.segments = t.checkpointed_segments();
+  double secs = 0;
+  for (size_t i = 0; i < s.window_results.size(); ++i) {
+    const auto& w = s.window_results[i];
+    r.row.peak = std::max(r.row.peak, w.mem_peak);
+    if (static_cast<int64_t>(i) >= warmup)
+      secs += w.seconds;
+  }
+  r.row.window_ms = 1e3 * secs / static_cast<double>(windows);
+  r.row.samples_per_s = static_cast<double>(micro * windows) / secs;
+  for (auto& [n, p] : t.named_parameters()) {
+    r.params.emplace_back(n, p.detach().clone());
+  }
+  return r;
+}
+
+double max_diff(const NamedTensors& a, const NamedTensors& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    m = std::max(m, (a[i].second - b[i].second).abs().max().item<double>());
+  }
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  memory::install_cpu_accounting();
+  MPI_Init(&argc, &argv);
+  CLI::App app{"bench_memory: peak device bytes and time per window"};
+  int64_t begin = 64, end = 1024, factor = 4, warmup = 1, iters = 3;
+  int check = 1;
+  std::string models = "mlp,cnn", csv = "bench_memory.csv";
+  app.add_option("-b", begin, "smallest micro-batch")->capture_default_str();
+  app.add_option("-e", end, "largest micro-batch")->capture_default_str();
+  app.add_option("-f", factor, "micro-batch factor")->capture_default_str();
+  app.add_option("-w", warmup, "warm-up windows")->capture_default_str();
+  app.add_option("-n", iters, "timed windows")->capture_default_str();
+  app.add_option("-c", check, "check before timing (0/1)")
+      ->capture_default_str();
+  app.add_option("--models", models, "mlp,cnn")->capture_default_str();
+  app.add_option("--csv", csv, "CSV output file")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    MPI_Finalize();
+    return rc;
+  }
+  torch::set_num_threads(
+      std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+  int rc = 0;
+  try {
+    char dir[] = "/tmp/bench_memory-XXXXXX";
+    MT_CHECK(mkdtemp(dir) != nullptr, "cannot make a temp folder");
+    const int64_t samples = std::max<int64_t>(end * (iters + warmup), 256);
+    SyntheticSpec f;
+    f.samples = samples;
+    f.features = 64;
+    make_synthetic(f, std::string(dir) + "/features.h5");
+    SyntheticSpec im;
+    im.kind = "images";
+    im.samples = samples;
+    im.height = im.width = 32;
+    make_synthetic(im, std::string(dir) + "/images.h5");
+
+    std::printf(
+        "# bench_memory: device cpu (accounting allocator), world 1, "
+        "%d threads\n",
+        torch::get_num_threads());
+    std::printf(
+        "# %-4s %-5s %-5s %6s %5s %12s %10s %12s\n",
+        "model",
+        "ckpt",
+        "amp",
+        "micro",
+        "segs",
+        "peak_bytes",
+        "window_ms",
+        "samples/s");
+    std::ofstream out(csv);
+    out << "model,checkpointing,amp,micro_batch,checkpointed_segments,"
+           "peak_bytes,window_ms,samples_per_s\n";
+    std::stringstream model_list(models);
+    for (std::string model; std::getline(model_list, model, ',');) {
+      TrainConfig base;
+      base.model.name = model;
+      base.model.depth = model == "mlp" ? 16 : 4;
+      base.model.hidden = model == "mlp" ? 64 : 16;
+      base.data.train =
+          std::string(dir) + (model == "mlp" ? "/features.h5" : "/images.h5");
+      base.data.val = "";
+      base.training.momentum = 0.9;
+      base.output.dir = dir;
+      base.dist.check_replicas = "off";
+      for (int64_t micro = begin; micro <= end; micro *= factor) {
+        for (const char* amp : {"off", "bf16"}) {
+          Result off = run(base, "off", amp, micro, iters, warmup);
+          Result all = run(base, "all", amp, micro, iters, warmup);
+          if (check) {
+            const double d = max_diff(off.params, all.params);
+            MT_CHECK(
+                d < 1e-5,
+                "check failed: ",
+                model,
+                " micro ",
+                micro,
+                " amp ",
+                amp,
+                ": checkpointed weights differ by ",
+                d);
+          }
+          // auto: a budget halfway between the two peaks; it must pick
+          // some segments, not all.
+          TrainConfig budgeted = base;
+          budgeted.memory.budget =
+              std::to_string((off.row.peak + all.row.peak) / 2 * 10 / 9 + 1);
+          budgeted.memory.headroom = 0.1;
+          Result automatic = run(budgeted, "auto", amp, micro, iters, warmup);
+          for (const Result* r : {&off, &all, &automatic}) {
+            const Row& row = r->row;
+            std::printf(
+                "  %-4s %-5s %-5s %6ld %5ld %12ld %10.2f %12.0f\n",
+                row.model.c_str(),
+                row.ckpt.c_str(),
+                row.amp.c_str(),
+                static_cast<long>(row.micro),
+                static_cast<long>(row.segments),
+                static_cast<long>(row.peak),
+                row.window_ms,
+                row.samples_per_s);
+            out << row.model << "," << row.ckpt << "," << row.amp << ","
+                << row.micro << "," << row.segments << "," << row.peak << ","
+                << row.window_ms << "," << row.samples_per_s << "\n";
+          }
+        }
+      }
+    }
+    std::printf(
+        "# check: %s; CSV: %s\n",
+        check ? "checkpointed weights equal un-checkpointed (< 1e-5)"
+              : "skipped",
+        csv.c_str());
+    std::filesystem::remove_all(dir);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_memory: error: %s\n", e.what());
+    rc = 1;
+  }
+  MPI_Finalize();
+  return rc;
+}

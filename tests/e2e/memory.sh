@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The memory issue's checks through the executable, 2 ranks:
+# - a fixed micro-batch that does not fit memory.budget recovers
+#   (oom_retries > 0) and ends with the model.safetensors of a run started at
+#   the smaller micro-batch (max abs difference < 1e-5);
+# - batch_size auto under the same budget ends with mem_peak below it and
+#   micro x steps x ranks equal to the effective batch;
+# - checkpointing all vs off: equal weights, at most 60% of the peak;
+# - an injected leak (test hook) produces the warning;
+# - bf16 autocast trains.
+source "$(dirname "$0")/common.sh"
+
+"$MEMTRAIN" make-data --kind features --out train.h5 --samples 1024 --features 64
+run() {  # NAME ARGS...
+  local name=$1
+  shift
+  mpi -np 2 "$MEMTRAIN" train --data.train=train.h5 --data.val= \
+    --model.depth=4 --model.hidden=64 --training.epochs=1 \
+    --output.dir="$name" "$@" >"$name.log" 2>&1 || { cat "$name.log"; fail "$name"; }
+}
+peak() {  # DIR -> the largest mem_peak_reserved of its windows
+  "$PY" -c "import json,sys; print(max(json.loads(l)['mem_peak_reserved'] for l in open(sys.argv[1]+'/metrics.jsonl') if '\"window\"' in l))" "$1"
+}
+
+# 1. OOM recovery.
+run m32 --data.batch_size=32 --training.effective_batch_size=128
+run m16 --data.batch_size=16 --training.effective_batch_size=128
+p32=$(peak m32)
+p16=$(peak m16)
+budget=$(((p16 + p32) / 2))
+echo "peaks: micro 32 $p32 B, micro 16 $p16 B; budget $budget B"
+run oom --data.batch_size=32 --training.effective_batch_size=128 --memory.budget=$budget
+retries=$("$PY" -c "import json; print(sum(json.loads(l).get('oom_retries',0) for l in open('oom/metrics.jsonl') if '\"window\"' in l))")
+diff=$("$PY" "$TOOLS/safetensors_read.py" oom/model.safetensors m16/model.safetensors)
+echo "oom_retries $retries, max |oom - m16| = $diff"
+[ "$retries" -gt 0 ] || fail "no OOM retry recorded"
+grep -q "replaying the window at micro-batch 16" oom.log || fail "no replay message"
+"$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) < 1e-5 else 1)" "$diff" || fail "weights differ"
+
+# 2. Auto-fit under the same budget (needs room for at least 1 sample).
+run auto --data.batch_size=auto --training.effective_batch_size=128 --memory.budget=2.2MiB
+"$PY" - <<'PYEOF'
+import json
+w = [json.loads(l) for l in open("auto/metrics.jsonl") if '"window"' in l]
+plan = json.load(open("auto/memory_plan.json"))
+budget = plan["budget_bytes"]
+peak = max(x["mem_peak_reserved"] for x in w)
+micro, steps, world = plan["micro_batch"], plan["accumulation_steps"], plan["world_size"]
+assert peak < budget, (peak, budget)
+assert micro * steps * world == w[0]["effective_batch"] == 128, (micro, steps, world)
+assert all(x["oom_retries"] == 0 for x in w)
+print(f"auto: micro {micro} x {steps} steps x {world} ranks = 128; peak {peak} < budget {budget}; "
+      f"predicted {plan['predicted_peak_bytes']}, measured {plan['measured_peak_bytes']}")
+PYEOF
+
+# 3. Checkpointing all vs off on a deep model.
+for ck in off all; do
+  run ck_$ck --model.depth=16 --data.batch_size=512 --training.gradient_checkpointing=$ck
+done
+"$PY" - <<'PYEOF'
+import json
+def peak(d):
+    return max(json.loads(l)["mem_peak"] for l in open(f"{d}/metrics.jsonl") if '"window"' in l)
+off, all_ = peak("ck_off"), peak("ck_all")
+print(f"checkpointing: peak all {all_} / off {off} = {all_ / off:.3f}")
+assert all_ <= 0.6 * off
+PYEOF
+ck=$("$PY" "$TOOLS/safetensors_read.py" ck_off/model.safetensors ck_all/model.safetensors)
+echo "max |all - off| = $ck"
+"$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) < 1e-6 else 1)" "$ck" || fail "checkpointed weights differ"
+
+# 4. Leak warning from the test hook, and none without it.
+run clean --data.batch_size=16 --training.epochs=4 --memory.leak_warn_mib=0.05 --memory.leak_epochs=2
+run leak --data.batch_size=16 --training.epochs=4 --memory.leak_warn_mib=0.05 --memory.leak_epochs=2 \
+  --memory.test_leak_kib_per_window=64
+grep -q "possible memory leak" leak.log || { cat leak.log; fail "no leak warning"; }
+! grep -q "possible memory leak" clean.log || fail "leak warning without a leak"
+grep -q '"leak_warning"' leak/metrics.jsonl || fail "leak warning not in metrics.jsonl"
+
+# 5. bf16 autocast with checkpointing trains.
+run bf16 --data.batch_size=16 --training.epochs=3 --training.amp=bf16 --training.gradient_checkpointing=all
+"$PY" -c "
+import json
+w=[json.loads(l)['loss'] for l in open('bf16/metrics.jsonl') if '\"window\"' in l]
+a, b = sum(w[:5]) / 5, sum(w[-5:]) / 5
+print(f'bf16: loss {a:.4f} -> {b:.4f}')
+assert b < 0.6 * a
+"
+echo "e2e memory: ok"
