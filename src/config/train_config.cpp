@@ -173,6 +173,13 @@ const std::vector<Key>& keys() {
           "the largest that fits memory.budget (needs "
           "training.effective_batch_size)"),
       int_key(
+          "data.val_batch_size",
+          [](TrainConfig& c) { return &c.data.val_batch_size; },
+          0,
+          1 << 20,
+          "validation batch per rank (0: the training micro-batch); halved "
+          "on out-of-memory"),
+      int_key(
           "data.seed",
           [](TrainConfig& c) { return &c.data.seed; },
           0,

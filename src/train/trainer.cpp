@@ -94,7 +94,8 @@ struct Trainer::Impl {
   MemoryPlan plan;
   int64_t micro = 0;  // this rank's micro-batch (halved by the OOM guard)
   int64_t val_micro = 0;
-  int64_t measured_peak = 0;  // largest window peak of the run
+  int64_t measured_peak = 0;      // largest window peak of the run
+  int64_t releases_at_start = 0;  // memory::stats().cache_releases
   std::unique_ptr<LossScaler> scaler;
   memory::Monitor monitor;
   std::unique_ptr<memory::LeakDetector> leak;
@@ -203,6 +204,7 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm, Options options)
   memory::release_cache();
   memory::reset_peak();
   memory::set_cap(m.budget.bytes);
+  m.releases_at_start = memory::stats().cache_releases;
   m.open_data();
   m.build_model();
   m.scaler = std::make_unique<LossScaler>(
@@ -352,11 +354,14 @@ void Trainer::prepare() {
       (req.rank_share + m.plan.micro_batch - 1) / m.plan.micro_batch;
   m.model->set_checkpointed(m.plan.checkpointed_segments);
   m.micro = m.plan.micro_batch;
-  m.val_micro = m.plan.micro_batch;
+  m.val_micro = m.cfg.data.val_batch_size > 0 ? m.cfg.data.val_batch_size
+                                              : m.plan.micro_batch;
   if (m.writer) {
     write_file_atomically(
         m.cfg.output.dir + "/memory_plan.json", m.plan_json().dump(2) + "\n");
   }
+  // Releases from here on are the run's own (the probes released too).
+  m.releases_at_start = memory::stats().cache_releases;
   m.prepared = true;
 }
 
@@ -488,6 +493,7 @@ WindowResult Trainer::Impl::run_window(const WindowPlan& wp) {
   r.mem_peak_reserved = mem.peak_reserved;
   measured_peak = std::max(measured_peak, mem.peak);
   r.micro_batch = micro;
+  r.cache_releases = memory::stats().cache_releases - releases_at_start;
   r.allreduce_calls = comm.stats().allreduce_calls - before.allreduce_calls;
   r.allreduce_bytes = comm.stats().allreduce_bytes - before.allreduce_bytes;
   r.data_wait_s = loader->take_wait_seconds();
@@ -523,6 +529,7 @@ ValResult Trainer::Impl::validate() {
   BatchLoader val_loader(*val_data);
   double loss_sum = 0.0;
   int64_t correct = 0;
+  int64_t retries = 0;
   for (int64_t s = begin; s < end;) {
     std::vector<int64_t> idx;
     for (int64_t i = s; i < std::min(end, s + val_micro); ++i) {
@@ -560,6 +567,7 @@ ValResult Trainer::Impl::validate() {
           "batch 1 within memory.budget=",
           budget.spec);
       val_micro = std::max<int64_t>(1, val_micro / 2);
+      ++retries;
       std::fprintf(
           stderr,
           "memtrain: [rank %d] out of device memory in validation; "
@@ -579,7 +587,9 @@ ValResult Trainer::Impl::validate() {
   return {
       totals[0].item<double>() / count,
       totals[1].item<double>() / count,
-      static_cast<int64_t>(count)};
+      static_cast<int64_t>(count),
+      retries,
+      val_micro};
 }
 
 void Trainer::Impl::check_replicas(const char* when, uint64_t* checksum) {
@@ -616,7 +626,7 @@ nlohmann::json Trainer::Impl::window_record(const WindowResult& r) const {
       {"mem_peak", r.mem_peak},
       {"mem_peak_reserved", r.mem_peak_reserved},
       {"oom_retries", r.oom_retries},
-      {"cache_releases", s.cache_releases},
+      {"cache_releases", r.cache_releases},
       {"cache_release_s", s.cache_release_seconds}};
   if (scaler->enabled()) {
     j["loss_scale"] = r.loss_scale;
@@ -712,6 +722,8 @@ TrainSummary Trainer::run() {
       rec["val_accuracy"] = v.accuracy;
       rec["val_samples"] = v.samples;
       rec["val_device_peak"] = memory::stats().peak_allocated;
+      rec["val_oom_retries"] = v.oom_retries;
+      rec["val_batch"] = v.batch;
       rec["val_seconds"] = seconds_since(val_start);
       line << ", val loss " << v.loss << ", val accuracy " << v.accuracy;
     }
@@ -726,7 +738,7 @@ TrainSummary Trainer::run() {
     const memory::Stats s = memory::stats();
     rec["mem_peak"] = m.monitor.epoch_peak();
     rec["mem_reserved"] = s.reserved;
-    rec["cache_releases"] = s.cache_releases;
+    rec["cache_releases"] = s.cache_releases - m.releases_at_start;
     rec["epoch_s"] = seconds_since(epoch_start);
     line << " (" << format_duration(seconds_since(epoch_start)) << ")";
     m.metrics->write(rec);
@@ -744,7 +756,7 @@ TrainSummary Trainer::run() {
       mem << ", held " << format_bytes(double(held.allocated))
           << " at epoch end, reserved " << format_bytes(double(s.reserved))
           << ", OOM retries " << epoch_ooms << ", cache releases "
-          << s.cache_releases;
+          << s.cache_releases - m.releases_at_start;
       m.progress->line(mem.str());
     }
     if (leak) {

@@ -37,6 +37,20 @@ echo "oom_retries $retries, max |oom - m16| = $diff"
 grep -q "replaying the window at micro-batch 16" oom.log || fail "no replay message"
 "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) < 1e-5 else 1)" "$diff" || fail "weights differ"
 
+# 1b. Out of retries: the job stops on every rank, naming budget, micro-batch
+#     and peak; no model is written.
+rc=0
+timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train --data.train=train.h5 --data.val= \
+  --model.depth=4 --model.hidden=64 --training.epochs=1 --output.dir=giveup \
+  --data.batch_size=32 --training.effective_batch_size=128 --memory.budget=$budget \
+  --memory.max_oom_retries=0 >giveup.log 2>&1 || rc=$?
+[ "$rc" != 0 ] && [ "$rc" != 124 ] || { cat giveup.log; fail "give-up: exit $rc"; }
+grep -q "does not fit memory.budget=$budget" giveup.log || { cat giveup.log; fail "no budget in message"; }
+grep -q "even at micro-batch 32" giveup.log || fail "no micro-batch in message"
+grep -q "measured peak" giveup.log || fail "no peak in message"
+[ ! -e giveup/model.safetensors ] || fail "a model was written by a failed run"
+echo "give-up: exit $rc: $(grep -m1 'out of device memory: ' giveup.log | cut -c1-160)..."
+
 # 2. Auto-fit under the same budget (needs room for at least 1 sample).
 run auto --data.batch_size=auto --training.effective_batch_size=128 --memory.budget=2.2MiB
 "$PY" - <<'PYEOF'

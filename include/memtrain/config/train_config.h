@@ -24,6 +24,7 @@ struct DataConfig {
   std::string train = "runs/data/train.h5";
   std::string val = "runs/data/val.h5";  // "" disables validation
   int64_t batch_size = 16;               // micro-batch per rank
+  int64_t val_batch_size = 0;            // 0: the training micro-batch
   int64_t seed = 0;                      // epoch permutation seed
   bool drop_last = false;  // drop the epoch's last, partial window
 };

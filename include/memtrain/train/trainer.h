@@ -28,9 +28,10 @@ struct WindowResult {
   int64_t allreduce_bytes = 0;  // bytes all-reduced in this window
   double seconds = 0.0;
   double data_wait_s = 0.0;
-  int64_t micro_batch = 0;  // this rank's micro-batch when the window ended
-  int64_t oom_retries = 0;  // window replays after out-of-memory
-  bool skipped = false;     // non-finite fp16 gradients: no optimizer step
+  int64_t micro_batch = 0;     // this rank's micro-batch when the window ended
+  int64_t oom_retries = 0;     // window replays after out-of-memory
+  int64_t cache_releases = 0;  // cached-block releases so far in this run
+  bool skipped = false;        // non-finite fp16 gradients: no optimizer step
   double loss_scale = 1.0;
   // Device memory (see memory/monitor.h).
   int64_t mem_allocated = 0;
@@ -45,6 +46,8 @@ struct ValResult {
   double loss = 0.0;
   double accuracy = 0.0;
   int64_t samples = 0;
+  int64_t oom_retries = 0;  // validation batch halvings on this rank
+  int64_t batch = 0;        // this rank's validation batch at the end
 };
 
 struct TrainSummary {
