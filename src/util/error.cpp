@@ -1,8 +1,33 @@
 #include "memtrain/util/error.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 
 namespace memtrain {
+
+void throw_library_error(
+    int rank,
+    const char* call,
+    const char* file,
+    int line,
+    const std::string& message) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  throw Error(detail::concat(
+      "[rank ",
+      rank,
+      ", ",
+      host,
+      "] ",
+      call,
+      " failed at ",
+      file,
+      ":",
+      line,
+      ": ",
+      message));
+}
 
 std::string format_bytes(double bytes) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};

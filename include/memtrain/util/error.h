@@ -38,6 +38,17 @@ std::string concat(Args&&... args) {
 }
 }  // namespace detail
 
+// Throws memtrain::Error "[rank R, HOST] CALL failed at FILE:LINE: MESSAGE":
+// the one message format of the check macros that wrap MPI, NCCL and CUDA
+// calls (MT_MPI_CHECK, MT_NCCL_CHECK, MT_CUDA_CHECK), with the library's
+// own text in MESSAGE.
+[[noreturn]] void throw_library_error(
+    int rank,
+    const char* call,
+    const char* file,
+    int line,
+    const std::string& message);
+
 // "1.5 MiB", "512 B": for messages and logs.
 std::string format_bytes(double bytes);
 

@@ -9,25 +9,16 @@
 namespace memtrain {
 namespace {
 
-#define MT_MPI_CHECK(call, rank)                          \
-  do {                                                    \
-    const int mt_rc = (call);                             \
-    if (mt_rc != MPI_SUCCESS) {                           \
-      char mt_msg[MPI_MAX_ERROR_STRING];                  \
-      int mt_len = 0;                                     \
-      MPI_Error_string(mt_rc, mt_msg, &mt_len);           \
-      throw ::memtrain::Error(::memtrain::detail::concat( \
-          "[rank ",                                       \
-          (rank),                                         \
-          "] ",                                           \
-          #call,                                          \
-          " failed at ",                                  \
-          __FILE__,                                       \
-          ":",                                            \
-          __LINE__,                                       \
-          ": ",                                           \
-          std::string(mt_msg, mt_len)));                  \
-    }                                                     \
+#define MT_MPI_CHECK(call, rank)                                           \
+  do {                                                                     \
+    const int mt_rc = (call);                                              \
+    if (mt_rc != MPI_SUCCESS) {                                            \
+      char mt_msg[MPI_MAX_ERROR_STRING];                                   \
+      int mt_len = 0;                                                      \
+      MPI_Error_string(mt_rc, mt_msg, &mt_len);                            \
+      ::memtrain::throw_library_error(                                     \
+          (rank), #call, __FILE__, __LINE__, std::string(mt_msg, mt_len)); \
+    }                                                                      \
   } while (0)
 
 MPI_Datatype mpi_type(const at::Tensor& t) {

@@ -5,7 +5,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -15,44 +14,28 @@
 namespace memtrain {
 namespace {
 
-std::string where(int rank) {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return "[rank " + std::to_string(rank) + ", " + host + "] ";
-}
-
 #define MT_NCCL_CHECK(call, rank)                                       \
   do {                                                                  \
     const ncclResult_t mt_rc = (call);                                  \
     if (mt_rc != ncclSuccess) {                                         \
-      throw ::memtrain::Error(::memtrain::detail::concat(               \
-          where(rank),                                                  \
+      ::memtrain::throw_library_error(                                  \
+          (rank),                                                       \
           #call,                                                        \
-          " failed at ",                                                \
           __FILE__,                                                     \
-          ":",                                                          \
           __LINE__,                                                     \
-          ": ",                                                         \
-          ncclGetErrorString(mt_rc),                                    \
-          " (set NCCL_DEBUG=INFO for NCCL's reasons; two ranks on one " \
-          "GPU are refused)"));                                         \
+          std::string(ncclGetErrorString(mt_rc)) +                      \
+              " (set NCCL_DEBUG=INFO for NCCL's reasons; two ranks on " \
+              "one GPU are refused)");                                  \
     }                                                                   \
   } while (0)
 
-#define MT_CUDA_CHECK(call, rank)                         \
-  do {                                                    \
-    const cudaError_t mt_rc = (call);                     \
-    if (mt_rc != cudaSuccess) {                           \
-      throw ::memtrain::Error(::memtrain::detail::concat( \
-          where(rank),                                    \
-          #call,                                          \
-          " failed at ",                                  \
-          __FILE__,                                       \
-          ":",                                            \
-          __LINE__,                                       \
-          ": ",                                           \
-          cudaGetErrorString(mt_rc)));                    \
-    }                                                     \
+#define MT_CUDA_CHECK(call, rank)                                        \
+  do {                                                                   \
+    const cudaError_t mt_rc = (call);                                    \
+    if (mt_rc != cudaSuccess) {                                          \
+      ::memtrain::throw_library_error(                                   \
+          (rank), #call, __FILE__, __LINE__, cudaGetErrorString(mt_rc)); \
+    }                                                                    \
   } while (0)
 
 ncclDataType_t nccl_type(const at::Tensor& t) {
