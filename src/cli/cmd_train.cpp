@@ -55,14 +55,19 @@ namespace {
 template <typename F>
 bool agreed(const Environment& env, const char* what, F&& step) {
   std::string error;
+  bool peer = false;  // failed only because another rank did
   try {
     step();
+  } catch (const PeerError&) {
+    peer = true;
   } catch (const Error& e) {
     error = e.what();
   }
   int first = 0;
-  if (env.all_ok(error.empty(), &first))
+  if (env.all_ok(error.empty(), &first)) {
+    MT_INTERNAL_ASSERT(!peer, "a peer failure without a failing rank");
     return true;
+  }
   if (env.rank() == first) {
     std::fprintf(
         stderr,

@@ -334,8 +334,8 @@ const std::vector<Key>& keys() {
       float_key(
           "dist.bucket_mib",
           [](TrainConfig& c) { return &c.dist.bucket_mib; },
-          0,
-          true,
+          1.0 / 1024,
+          false,
           4096,
           "gradient all-reduce bucket size in MiB"),
       choice_key(
@@ -724,7 +724,8 @@ void TrainConfig::validate() const {
       "config: data.batch_size=auto needs training.effective_batch_size "
       "(the samples per optimizer step the planner must reach)");
   MT_CHECK(
-      data.batch_size != kAuto || memory.budget != "none",
+      data.batch_size != kAuto ||
+          resolve_budget(memory.budget, memory.headroom).limited(),
       "config: data.batch_size=auto needs memory.budget (what the "
       "micro-batch must fit in), e.g. --memory.budget=v100-16gb");
   MT_CHECK(

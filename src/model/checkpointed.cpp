@@ -71,14 +71,22 @@ struct CheckpointFunction
       memory::HostScope host;
       rng_now = gen.get_state();
     }
+    // The generator goes back to rng_now however the recompute ends.
+    struct RestoreRng {
+      at::Generator& gen;
+      const torch::Tensor& state;
+      ~RestoreRng() {
+        gen.set_state(state);
+      }
+    };
     torch::Tensor y;
     {
+      RestoreRng restore{gen, rng_now};
       gen.set_state(ctx->saved_data["rng"].toTensor());
       compat::AutocastStateGuard replay(amp);
       torch::AutoGradMode grad(true);
       y = holder->fn(x);
     }
-    gen.set_state(rng_now);
     torch::autograd::backward({y}, {grad_out[0]});
     return {x_requires_grad ? x.grad() : torch::Tensor(), torch::Tensor()};
   }

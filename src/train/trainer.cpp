@@ -1,5 +1,6 @@
 #include "memtrain/train/trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
@@ -206,7 +207,21 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm, Options options)
   memory::set_cap(m.budget.bytes);
   m.releases_at_start = memory::stats().cache_releases;
   m.open_data();
-  m.build_model();
+  try {
+    m.build_model();
+  } catch (const c10::OutOfMemoryError&) {
+    const memory::Stats st = memory::stats();
+    throw Error(detail::concat(
+        "memory.budget=",
+        cfg.memory.budget,
+        " (",
+        format_bytes(static_cast<double>(m.budget.bytes)),
+        ") is too small for the model itself: its parameters and gradient "
+        "buckets need more than that (",
+        format_bytes(double(st.reserved)),
+        " allocated when it ran out); raise memory.budget or use a smaller "
+        "model"));
+  }
   m.scaler = std::make_unique<LossScaler>(
       cfg.training.amp == "fp16",
       cfg.training.amp_init_scale,
@@ -315,13 +330,25 @@ void Trainer::prepare() {
   const Budget& b = m.budget;
   PlanRequest req;
   req.rank_share = m.sampler->max_rank_share();
-  req.fixed_micro = m.cfg.data.batch_size;  // kAuto (0) means search
+  // kAuto (0) means search; a fixed micro-batch larger than the rank's share
+  // of a window is the share (a micro-batch never spans windows).
+  req.fixed_micro = m.cfg.data.batch_size == kAuto
+                        ? kAuto
+                        : std::min(m.cfg.data.batch_size, req.rank_share);
   req.checkpointing = m.cfg.training.gradient_checkpointing;
   req.num_segments = m.model->num_segments();
 
   // Plan locally (every rank probes the same samples), then agree: the
   // smallest micro-batch and the most checkpointing any rank needs.
   std::string error;
+  // Probes run forward passes, which draw from the RNG (dropout): put it
+  // back, so that planning does not change what training computes.
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  torch::Tensor rng_state;
+  {
+    memory::HostScope host;
+    rng_state = gen.get_state();
+  }
   try {
     if (b.limited()) {
       m.plan = plan_memory(req, [&](int64_t micro, int64_t segments) {
@@ -341,9 +368,12 @@ void Trainer::prepare() {
   } catch (const Error& e) {
     error = e.what();
   }
+  gen.set_state(rng_state);
+  m.loader->take_wait_seconds();  // probe reads are not window data waits
   if (!all_ranks_ok(m.comm, error.empty())) {
-    throw Error(
-        error.empty() ? "memory planning failed on another rank" : error);
+    if (error.empty())
+      throw PeerError("memory planning failed on another rank");
+    throw Error(error);
   }
   auto agreed = torch::tensor(
       {-m.plan.micro_batch, m.plan.checkpointed_segments}, torch::kInt64);
@@ -444,7 +474,11 @@ WindowResult Trainer::Impl::run_window(const WindowPlan& wp) {
           format_bytes(static_cast<double>(s.peak_reserved)),
           ". Raise memory.budget, set training.gradient_checkpointing=all or "
           "training.amp=bf16, or use a smaller model");
-      const int64_t smaller = std::max<int64_t>(1, micro / 2);
+      // Halve the micro-batch actually in use (one larger than this window's
+      // share is the share), so that every replay changes the split.
+      const int64_t in_use = std::min<int64_t>(
+          micro, std::max<int64_t>(1, wp.rank_indices.size()));
+      const int64_t smaller = std::max<int64_t>(1, in_use / 2);
       std::fprintf(
           stderr,
           "memtrain: [rank %d] out of device memory at micro-batch "
@@ -491,7 +525,7 @@ WindowResult Trainer::Impl::run_window(const WindowPlan& wp) {
   r.mem_reserved = mem.reserved;
   r.mem_peak = mem.peak;
   r.mem_peak_reserved = mem.peak_reserved;
-  measured_peak = std::max(measured_peak, mem.peak);
+  measured_peak = std::max(measured_peak, mem.peak_reserved);
   r.micro_batch = micro;
   r.cache_releases = memory::stats().cache_releases - releases_at_start;
   r.allreduce_calls = comm.stats().allreduce_calls - before.allreduce_calls;
@@ -550,14 +584,19 @@ ValResult Trainer::Impl::validate() {
             cfg.training.amp == "bf16" ? torch::kBFloat16 : torch::kHalf);
         logits = model->forward(b.x).to(torch::kFloat32);
       }
-      loss_sum +=
+      const double batch_loss =
           torch::nn::functional::cross_entropy(
               logits,
               b.y,
               torch::nn::functional::CrossEntropyFuncOptions().reduction(
                   torch::kSum))
               .item<double>();
-      correct += logits.argmax(1).eq(b.y).sum().item<int64_t>();
+      const int64_t batch_correct =
+          logits.argmax(1).eq(b.y).sum().item<int64_t>();
+      // Counted only once the whole batch succeeded: a retry after an OOM
+      // must not count it twice.
+      loss_sum += batch_loss;
+      correct += batch_correct;
       s += static_cast<int64_t>(idx.size());
     } catch (const c10::OutOfMemoryError&) {
       memory::release_cache();
@@ -613,7 +652,7 @@ nlohmann::json Trainer::Impl::window_record(const WindowResult& r) const {
       {"loss", r.loss},
       {"lr", cfg.training.lr},
       {"micro_batch", r.micro_batch},
-      {"accum_steps", plan.accumulation_steps},
+      {"accum_steps", r.micro_steps},
       {"effective_batch", sampler->effective_batch()},
       {"samples", r.samples},
       {"samples_per_s", r.samples / std::max(r.seconds, 1e-9)},

@@ -37,6 +37,8 @@ for np in 1 2 4; do
   expect_error $np "unknown key 'training.lrr'" --data.train=good.h5 --training.lrr=0.1
   expect_error $np "data.batch_size = '0' (command line): out of range" --data.train=good.h5 --data.batch_size=0
   expect_error $np "model.name=cnn needs an /images file" --data.train=good.h5 --model.name=cnn
+  expect_error $np "is too small for the model itself" --data.train=good.h5 --memory.budget=1KiB
+  expect_error $np "memory.budget = 'lots'" --data.train=good.h5 --memory.budget=lots
 done
 # A bad flag is a usage error too.
 rc=0; "$MEMTRAIN" train --bogus >/dev/null 2>err.txt || rc=$?

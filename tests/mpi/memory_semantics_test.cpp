@@ -198,3 +198,49 @@ TEST(MemorySemantics, CacheIsReleasedOnlyByPolicy) {
 
 }  // namespace
 }  // namespace memtrain
+
+namespace memtrain {
+namespace {
+
+// The planner's probes draw dropout masks; the RNG is put back afterwards,
+// so a budget that changes nothing else changes nothing.
+TEST(MemorySemantics, PlanningDoesNotChangeResults) {
+  SharedDir dir("probe_rng");
+  make_features(dir, "train.h5", 256, 16);
+  TrainConfig c = deep_config(dir.file("train.h5"));
+  c.model.depth = 2;
+  c.model.dropout = 0.3;
+  c.data.batch_size = 16;
+  c.training.max_windows = 4;
+  const RunResult free_run = train(c, MPI_COMM_WORLD);
+  c.memory.budget = "64MiB";
+  const RunResult planned = train(c, MPI_COMM_WORLD);
+  EXPECT_EQ(max_abs_diff(free_run.params, planned.params), 0.0);
+}
+
+// A fixed micro-batch larger than the rank's share is the share; an OOM
+// halves what is in use, so one retry is enough.
+TEST(MemorySemantics, OversizedMicroBatchIsTheShare) {
+  SharedDir dir("oversized");
+  make_features(dir, "train.h5", 512, 64);
+  const int w = world_size();
+  TrainConfig c = deep_config(dir.file("train.h5"));
+  c.training.effective_batch_size = 32 * w;  // share: 32 per rank
+  c.training.max_windows = 4;
+  c.data.batch_size = 32;
+  const int64_t p32 = max_peak_reserved(train(c, MPI_COMM_WORLD));
+  c.data.batch_size = 16;
+  const RunResult small = train(c, MPI_COMM_WORLD);
+  const int64_t p16 = max_peak_reserved(small);
+  c.data.batch_size = 128;  // four times the share
+  const RunResult free_run = train(c, MPI_COMM_WORLD);
+  EXPECT_EQ(free_run.summary.window_results.front().micro_batch, 32);
+  c.memory.budget = std::to_string((p16 + p32) / 2);
+  c.memory.max_oom_retries = 1;
+  const RunResult r = train(c, MPI_COMM_WORLD);
+  EXPECT_EQ(r.summary.window_results.back().micro_batch, 16);
+  EXPECT_LT(max_abs_diff(r.params, small.params), 1e-5);
+}
+
+}  // namespace
+}  // namespace memtrain

@@ -87,6 +87,24 @@ TEST(TrainConfig, OutOfRangeAndBadChoice) {
   EXPECT_NE(e.find("one of sgd, adamw"), std::string::npos) << e;
 }
 
+TEST(TrainConfig, AutoBatchNeedsEffectiveBatchAndBudget) {
+  EXPECT_NE(
+      error_of("data:\n  batch_size: auto\n")
+          .find("needs training.effective_batch_size"),
+      std::string::npos);
+  for (const char* budget : {"none", "\"\""}) {
+    const std::string e = error_of(
+        std::string("data:\n  batch_size: auto\ntraining:\n"
+                    "  effective_batch_size: 64\nmemory:\n"
+                    "  budget: ") +
+        budget + "\n");
+    EXPECT_NE(e.find("needs memory.budget"), std::string::npos) << e;
+  }
+  EXPECT_NE(
+      error_of("memory:\n  budget: lots\n").find("not a profile"),
+      std::string::npos);
+}
+
 TEST(TrainConfig, BadOverrideIsNamedAsCommandLine) {
   const std::string e = error_of("", {"training.epochs=many"});
   EXPECT_NE(

@@ -24,6 +24,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// Thrown on the ranks that did fine when a collective check found that
+// another rank failed: that rank reports why (see cli/cmd_train.cpp agreed()).
+class PeerError : public Error {
+ public:
+  explicit PeerError(const std::string& what) : Error(what) {}
+};
+
 class InternalError : public std::logic_error {
  public:
   explicit InternalError(const std::string& what) : std::logic_error(what) {}
