@@ -23,6 +23,11 @@ void add_train(CLI::App& app, TrainArgs& args) {
       "built-in defaults are used (see --print-config).");
   cmd->add_option("--config", args.config, "YAML config file")
       ->check(CLI::ExistingFile);
+  cmd->add_option(
+      "--resume",
+      args.resume,
+      "continue from a checkpoint: a file, a folder (its newest valid one), "
+      "or auto (output.dir's newest valid one, or the beginning if none)");
   cmd->add_flag(
       "--print-config",
       args.print_config,
@@ -121,6 +126,11 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
   if (!agreed(env, "memory plan", [&] { trainer->prepare(); })) {
     return kExitUsage;
   }
+  std::string resumed;
+  if (!args.resume.empty() &&
+      !agreed(env, "resume", [&] { resumed = trainer->resume(args.resume); })) {
+    return kExitUsage;
+  }
 
   // The launch banner, once: world, each rank's device, config, plan.
   std::ostringstream me;
@@ -141,6 +151,8 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
     for (std::string l; std::getline(yaml, l);)
       std::printf("  %s\n", l.c_str());
     std::printf("%s\n", trainer->describe().c_str());
+    if (!resumed.empty())
+      std::printf("%s\n", resumed.c_str());
     std::fflush(stdout);
   }
 

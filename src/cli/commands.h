@@ -14,6 +14,7 @@ struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;  // "section.key=value"
   bool print_config = false;
+  std::string resume;  // "", a checkpoint file or folder, or "auto"
 };
 
 void add_train(CLI::App& app, TrainArgs& args);

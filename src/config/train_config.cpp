@@ -252,6 +252,19 @@ const std::vector<Key>& keys() {
           "samples per optimizer step over all ranks (0: ranks x "
           "gradient_accumulation_steps x data.batch_size); when set, the "
           "accumulation steps follow from it"),
+      int_key(
+          "training.checkpoint_every",
+          [](TrainConfig& c) { return &c.training.checkpoint_every; },
+          0,
+          1e12,
+          "write a checkpoint every this many windows (0: only at epoch "
+          "ends and when training stops)"),
+      int_key(
+          "training.keep_checkpoints",
+          [](TrainConfig& c) { return &c.training.keep_checkpoints; },
+          1,
+          1e6,
+          "newest checkpoints kept in output.dir/checkpoints"),
       choice_key(
           "training.gradient_checkpointing",
           [](TrainConfig& c) { return &c.training.gradient_checkpointing; },

@@ -9,10 +9,10 @@
 
 namespace memtrain {
 
-MetricsLog::MetricsLog(const std::string& path) : path_(path) {
+MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
   if (path.empty())
     return;
-  file_ = std::fopen(path.c_str(), "w");
+  file_ = std::fopen(path.c_str(), append ? "a" : "w");
   MT_CHECK(
       file_ != nullptr,
       "cannot open '",

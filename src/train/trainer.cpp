@@ -5,8 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <optional>
 #include <sstream>
 
@@ -22,6 +25,7 @@
 #include "memtrain/memory/planner.h"
 #include "memtrain/model/models.h"
 #include "memtrain/train/batch_loader.h"
+#include "memtrain/train/checkpoint.h"
 #include "memtrain/train/loss_scaler.h"
 #include "memtrain/train/metrics.h"
 #include "memtrain/train/progress.h"
@@ -102,6 +106,13 @@ struct Trainer::Impl {
   std::unique_ptr<memory::LeakDetector> leak;
   std::vector<at::Tensor> test_leak;  // memory.test_leak_kib_per_window
 
+  // Where run() starts (a resumed checkpoint's position).
+  bool resumed = false;
+  int64_t start_step = 0;
+  int64_t start_epoch = 0;
+  int64_t start_window = 0;
+  double start_epoch_loss = 0.0;  // loss sum of the start epoch's done part
+
   Impl(const TrainConfig& c, Communicator& comm_, Options o)
       : cfg(c), comm(comm_), options(o) {}
 
@@ -117,6 +128,9 @@ struct Trainer::Impl {
   void check_replicas(const char* when, uint64_t* checksum);
   nlohmann::json window_record(const WindowResult& r) const;
   nlohmann::json plan_json() const;
+  void save_checkpoint_at(
+      int64_t step, int64_t epoch, int64_t samples_done, double loss_sum);
+  void trim_metrics(const std::string& path) const;
   bool amp_on() const {
     return cfg.training.amp != "off";
   }
@@ -228,12 +242,10 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm, Options options)
       cfg.training.amp_growth_interval);
   m.leak = std::make_unique<memory::LeakDetector>(
       cfg.memory.leak_warn_mib * 1024.0 * 1024.0, cfg.memory.leak_epochs);
-  if (m.writer) {
+  if (m.writer)
     make_directories(cfg.output.dir);
-    m.metrics = std::make_unique<MetricsLog>(cfg.output.dir + "/metrics.jsonl");
-  } else {
-    m.metrics = std::make_unique<MetricsLog>("");
-  }
+  // metrics.jsonl is opened by run(): a refused resume must not touch it.
+  m.metrics = std::make_unique<MetricsLog>("");
   m.progress = std::make_unique<Progress>(
       comm.rank() == 0 ? options.progress : nullptr,
       options.progress_is_tty,
@@ -386,10 +398,6 @@ void Trainer::prepare() {
   m.micro = m.plan.micro_batch;
   m.val_micro = m.cfg.data.val_batch_size > 0 ? m.cfg.data.val_batch_size
                                               : m.plan.micro_batch;
-  if (m.writer) {
-    write_file_atomically(
-        m.cfg.output.dir + "/memory_plan.json", m.plan_json().dump(2) + "\n");
-  }
   // Releases from here on are the run's own (the probes released too).
   m.releases_at_start = memory::stats().cache_releases;
   m.prepared = true;
@@ -674,6 +682,214 @@ nlohmann::json Trainer::Impl::window_record(const WindowResult& r) const {
   return j;
 }
 
+void Trainer::Impl::save_checkpoint_at(
+    int64_t step, int64_t epoch, int64_t samples_done, double loss_sum) {
+  const auto start = Clock::now();
+  memory::HostScope host;  // checkpoint buffers are host memory
+  // Every rank's RNG state travels to rank 0 (one all-reduce of a
+  // [world, state] table in which each rank fills its own row).
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  const torch::Tensor mine = gen.get_state();
+  auto table = torch::zeros({comm.size(), mine.numel()}, torch::kInt32);
+  table[comm.rank()].copy_(mine.to(torch::kInt32));
+  comm.all_reduce_sum(table);
+  if (!writer)
+    return;
+  Checkpoint c;
+  CheckpointState& st = c.state;
+  st.step = step;
+  st.epoch = epoch;
+  st.epoch_samples = samples_done;
+  st.epoch_loss_sum = loss_sum;
+  st.world_size = comm.size();
+  st.effective_batch = sampler->effective_batch();
+  st.model = cfg.model.name;
+  st.config_yaml = cfg.to_yaml();
+  st.loss_scale = scaler->scale();
+  st.scaler_good_steps = scaler->good_steps();
+  st.scaler_skipped = scaler->skipped_steps();
+  for (const auto& item : model->named_parameters()) {
+    c.params.emplace_back(item.key(), item.value().detach());
+  }
+  torch::serialize::OutputArchive archive;
+  optimizer->save(archive);
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  c.optimizer = bytes.str();
+  for (int r = 0; r < comm.size(); ++r) {
+    c.rng.push_back(table[r].to(torch::kUInt8));
+  }
+  make_directories(cfg.output.dir + "/checkpoints");
+  const std::string path = checkpoint_path(cfg.output.dir, step);
+  save_checkpoint(path, c);
+  prune_checkpoints(cfg.output.dir, cfg.training.keep_checkpoints);
+  metrics->write(
+      {{"type", "checkpoint"},
+       {"step", step},
+       {"epoch", epoch},
+       {"path", path},
+       {"seconds", seconds_since(start)}});
+}
+
+// A resumed run's metrics.jsonl reads as one run: the records the
+// checkpoint's step covers are kept, later ones (windows run after the
+// checkpoint by the run that stopped) are dropped.
+void Trainer::Impl::trim_metrics(const std::string& path) const {
+  std::ifstream in(path);
+  if (!in.good())
+    return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty())
+      continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      continue;  // a line cut short by a crash
+    }
+    const std::string type = j.value("type", "");
+    const bool keep = type == "window" || type == "checkpoint"
+                          ? j.value("step", int64_t{0}) <= start_step
+                          : j.value("epoch", int64_t{0}) < start_epoch;
+    if (keep)
+      kept += line + "\n";
+  }
+  write_file_atomically(path, kept);
+}
+
+std::string Trainer::resume(const std::string& spec) {
+  Impl& m = *impl_;
+  std::vector<std::string> candidates;
+  const bool automatic = spec == "auto";
+  struct stat st {};
+  const bool folder =
+      automatic || (::stat(spec.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
+  if (folder) {
+    const std::string dir = automatic ? m.cfg.output.dir : spec;
+    candidates = list_checkpoints(dir);
+    if (candidates.empty()) {
+      MT_CHECK(
+          automatic,
+          "--resume ",
+          spec,
+          ": no checkpoint (ckpt-*.safetensors) in that folder");
+      return "--resume auto: no checkpoint in " + dir +
+             "/checkpoints; starting from the beginning";
+    }
+  } else {
+    MT_CHECK(
+        ::stat(spec.c_str(), &st) == 0,
+        "--resume ",
+        spec,
+        ": no such file or folder (give a checkpoint file, a folder "
+        "holding checkpoints, or auto)");
+    candidates = {spec};
+  }
+  std::optional<Checkpoint> ck;
+  std::string skipped;
+  for (const auto& path : candidates) {
+    try {
+      ck = load_checkpoint(path);
+      break;
+    } catch (const Error& e) {
+      if (!folder)
+        throw;
+      skipped += std::string(skipped.empty() ? "" : "; ") + e.what();
+    }
+  }
+  MT_CHECK(
+      ck.has_value(), "--resume ", spec, ": no valid checkpoint: ", skipped);
+  const CheckpointState& s = ck->state;
+  const std::string& path = ck->path;
+  MT_CHECK(
+      s.model == m.cfg.model.name,
+      "checkpoint '",
+      path,
+      "' is from model '",
+      s.model,
+      "' but model.name is '",
+      m.cfg.model.name,
+      "'; resume with the model it was trained with");
+  const NamedTensors mine = named_parameters();
+  MT_CHECK(
+      mine.size() == ck->params.size(),
+      "checkpoint '",
+      path,
+      "' has ",
+      ck->params.size(),
+      " parameter tensors, this model has ",
+      mine.size(),
+      " (model.depth or another shape key differs?)");
+  for (size_t i = 0; i < mine.size(); ++i) {
+    MT_CHECK(
+        mine[i].first == ck->params[i].first &&
+            mine[i].second.sizes() == ck->params[i].second.sizes(),
+        "checkpoint '",
+        path,
+        "' holds '",
+        ck->params[i].first,
+        "' ",
+        ck->params[i].second.sizes(),
+        " where this model has '",
+        mine[i].first,
+        "' ",
+        mine[i].second.sizes(),
+        " (model.hidden, model.depth or the data's shape differs)");
+  }
+  const int64_t batch = m.sampler->effective_batch();
+  MT_CHECK(
+      s.epoch_samples % batch == 0,
+      "checkpoint '",
+      path,
+      "' stopped after ",
+      s.epoch_samples,
+      " samples of epoch ",
+      s.epoch + 1,
+      ", not a window boundary of this run's effective "
+      "batch ",
+      batch,
+      "; set training.effective_batch_size=",
+      s.effective_batch,
+      " (the checkpoint's)");
+  {
+    memory::DeviceScope device;  // optimizer state is device memory
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      m.params[i].copy_(ck->params[i].second);
+    }
+    try {
+      torch::serialize::InputArchive archive;
+      archive.load_from(ck->optimizer.data(), ck->optimizer.size());
+      m.optimizer->load(archive);
+    } catch (const c10::Error& e) {
+      throw Error(
+          "checkpoint '" + path +
+          "': its optimizer state does not fit training.optimizer=" +
+          m.cfg.training.optimizer + " (" + e.what_without_backtrace() + ")");
+    }
+  }
+  m.scaler->restore(s.loss_scale, s.scaler_good_steps, s.scaler_skipped);
+  std::string note;
+  if (s.world_size == m.comm.size() &&
+      static_cast<int64_t>(ck->rng.size()) == s.world_size) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(ck->rng[m.comm.rank()]);
+  } else {
+    note = " (written by " + std::to_string(s.world_size) +
+           " ranks: random states not restored)";
+  }
+  m.resumed = true;
+  m.start_step = s.step;
+  m.start_epoch = s.epoch;
+  m.start_window = s.epoch_samples / batch;
+  m.start_epoch_loss = s.epoch_loss_sum;
+  return "resumed from " + path + " at step " + std::to_string(s.step) +
+         ", epoch " + std::to_string(s.epoch + 1) + ", window " +
+         std::to_string(m.start_window + 1) + note +
+         (skipped.empty() ? "" : "; skipped: " + skipped);
+}
+
 TrainSummary Trainer::run() {
   Impl& m = *impl_;
   prepare();
@@ -691,6 +907,12 @@ TrainSummary Trainer::run() {
   if (m.writer) {
     write_file_atomically(
         m.cfg.output.dir + "/config.resolved.yaml", m.cfg.to_yaml());
+    write_file_atomically(
+        m.cfg.output.dir + "/memory_plan.json", m.plan_json().dump(2) + "\n");
+    const std::string path = m.cfg.output.dir + "/metrics.jsonl";
+    if (m.resumed)
+      m.trim_metrics(path);
+    m.metrics = std::make_unique<MetricsLog>(path, /*append=*/m.resumed);
   }
   const int64_t epochs = m.cfg.training.epochs;
   const int64_t wpe = m.sampler->windows_per_epoch();
@@ -702,15 +924,23 @@ TrainSummary Trainer::run() {
   const bool check_each_epoch = m.cfg.dist.check_replicas != "off";
   bool checked_last = false;
 
-  for (int64_t epoch = 0; epoch < epochs && summary.windows < total; ++epoch) {
+  const int64_t batch = m.sampler->effective_batch();
+  const int64_t every = m.cfg.training.checkpoint_every;
+  int64_t step = m.start_step;  // windows done, this run and before it
+  for (int64_t epoch = m.start_epoch; epoch < epochs && step < total; ++epoch) {
     const auto epoch_start = Clock::now();
     m.monitor.begin_epoch();
-    double epoch_loss = 0.0;
-    int64_t epoch_samples = 0, epoch_ooms = 0;
-    int64_t w = 0;
-    for (; w < wpe && summary.windows < total; ++w) {
+    // A resumed epoch carries on with the loss of its windows before the
+    // checkpoint, so its record is the uninterrupted run's.
+    const bool resumed_epoch = m.resumed && epoch == m.start_epoch;
+    double epoch_loss = resumed_epoch ? m.start_epoch_loss : 0.0;
+    int64_t epoch_samples = resumed_epoch ? m.start_window * batch : 0;
+    int64_t epoch_ooms = 0;
+    int64_t w = resumed_epoch ? m.start_window : 0;
+    for (; w < wpe && step < total; ++w) {
       WindowResult r = m.run_window(m.sampler->plan(epoch, w));
-      r.step = ++summary.windows;
+      r.step = ++step;
+      ++summary.windows;
       summary.oom_retries += r.oom_retries;
       epoch_ooms += r.oom_retries;
       summary.skipped_steps += r.skipped ? 1 : 0;
@@ -725,16 +955,22 @@ TrainSummary Trainer::run() {
           r.loss,
           r.samples / std::max(r.seconds, 1e-9),
           summary.windows,
-          total);
+          total - m.start_step);
       summary.window_results.push_back(std::move(r));
       checked_last = false;
       if (check_each_window) {
         m.check_replicas("after a window", &summary.checksum);
         checked_last = true;
       }
+      // At the accumulation boundary, between windows of the epoch; the
+      // epoch's last window is followed by the epoch-end checkpoint.
+      if (every > 0 && step % every == 0 && w + 1 < wpe && step < total)
+        m.save_checkpoint_at(step, epoch, (w + 1) * batch, epoch_loss);
     }
-    if (w < wpe)
-      break;  // stopped by max_windows inside the epoch
+    if (w < wpe) {  // stopped by max_windows inside the epoch
+      m.save_checkpoint_at(step, epoch, w * batch, epoch_loss);
+      break;
+    }
 
     // The leak check reads the bytes held at the same point of every epoch:
     // after its last window, before validation.
@@ -782,6 +1018,7 @@ TrainSummary Trainer::run() {
     line << " (" << format_duration(seconds_since(epoch_start)) << ")";
     m.metrics->write(rec);
     m.progress->line(line.str());
+    m.save_checkpoint_at(step, epoch + 1, 0, 0.0);
     if (memory::accounting_installed()) {
       std::ostringstream mem;
       mem << "  memory: peak " << format_bytes(double(m.monitor.epoch_peak()));

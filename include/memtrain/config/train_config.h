@@ -39,6 +39,8 @@ struct TrainingConfig {
   double weight_decay = 0.0;
   double grad_clip_norm = 0.0;       // 0 = no clipping
   int64_t effective_batch_size = 0;  // 0: ranks x accumulation x micro
+  int64_t checkpoint_every = 0;      // windows between checkpoints (0: epochs)
+  int64_t keep_checkpoints = 2;      // newest checkpoints kept
   std::string gradient_checkpointing = "off";  // off | all | auto
   std::string amp = "off";                     // off | fp16 | bf16
   double amp_init_scale = 65536.0;             // fp16 loss scale to start from

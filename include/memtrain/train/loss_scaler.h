@@ -42,6 +42,15 @@ class LossScaler {
   int64_t skipped_steps() const {
     return skipped_;
   }
+  int64_t good_steps() const {
+    return good_steps_;
+  }
+  // From a checkpoint.
+  void restore(double scale, int64_t good_steps, int64_t skipped) {
+    scale_ = scale;
+    good_steps_ = good_steps;
+    skipped_ = skipped;
+  }
 
  private:
   bool enabled_;

@@ -13,7 +13,7 @@ class MetricsLog {
  public:
   // Truncates and opens `path`; an empty path makes a log that drops records
   // (ranks other than 0). Throws memtrain::Error if it cannot open.
-  explicit MetricsLog(const std::string& path);
+  explicit MetricsLog(const std::string& path, bool append = false);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;

@@ -80,11 +80,21 @@ class Trainer {
 
   // Collective. Plans memory (micro-batch, accumulation steps, checkpointed
   // segments: see memory/planner.h) and agrees on the plan across ranks;
-  // rank 0 writes memory_plan.json. A memtrain::Error (nothing fits) is
+  // run() writes memory_plan.json. A memtrain::Error (nothing fits) is
   // thrown on every rank alike. run() calls it if nobody did.
   void prepare();
 
-  // Collective. Trains until training.epochs or training.max_windows.
+  // After prepare(); local, no collective (callers agree on failure). Loads
+  // the checkpoint `spec` names -- a file, a folder's newest valid one, or
+  // "auto" (output.dir's newest valid one; none at all starts from the
+  // beginning) -- and continues from the window after it. Refuses, with a
+  // memtrain::Error naming the file and why, a checkpoint that is corrupt,
+  // from another model, of other shapes, or whose position does not fall on
+  // a window boundary of this run. Returns what it did, for the log.
+  std::string resume(const std::string& spec);
+
+  // Collective. Trains until training.epochs or training.max_windows
+  // (counted from the beginning of the run, across resumes).
   TrainSummary run();
 
   // What will run: data, model, window shape (for the launch banner).

@@ -1,0 +1,200 @@
+#include "memtrain/train/checkpoint.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+
+// Note [Checkpoint format]
+// A safetensors file: "model/<name>" holds each parameter, "optimizer" the
+// bytes of LibTorch's own optimizer archive (Optimizer::save, exact for SGD
+// momentum and AdamW moments), "rng/<rank>" each rank's CPU generator state.
+// The metadata holds the position (step, epoch, samples of the epoch done),
+// the world size, effective batch, model name, loss-scaler state, the
+// resolved config, and "checksum": FNV-1a 64 over every tensor's name and
+// bytes in file order, verified on load, so a truncated or corrupted file is
+// refused rather than half-loaded. The position is in samples, not windows,
+// so a run can resume at another world size as long as the effective batch
+// (the window) is the same.
+
+namespace {
+
+constexpr const char* kFormat = "memtrain-checkpoint-1";
+
+uint64_t fnv(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i)
+    h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+std::string checksum(const NamedTensors& tensors) {
+  uint64_t h = 14695981039346656037ull;
+  for (const auto& [name, t] : tensors) {
+    const at::Tensor c = t.contiguous();
+    h = fnv(h, name.data(), name.size());
+    h = fnv(h, c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
+  }
+  char buf[17];
+  std::snprintf(
+      buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+NamedTensors file_tensors(const Checkpoint& c) {
+  NamedTensors out;
+  for (const auto& [name, t] : c.params)
+    out.emplace_back("model/" + name, t);
+  at::Tensor opt =
+      torch::empty({static_cast<int64_t>(c.optimizer.size())}, torch::kUInt8);
+  std::memcpy(opt.data_ptr(), c.optimizer.data(), c.optimizer.size());
+  out.emplace_back("optimizer", opt);
+  for (size_t r = 0; r < c.rng.size(); ++r) {
+    out.emplace_back("rng/" + std::to_string(r), c.rng[r]);
+  }
+  return out;
+}
+
+int64_t step_of(const std::string& file) {
+  // ckpt-00000042.safetensors
+  const auto dash = file.rfind("ckpt-");
+  if (dash == std::string::npos)
+    return -1;
+  return std::atoll(file.c_str() + dash + 5);
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& output_dir, int64_t step) {
+  char name[64];
+  std::snprintf(
+      name, sizeof(name), "ckpt-%08ld.safetensors", static_cast<long>(step));
+  return output_dir + "/checkpoints/" + name;
+}
+
+void save_checkpoint(const std::string& path, const Checkpoint& c) {
+  const NamedTensors tensors = file_tensors(c);
+  const CheckpointState& s = c.state;
+  char scale[64], loss_sum[64];
+  std::snprintf(scale, sizeof(scale), "%.17g", s.loss_scale);
+  std::snprintf(loss_sum, sizeof(loss_sum), "%.17g", s.epoch_loss_sum);
+  save_safetensors(
+      path,
+      tensors,
+      {{"format", kFormat},
+       {"checksum", checksum(tensors)},
+       {"step", std::to_string(s.step)},
+       {"epoch", std::to_string(s.epoch)},
+       {"epoch_samples", std::to_string(s.epoch_samples)},
+       {"epoch_loss_sum", loss_sum},
+       {"world_size", std::to_string(s.world_size)},
+       {"effective_batch", std::to_string(s.effective_batch)},
+       {"model", s.model},
+       {"loss_scale", scale},
+       {"scaler_good_steps", std::to_string(s.scaler_good_steps)},
+       {"scaler_skipped", std::to_string(s.scaler_skipped)},
+       {"config", s.config_yaml}});
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  std::map<std::string, std::string> meta;
+  NamedTensors tensors;
+  try {
+    tensors = load_safetensors(path, &meta);
+  } catch (const Error& e) {
+    throw Error("checkpoint '" + path + "' cannot be read: " + e.what());
+  }
+  MT_CHECK(
+      meta["format"] == kFormat,
+      "checkpoint '",
+      path,
+      "' is not a memtrain checkpoint (format '",
+      meta["format"],
+      "', expected '",
+      kFormat,
+      "')");
+  MT_CHECK(
+      checksum(tensors) == meta["checksum"],
+      "checkpoint '",
+      path,
+      "' is corrupt: its checksum does not match its contents");
+  Checkpoint c;
+  c.path = path;
+  CheckpointState& s = c.state;
+  auto num = [&](const char* key) {
+    MT_CHECK(meta.count(key), "checkpoint '", path, "' lacks '", key, "'");
+    return std::atoll(meta[key].c_str());
+  };
+  s.step = num("step");
+  s.epoch = num("epoch");
+  s.epoch_samples = num("epoch_samples");
+  s.world_size = num("world_size");
+  s.effective_batch = num("effective_batch");
+  s.scaler_good_steps = num("scaler_good_steps");
+  s.scaler_skipped = num("scaler_skipped");
+  s.loss_scale = std::atof(meta["loss_scale"].c_str());
+  s.epoch_loss_sum = std::strtod(meta["epoch_loss_sum"].c_str(), nullptr);
+  s.model = meta["model"];
+  s.config_yaml = meta["config"];
+  for (auto& [name, t] : tensors) {
+    if (name.rfind("model/", 0) == 0) {
+      c.params.emplace_back(name.substr(6), t);
+    } else if (name == "optimizer") {
+      c.optimizer.assign(
+          static_cast<const char*>(t.data_ptr()),
+          static_cast<size_t>(t.numel()));
+    } else if (name.rfind("rng/", 0) == 0) {
+      const size_t r = std::stoul(name.substr(4));
+      if (c.rng.size() <= r)
+        c.rng.resize(r + 1);
+      c.rng[r] = t;
+    }
+  }
+  MT_CHECK(
+      !c.params.empty() && !c.optimizer.empty(),
+      "checkpoint '",
+      path,
+      "' has no model or optimizer state");
+  return c;
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const std::string& d : {dir + "/checkpoints", dir}) {
+    DIR* h = opendir(d.c_str());
+    if (!h)
+      continue;
+    while (dirent* e = readdir(h)) {
+      const std::string name = e->d_name;
+      if (name.rfind("ckpt-", 0) == 0 && name.size() > 12 &&
+          name.compare(name.size() - 12, 12, ".safetensors") == 0) {
+        found.emplace_back(step_of(name), d + "/" + name);
+      }
+    }
+    closedir(h);
+    if (!found.empty())
+      break;
+  }
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> out;
+  for (auto& f : found)
+    out.push_back(f.second);
+  return out;
+}
+
+void prune_checkpoints(const std::string& output_dir, int64_t keep) {
+  const auto all = list_checkpoints(output_dir);
+  for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
+    std::remove(all[i].c_str());
+  }
+}
+
+}  // namespace memtrain

@@ -1,0 +1,174 @@
+// Checkpoints and resume, at every world size: a stopped and resumed run
+// repeats the uninterrupted one bit for bit; a checkpoint resumes at another
+// world size; corrupt and foreign checkpoints are refused and nothing is
+// overwritten.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "memtrain/train/checkpoint.h"
+#include "memtrain/util/error.h"
+#include "mpi_support.h"
+
+namespace memtrain {
+namespace {
+
+struct Resumed {
+  RunResult run;
+  std::string note;
+};
+
+// Like train(), but writing outputs (metrics, checkpoints) to cfg.output.dir
+// and resuming from `spec` first when it is not empty.
+Resumed train_out(
+    const TrainConfig& cfg, MPI_Comm handle, const std::string& spec = "") {
+  MpiCommunicator comm(handle);
+  Trainer t(cfg, comm, Trainer::Options{});
+  t.prepare();
+  Resumed r;
+  if (!spec.empty())
+    r.note = t.resume(spec);
+  r.run.summary = t.run();
+  for (auto& [name, p] : t.named_parameters()) {
+    r.run.params.emplace_back(name, p.detach().clone());
+  }
+  return r;
+}
+
+std::vector<double> losses(const RunResult& r) {
+  std::vector<double> out;
+  for (const auto& w : r.summary.window_results)
+    out.push_back(w.loss);
+  return out;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TrainConfig ckpt_config(const SharedDir& dir, const std::string& out) {
+  TrainConfig c = base_config(dir.file("train.h5"));
+  c.model.hidden = 16;
+  c.model.dropout = 0.2;  // the RNG state must travel too
+  c.data.batch_size = 4;
+  c.training.lr = 0.05;
+  c.training.momentum = 0.9;  // and the optimizer state
+  c.training.epochs = 3;
+  c.training.checkpoint_every = 5;
+  c.training.keep_checkpoints = 3;
+  c.output.dir = dir.file(out);
+  return c;
+}
+
+TEST(Checkpoint, ResumeRepeatsTheUninterruptedRunBitForBit) {
+  SharedDir dir("resume");
+  make_features(dir, "train.h5", 200);
+  const TrainConfig full = ckpt_config(dir, "full");
+  const RunResult a = train_out(full, MPI_COMM_WORLD).run;
+
+  TrainConfig part = ckpt_config(dir, "part");
+  part.training.max_windows = a.summary.windows / 2 + 1;  // mid-epoch
+  const RunResult first = train_out(part, MPI_COMM_WORLD).run;
+  part.training.max_windows = 0;
+  const Resumed second = train_out(part, MPI_COMM_WORLD, "auto");
+  EXPECT_NE(second.note.find("resumed from"), std::string::npos) << second.note;
+
+  std::vector<double> joined = losses(first);
+  const std::vector<double> rest = losses(second.run);
+  joined.insert(joined.end(), rest.begin(), rest.end());
+  EXPECT_EQ(joined, losses(a));  // exact, not approximate
+  EXPECT_EQ(max_abs_diff(second.run.params, a.params), 0.0);
+  EXPECT_EQ(
+      second.run.summary.window_results.front().step,
+      first.summary.windows + 1);
+  // keep_checkpoints: at most 3 files.
+  EXPECT_LE(list_checkpoints(part.output.dir).size(), 3u);
+}
+
+TEST(Checkpoint, ResumesAtAnotherWorldSize) {
+  SharedDir dir("reshard");
+  make_features(dir, "train.h5", 256);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // A one-rank run (on every rank, each in its own folder) stops after 6
+  // windows of 16; the job's W ranks continue from rank 0's checkpoint.
+  TrainConfig one = ckpt_config(dir, "self" + std::to_string(rank));
+  one.model.dropout = 0.0;  // other ranks draw other masks
+  one.training.effective_batch_size = 16;
+  one.data.batch_size = 4;
+  one.training.epochs = 2;
+  const RunResult whole = train_out(one, MPI_COMM_SELF).run;
+  one.training.max_windows = 6;
+  one.output.dir = dir.file("stop" + std::to_string(rank));
+  train_out(one, MPI_COMM_SELF);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  TrainConfig many = one;
+  many.training.max_windows = 0;
+  many.output.dir = dir.file("many");
+  const Resumed r =
+      train_out(many, MPI_COMM_WORLD, checkpoint_path(dir.file("stop0"), 6));
+  EXPECT_EQ(r.run.summary.window_results.front().step, 7);
+  EXPECT_LT(max_abs_diff(r.run.params, whole.params), 1e-5);
+}
+
+TEST(Checkpoint, CorruptAndForeignCheckpointsAreRefused) {
+  SharedDir dir("refuse");
+  make_features(dir, "train.h5", 100);
+  TrainConfig c = ckpt_config(dir, "out");
+  c.training.epochs = 2;
+  train_out(c, MPI_COMM_WORLD);
+  const auto files = list_checkpoints(c.output.dir);
+  ASSERT_GE(files.size(), 2u);
+  const std::string metrics_before = slurp(c.output.dir + "/metrics.jsonl");
+  MPI_Barrier(MPI_COMM_WORLD);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) {  // truncate the newest by hand
+    std::filesystem::resize_file(
+        files[0], std::filesystem::file_size(files[0]) / 2);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  {
+    Trainer t(c, comm, Trainer::Options{});
+    t.prepare();
+    try {
+      t.resume(files[0]);
+      ADD_FAILURE() << "a truncated checkpoint was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(files[0]), std::string::npos);
+    }
+    // auto falls back to the older one and says so.
+    const std::string note = t.resume("auto");
+    EXPECT_NE(note.find(files[1]), std::string::npos) << note;
+    EXPECT_NE(note.find("skipped"), std::string::npos) << note;
+  }
+  TrainConfig other = c;
+  other.model.depth = 3;
+  {
+    Trainer t(other, comm, Trainer::Options{});
+    t.prepare();
+    try {
+      t.resume(files[1]);
+      ADD_FAILURE() << "a checkpoint of another shape was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("parameter tensors"), std::string::npos)
+          << e.what();
+    }
+  }
+  // Nothing was overwritten by the refusals.
+  EXPECT_EQ(slurp(c.output.dir + "/metrics.jsonl"), metrics_before);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
+}  // namespace memtrain
