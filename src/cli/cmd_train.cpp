@@ -10,6 +10,7 @@
 #include "memtrain/dist/environment.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/train/stop_request.h"
 #include "memtrain/train/trainer.h"
 #include "memtrain/util/error.h"
 
@@ -93,6 +94,7 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
   memory::install_cpu_accounting();
 #endif
   Environment env(argc, argv);
+  install_stop_handlers();
   torch::set_num_threads(env.threads_per_rank());
 
   TrainConfig cfg;
@@ -156,8 +158,9 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
     std::fflush(stdout);
   }
 
+  TrainSummary summary;
   try {
-    trainer->run();
+    summary = trainer->run();
   } catch (const std::exception& e) {
     // Peers may be inside a collective: end the whole job now.
     std::fprintf(
@@ -168,6 +171,16 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
         e.what());
     std::fflush(stderr);
     env.abort(kExitFailure);
+  }
+  if (summary.stopped) {
+    if (env.rank() == 0) {
+      std::printf(
+          "stopped on a signal: checkpoint in %s/checkpoints; continue with "
+          "--resume auto (exit status %d)\n",
+          cfg.output.dir.c_str(),
+          static_cast<int>(kExitStopped));
+    }
+    return kExitStopped;
   }
   if (env.rank() == 0) {
     std::printf(

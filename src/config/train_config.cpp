@@ -266,6 +266,19 @@ const std::vector<Key>& keys() {
           1e6,
           "newest checkpoints kept in output.dir/checkpoints"),
       choice_key(
+          "training.nonfinite",
+          [](TrainConfig& c) { return &c.training.nonfinite; },
+          {"skip", "stop"},
+          "a NaN/Inf loss or gradient (any rank): skip the window's update, "
+          "or stop with the last checkpoint as the resume point (fp16 runs "
+          "use the loss scaler's skip)"),
+      int_key(
+          "training.max_nonfinite_skips",
+          [](TrainConfig& c) { return &c.training.max_nonfinite_skips; },
+          0,
+          1e9,
+          "skip: stop after this many non-finite windows in a row"),
+      choice_key(
           "training.gradient_checkpointing",
           [](TrainConfig& c) { return &c.training.gradient_checkpointing; },
           {"off", "all", "auto"},

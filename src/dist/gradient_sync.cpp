@@ -43,6 +43,24 @@ GradientSync::GradientSync(
   close(num_extras_);  // the last bucket (possibly only extras)
 }
 
+bool GradientSync::all_finite() const {
+  // Without allocating: a mask the size of the gradient (isfinite) or a
+  // float64 copy (sum with a dtype) would raise the step's peak memory.
+  for (const auto& b : buckets_) {
+    if (b.flat.is_cpu()) {
+      const float* p = b.flat.data_ptr<float>();
+      const int64_t n = b.flat.numel();
+      for (int64_t i = 0; i < n; ++i) {
+        if (!std::isfinite(p[i]))
+          return false;
+      }
+    } else if (!torch::isfinite(b.flat).all().item<bool>()) {
+      return false;
+    }
+  }
+  return true;
+}
+
 int64_t GradientSync::bytes_per_sync() const {
   int64_t bytes = 0;
   for (const auto& b : buckets_)

@@ -29,6 +29,7 @@
 #include "memtrain/train/loss_scaler.h"
 #include "memtrain/train/metrics.h"
 #include "memtrain/train/progress.h"
+#include "memtrain/train/stop_request.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/error.h"
 
@@ -60,7 +61,9 @@ namespace memtrain {
 
 namespace {
 
-constexpr int64_t kExtras = 2;  // [loss sum, sample count] in the last bucket
+// Carried in the last gradient bucket: [loss sum, sample count, stop
+// requests]. See Note [All-reduce only at the accumulation boundary].
+constexpr int64_t kExtras = 3;
 
 using Clock = std::chrono::steady_clock;
 
@@ -111,6 +114,8 @@ struct Trainer::Impl {
   int64_t start_step = 0;
   int64_t start_epoch = 0;
   int64_t start_window = 0;
+  int64_t nonfinite_in_a_row = 0;
+  int64_t nonfinite_skips = 0;
   double start_epoch_loss = 0.0;  // loss sum of the start epoch's done part
 
   Impl(const TrainConfig& c, Communicator& comm_, Options o)
@@ -503,16 +508,22 @@ WindowResult Trainer::Impl::run_window(const WindowPlan& wp) {
 
   // 2. Boundary: one bucketed all-reduce of gradient + [loss sum, samples].
   std::vector<float> extras = {
-      static_cast<float>(loss_sum), static_cast<float>(wp.rank_indices.size())};
+      static_cast<float>(loss_sum),
+      static_cast<float>(wp.rank_indices.size()),
+      stop_signal() != 0 ? 1.0f : 0.0f};
   grad_sync->sync(extras);
+  r.stop_requested = extras[2] > 0;  // the same verdict on every rank
   r.loss = extras[0] / extras[1];
   MT_INTERNAL_ASSERT(
       static_cast<int64_t>(extras[1]) == wp.global_samples,
       "ranks disagree on the window's samples");
 
-  // 3. Update (unless fp16 gradients overflowed), then drop the gradients.
+  // 3. Update, unless a loss or gradient is inf/NaN (fp16: the scaler's
+  //    check), then drop the gradients.
   r.loss_scale = scaler->scale();
-  const bool finite = scaler->unscale_and_check(params);
+  const bool finite = scaler->enabled()
+                          ? scaler->unscale_and_check(params)
+                          : std::isfinite(extras[0]) && grad_sync->all_finite();
   if (finite) {
     if (cfg.training.grad_clip_norm > 0) {
       torch::nn::utils::clip_grad_norm_(params, cfg.training.grad_clip_norm);
@@ -521,6 +532,27 @@ WindowResult Trainer::Impl::run_window(const WindowPlan& wp) {
   }
   r.skipped = !finite;
   scaler->update(finite);
+  nonfinite_in_a_row = finite ? 0 : nonfinite_in_a_row + 1;
+  if (!scaler->enabled() && !finite) {
+    ++nonfinite_skips;
+    MT_CHECK(
+        cfg.training.nonfinite == "skip" &&
+            nonfinite_in_a_row <= cfg.training.max_nonfinite_skips,
+        "non-finite loss or gradient (NaN/Inf) in epoch ",
+        wp.epoch + 1,
+        ", window ",
+        wp.window + 1,
+        " (",
+        nonfinite_in_a_row,
+        " window(s) in a row; training.nonfinite=",
+        cfg.training.nonfinite,
+        ", max_nonfinite_skips=",
+        cfg.training.max_nonfinite_skips,
+        "). The parameters were not updated; the last checkpoint in ",
+        cfg.output.dir,
+        "/checkpoints is the resume point. Check the data "
+        "for NaN/Inf values and the learning rate.");
+  }
   compat::zero_grad_to_none(*optimizer);
 
   if (cfg.memory.test_leak_kib_per_window > 0) {
@@ -675,10 +707,10 @@ nlohmann::json Trainer::Impl::window_record(const WindowResult& r) const {
       {"oom_retries", r.oom_retries},
       {"cache_releases", r.cache_releases},
       {"cache_release_s", s.cache_release_seconds}};
-  if (scaler->enabled()) {
+  j["skipped_steps"] =
+      scaler->enabled() ? scaler->skipped_steps() : nonfinite_skips;
+  if (scaler->enabled())
     j["loss_scale"] = r.loss_scale;
-    j["skipped_steps"] = scaler->skipped_steps();
-  }
   return j;
 }
 
@@ -964,11 +996,28 @@ TrainSummary Trainer::run() {
       }
       // At the accumulation boundary, between windows of the epoch; the
       // epoch's last window is followed by the epoch-end checkpoint.
+      if (summary.window_results.back().stop_requested) {
+        // Every rank saw the request in the same all-reduce: checkpoint
+        // here and stop. See stop_request.h.
+        summary.stopped = true;
+        ++w;
+        break;
+      }
       if (every > 0 && step % every == 0 && w + 1 < wpe && step < total)
         m.save_checkpoint_at(step, epoch, (w + 1) * batch, epoch_loss);
     }
-    if (w < wpe) {  // stopped by max_windows inside the epoch
-      m.save_checkpoint_at(step, epoch, w * batch, epoch_loss);
+    if (w < wpe || summary.stopped) {  // stopped inside the epoch
+      if (w == wpe)
+        m.save_checkpoint_at(step, epoch + 1, 0, 0.0);
+      else
+        m.save_checkpoint_at(step, epoch, w * batch, epoch_loss);
+      m.progress->line(
+          summary.stopped ? "stop requested (SIGTERM, SIGUSR1 or SIGINT on a "
+                            "rank): checkpoint written at step " +
+                                std::to_string(step)
+                          : "stopped after training.max_windows=" +
+                                std::to_string(m.cfg.training.max_windows) +
+                                " windows; checkpoint written");
       break;
     }
 

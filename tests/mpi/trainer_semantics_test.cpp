@@ -123,7 +123,7 @@ TEST(TrainerSemantics, OneAllReducePerWindowWhateverTheAccumulation) {
       numel += p.numel();
     for (const auto& win : r.summary.window_results) {
       EXPECT_EQ(win.allreduce_calls, 1);
-      EXPECT_EQ(win.allreduce_bytes, (numel + 2) * 4);
+      EXPECT_EQ(win.allreduce_bytes, (numel + 3) * 4);
       EXPECT_EQ(win.micro_steps, k);
       bytes.push_back(win.allreduce_bytes);
     }

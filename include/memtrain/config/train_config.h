@@ -41,6 +41,8 @@ struct TrainingConfig {
   int64_t effective_batch_size = 0;  // 0: ranks x accumulation x micro
   int64_t checkpoint_every = 0;      // windows between checkpoints (0: epochs)
   int64_t keep_checkpoints = 2;      // newest checkpoints kept
+  std::string nonfinite = "skip";    // skip | stop (non-fp16 runs)
+  int64_t max_nonfinite_skips = 10;  // consecutive skips before stopping
   std::string gradient_checkpointing = "off";  // off | all | auto
   std::string amp = "off";                     // off | fp16 | bf16
   double amp_init_scale = 65536.0;             // fp16 loss scale to start from

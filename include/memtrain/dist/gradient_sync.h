@@ -41,6 +41,11 @@ class GradientSync {
   // trainer.cpp).
   void sync(std::vector<float>& extras);
 
+  // After sync(): true when every summed gradient is finite. Identical on
+  // every rank (the sums are), and an inf or NaN on any rank is one in the
+  // sum, so no further collective is needed to agree on it.
+  bool all_finite() const;
+
   int64_t num_buckets() const {
     return static_cast<int64_t>(buckets_.size());
   }

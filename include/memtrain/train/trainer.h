@@ -31,7 +31,8 @@ struct WindowResult {
   int64_t micro_batch = 0;     // this rank's micro-batch when the window ended
   int64_t oom_retries = 0;     // window replays after out-of-memory
   int64_t cache_releases = 0;  // cached-block releases so far in this run
-  bool skipped = false;        // non-finite fp16 gradients: no optimizer step
+  bool skipped = false;  // non-finite loss or gradients: no optimizer step
+  bool stop_requested = false;  // a rank got SIGTERM/SIGUSR1/SIGINT
   double loss_scale = 1.0;
   // Device memory (see memory/monitor.h).
   int64_t mem_allocated = 0;
@@ -54,6 +55,7 @@ struct TrainSummary {
   int64_t windows = 0;
   int64_t oom_retries = 0;
   int64_t skipped_steps = 0;
+  bool stopped = false;  // ended early on a stop request (checkpoint written)
   std::vector<std::string> leak_warnings;
   std::vector<WindowResult> window_results;
   std::vector<ValResult> validations;  // one per completed epoch with val

@@ -17,6 +17,8 @@ enum ExitCode : int {
   kExitOk = 0,
   kExitFailure = 1,  // runtime failure (a peer died, I/O failed, a bug)
   kExitUsage = 2,    // bad config, bad flag, bad input file
+  kExitStopped = 3,  // stopped by a signal after writing a checkpoint:
+                     // requeue and continue with --resume auto
 };
 
 class Error : public std::runtime_error {
