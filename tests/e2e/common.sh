@@ -7,6 +7,7 @@ PY=$3
 WORK=$4
 MAKE_BAD_H5=${5:-}
 TOOLS=$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools" && pwd)
+export TOOLS
 rm -rf "$WORK"
 mkdir -p "$WORK"
 cd "$WORK"

@@ -3,6 +3,7 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
@@ -56,6 +57,15 @@ void write_raw_h5(const std::string& path, const RawH5& spec) {
     throw std::runtime_error("cannot create " + path);
   if (!spec.features_shape.empty()) {
     std::vector<float> v(count(spec.features_shape), 0.5f);
+    // A learnable signal: feature 0 carries the label.
+    const size_t width =
+        spec.features_shape.size() > 1 ? spec.features_shape[1] : 1;
+    for (size_t i = 0; i < v.size() / width; ++i)
+      v[i * width] = float(i % 3);
+    if (spec.nan_row >= 0) {
+      for (size_t j = 0; j < width; ++j)
+        v[spec.nan_row * width + j] = NAN;
+    }
     std::vector<int32_t> iv(v.size(), 1);
     if (spec.features_as_int) {
       write(

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
     spec = {{64, 4}, {}, {64}, /*labels_as_float=*/true};
   } else if (!std::strcmp(c, "length-mismatch")) {
     spec = {{64, 4}, {}, {60}};
+  } else if (!std::strcmp(c, "nan")) {
+    spec = {{64, 4}, {}, {64}};
+    spec.nan_row = 5;  // one sample's features are NaN
   } else if (!std::strcmp(c, "empty")) {
     spec = {{0, 4}, {}, {0}};
   } else {
