@@ -109,7 +109,7 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
     return kExitOk;
   }
 
-  MpiCommunicator comm(MPI_COMM_WORLD);
+  MpiCommunicator comm(MPI_COMM_WORLD, cfg.dist.timeout_s);
   Trainer::Options options;
   options.progress = stdout;
   if (cfg.output.progress == "auto") {

@@ -358,6 +358,14 @@ const std::vector<Key>& keys() {
           "for tests only: keep this many KiB of device memory alive per "
           "window, to check the leak warning"),
       float_key(
+          "dist.timeout_s",
+          [](TrainConfig& c) { return &c.dist.timeout_s; },
+          0,
+          false,
+          1e7,
+          "seconds a collective may take before the job is ended, naming "
+          "the ranks that did not arrive (0: wait forever)"),
+      float_key(
           "dist.bucket_mib",
           [](TrainConfig& c) { return &c.dist.bucket_mib; },
           1.0 / 1024,

@@ -64,4 +64,31 @@ a, b = losses("full"), losses("sig")
 assert a == b, next((x, y) for x, y in zip(a, b) if x != y)
 print(f"SIGTERM + resume: {len(a)} window losses identical to the uninterrupted run")
 PYEOF
+# 3. A rank that hangs (SIGSTOP): after dist.timeout_s rank 0 names it and
+#    the job ends; a rank killed with SIGKILL: the job ends at once. Both
+#    leave a checkpoint that --resume auto continues from.
+T="$B --training.checkpoint_every=20 --dist.timeout_s=5"
+for how in STOP KILL; do
+  out=fault_$how
+  start=$SECONDS
+  timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train $T --output.dir=$out >$out.log 2>&1 &
+  job=$!
+  for _ in $(seq 600); do
+    [ -f $out/metrics.jsonl ] && [ "$(grep -c checkpoint $out/metrics.jsonl)" -ge 2 ] && break
+    sleep 0.1
+  done
+  kill -$how "$(pgrep -f "memtrain train $T --output.dir=$out" | tail -1)"
+  rc=0
+  wait $job || rc=$?
+  took=$((SECONDS - start))
+  [ "$rc" != 0 ] && [ "$rc" != 124 ] || { cat $out.log; fail "SIG$how: exit $rc"; }
+  [ "$took" -lt 60 ] || fail "SIG$how: the job took ${took}s to end"
+  if [ $how = STOP ]; then
+    grep -q "rank(s) 1 did not arrive" $out.log || { cat $out.log; fail "hung rank not named"; }
+  fi
+  mpi -np 2 "$MEMTRAIN" train $T --output.dir=$out --resume=auto >$out.resume.log 2>&1 ||
+    { cat $out.resume.log; fail "resume after SIG$how"; }
+  grep -q "resumed from" $out.resume.log || fail "SIG$how: did not resume"
+  echo "SIG$how: job ended with exit $rc after ${took}s; --resume auto finished"
+done
 echo "e2e faults: ok"

@@ -61,7 +61,8 @@ struct MemoryConfig {
 };
 
 struct DistConfig {
-  double bucket_mib = 25.0;              // gradient bucket size
+  double timeout_s = 600.0;  // a collective taking longer ends the job
+  double bucket_mib = 25.0;  // gradient bucket size
   std::string check_replicas = "epoch";  // off | epoch | window
 };
 

@@ -14,7 +14,9 @@ class MpiCommunicator final : public Communicator {
   // Uses (does not own or free) `comm`; MPI_COMM_WORLD for the job,
   // MPI_COMM_SELF for a world of one inside one process (tests). Errors from
   // MPI are raised as memtrain::Error with MPI's message and this rank.
-  explicit MpiCommunicator(MPI_Comm comm);
+  // `timeout_s` > 0: a collective that has not completed after that many
+  // seconds ends the job (see Note [Collective timeouts]); 0 waits forever.
+  explicit MpiCommunicator(MPI_Comm comm, double timeout_s = 0.0);
 
   int rank() const override {
     return rank_;
@@ -30,7 +32,13 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
 
  private:
+  // Waits for `request` (a non-blocking collective), within the timeout.
+  void wait(MPI_Request* request, const char* what);
+  [[noreturn]] void timed_out(const char* what);
+
   MPI_Comm comm_;
+  double timeout_s_ = 0.0;
+  int64_t sequence_ = 0;  // collectives so far, the same on every rank
   int rank_ = 0;
   int size_ = 1;
 };
