@@ -1,18 +1,23 @@
 #include <torch/torch.h>
+#include <torch/version.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <memory>
 #include <sstream>
 
 #include "commands.h"
+#include "memtrain/data/h5_dataset.h"
 #include "memtrain/dist/environment.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/stop_request.h"
 #include "memtrain/train/trainer.h"
+#include "memtrain/util/atomic_file.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/rank_log.h"
 
 namespace memtrain::cli {
 
@@ -86,6 +91,41 @@ bool agreed(const Environment& env, const char* what, F&& step) {
   return false;
 }
 
+// environment.json (rank 0): where and with what this run ran.
+void write_environment(const Environment& env, const TrainConfig& cfg) {
+  nlohmann::json me = {
+      {"rank", env.rank()},
+      {"host", env.hostname()},
+      {"pid", static_cast<int64_t>(::getpid())},
+      {"local_rank", env.local_rank()},
+      {"local_size", env.local_size()},
+      {"device", "cpu"},
+      {"threads", torch::get_num_threads()}};
+  const auto all = env.all_gather(me.dump());
+  if (env.rank() != 0)
+    return;
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(mpi, &len);
+  std::string mpi_version(mpi, static_cast<size_t>(len));
+  mpi_version = mpi_version.substr(0, mpi_version.find_first_of(",\n"));
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& r : all)
+    ranks.push_back(nlohmann::json::parse(r));
+  const nlohmann::json j = {
+      {"memtrain", "0.1.0"},
+      {"world_size", env.world_size()},
+      {"launcher", env.local_rank_source()},
+      {"ranks", ranks},
+      {"cuda_build", static_cast<bool>(MEMTRAIN_CUDA)},
+      {"libraries",
+       {{"libtorch", TORCH_VERSION},
+        {"mpi", mpi_version},
+        {"hdf5", hdf5_library_version()},
+        {"compiler", __VERSION__}}}};
+  write_file_atomically(cfg.output.dir + "/environment.json", j.dump(2) + "\n");
+}
+
 }  // namespace
 
 int run_train(const TrainArgs& args, int* argc, char*** argv) {
@@ -109,6 +149,33 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
     return kExitOk;
   }
 
+  // Every rank logs to output.dir/rank-N.log.
+  if (!agreed(env, "output.dir", [&] {
+        make_directories(cfg.output.dir);
+        open_rank_log(
+            cfg.output.dir + "/rank-" + std::to_string(env.rank()) + ".log");
+      })) {
+    return kExitUsage;
+  }
+  log_event(detail::concat(
+      "start: rank ",
+      env.rank(),
+      "/",
+      env.world_size(),
+      " on ",
+      env.hostname(),
+      ", pid ",
+      ::getpid(),
+      ", local rank ",
+      env.local_rank(),
+      "/",
+      env.local_size(),
+      " (",
+      env.local_rank_source(),
+      "), device cpu, ",
+      torch::get_num_threads(),
+      " threads, config ",
+      args.config.empty() ? "(built-in)" : args.config));
   MpiCommunicator comm(MPI_COMM_WORLD, cfg.dist.timeout_s);
   Trainer::Options options;
   options.progress = stdout;
@@ -134,6 +201,10 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
     return kExitUsage;
   }
 
+  log_event("plan: " + trainer->describe());
+  if (!resumed.empty())
+    log_event(resumed);
+  write_environment(env, cfg);
   // The launch banner, once: world, each rank's device, config, plan.
   std::ostringstream me;
   me << "rank " << env.rank() << ": host " << env.hostname() << ", local rank "
@@ -163,6 +234,7 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
     summary = trainer->run();
   } catch (const std::exception& e) {
     // Peers may be inside a collective: end the whole job now.
+    log_event(std::string("error: ") + e.what());
     std::fprintf(
         stderr,
         "memtrain: [rank %d, %s] error: %s\n",
@@ -180,6 +252,7 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
           cfg.output.dir.c_str(),
           static_cast<int>(kExitStopped));
     }
+    log_event("stopped on a stop request; checkpoint written");
     return kExitStopped;
   }
   if (env.rank() == 0) {
@@ -188,6 +261,7 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
         cfg.output.dir.c_str(),
         cfg.output.dir.c_str());
   }
+  log_event(detail::concat("done: ", summary.windows, " windows"));
   return kExitOk;
 }
 

@@ -14,6 +14,13 @@ const char* to_string(SampleKind kind) {
   return kind == SampleKind::kFeatures ? "features" : "images";
 }
 
+std::string hdf5_library_version() {
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  return std::to_string(major) + "." + std::to_string(minor) + "." +
+         std::to_string(release);
+}
+
 int64_t DatasetInfo::sample_numel() const {
   return std::accumulate(
       sample_shape.begin(),

@@ -32,6 +32,7 @@
 #include "memtrain/train/stop_request.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/rank_log.h"
 
 namespace memtrain {
 
@@ -492,16 +493,19 @@ WindowResult Trainer::Impl::run_window(const WindowPlan& wp) {
       const int64_t in_use = std::min<int64_t>(
           micro, std::max<int64_t>(1, wp.rank_indices.size()));
       const int64_t smaller = std::max<int64_t>(1, in_use / 2);
-      std::fprintf(
-          stderr,
-          "memtrain: [rank %d] out of device memory at micro-batch "
-          "%ld (epoch %ld, window %ld); replaying the window at "
-          "micro-batch %ld\n",
-          comm.rank(),
-          static_cast<long>(micro),
-          static_cast<long>(wp.epoch + 1),
-          static_cast<long>(wp.window + 1),
-          static_cast<long>(smaller));
+      log_event(
+          detail::concat(
+              "[rank ",
+              comm.rank(),
+              "] out of device memory at micro-batch ",
+              micro,
+              " (epoch ",
+              wp.epoch + 1,
+              ", window ",
+              wp.window + 1,
+              "); replaying the window at micro-batch ",
+              smaller),
+          /*echo=*/true);
       micro = smaller;
     }
   }
@@ -533,6 +537,14 @@ WindowResult Trainer::Impl::run_window(const WindowPlan& wp) {
   r.skipped = !finite;
   scaler->update(finite);
   nonfinite_in_a_row = finite ? 0 : nonfinite_in_a_row + 1;
+  if (!finite) {
+    log_event(detail::concat(
+        "non-finite loss or gradient in epoch ",
+        wp.epoch + 1,
+        ", window ",
+        wp.window + 1,
+        ": update skipped"));
+  }
   if (!scaler->enabled() && !finite) {
     ++nonfinite_skips;
     MT_CHECK(
@@ -647,12 +659,14 @@ ValResult Trainer::Impl::validate() {
           budget.spec);
       val_micro = std::max<int64_t>(1, val_micro / 2);
       ++retries;
-      std::fprintf(
-          stderr,
-          "memtrain: [rank %d] out of device memory in validation; "
-          "validation batch now %ld\n",
-          comm.rank(),
-          static_cast<long>(val_micro));
+      log_event(
+          detail::concat(
+              "[rank ",
+              comm.rank(),
+              "] out of device memory in validation; "
+              "validation batch now ",
+              val_micro),
+          /*echo=*/true);
     }
   }
   model->train();
@@ -755,6 +769,7 @@ void Trainer::Impl::save_checkpoint_at(
   const std::string path = checkpoint_path(cfg.output.dir, step);
   save_checkpoint(path, c);
   prune_checkpoints(cfg.output.dir, cfg.training.keep_checkpoints);
+  log_event("checkpoint written: " + path);
   metrics->write(
       {{"type", "checkpoint"},
        {"step", step},

@@ -16,6 +16,9 @@ enum class SampleKind { kFeatures, kImages };
 
 const char* to_string(SampleKind kind);
 
+// "1.10.8": the HDF5 library this build runs with.
+std::string hdf5_library_version();
+
 struct DatasetInfo {
   std::string path;
   SampleKind kind = SampleKind::kFeatures;

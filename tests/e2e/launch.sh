@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The launch scripts, as far as a machine without SLURM allows: syntax,
+# argument checks, the refusal outside SLURM, the requeue branch of
+# train.sbatch (stub srun and scontrol on the PATH), and real training
+# through both sbatch scripts with a stub srun that runs the command as one
+# process.
+source "$(dirname "$0")/common.sh"
+ROOT=$(cd "$TOOLS/../.." && pwd)
+export MEMTRAIN_HOME=$ROOT MEMTRAIN_BIN=$MEMTRAIN
+
+for s in "$ROOT"/launch/*.sh "$ROOT"/launch/slurm/*.sbatch; do
+  bash -n "$s" || fail "syntax: $s"
+done
+
+expect_rc() {  # WANT COMMAND...
+  local want=$1 rc=0
+  shift
+  "$@" >out.txt 2>err.txt || rc=$?
+  [ "$rc" = "$want" ] || { cat out.txt err.txt; fail "$*: exit $rc, want $want"; }
+}
+expect_rc 2 bash "$ROOT/launch/run.sh" -np 0
+expect_rc 2 env MEMTRAIN_BIN=/nonexistent bash "$ROOT/launch/run.sh" -np 1
+expect_rc 2 env -u SLURM_JOB_ID bash "$ROOT/launch/slurm/train.sbatch" cfg.yaml
+grep -q "not inside a SLURM job" err.txt || fail "no refusal message"
+expect_rc 2 env -u SLURM_JOB_ID bash "$ROOT/launch/slurm/scaling.sbatch" cfg.yaml
+expect_rc 2 env SLURM_JOB_ID=12345 bash "$ROOT/launch/slurm/train.sbatch"
+expect_rc 2 env SLURM_JOB_ID=12345 bash "$ROOT/launch/slurm/train.sbatch" missing.yaml
+grep -q "config 'missing.yaml' not found" err.txt || fail "no config message"
+
+# Stubs: srun exits with $STUB_RC, or with "exec" runs the command itself.
+mkdir -p stubs
+cat >stubs/srun <<'STUB'
+#!/usr/bin/env bash
+echo "srun $*" >>"$STUB_LOG"
+[ "$STUB_RC" = exec ] || exit "$STUB_RC"
+while [ $# -gt 0 ] && [[ "$1" == -* ]]; do shift; done
+exec "$@"
+STUB
+cat >stubs/scontrol <<'STUB'
+#!/usr/bin/env bash
+echo "scontrol $*" >>"$STUB_LOG"
+STUB
+chmod +x stubs/*
+export PATH="$PWD/stubs:$PATH" STUB_LOG="$PWD/stub.log" SLURM_JOB_ID=12345
+
+"$MEMTRAIN" make-data --kind features --out train.h5 --samples 256 >/dev/null
+cat >cfg.yaml <<'YAML'
+data:
+  train: train.h5
+  val: ""
+training:
+  epochs: 1
+output:
+  dir: slurm_out
+YAML
+for case in "3 0 requeue" "0 0 -" "1 1 -"; do
+  set -- $case
+  : >stub.log
+  expect_rc "$2" env STUB_RC="$1" bash "$ROOT/launch/slurm/train.sbatch" cfg.yaml --training.lr=0.1
+  grep -q -- "--mpi=pmix .* train --config cfg.yaml --resume auto --training.lr=0.1" stub.log || { cat stub.log; fail "srun args"; }
+  if [ "$3" = requeue ]; then
+    grep -q "^scontrol requeue 12345$" stub.log || { cat stub.log; fail "no requeue"; }
+  else
+    ! grep -q scontrol stub.log || fail "requeued on status $1"
+  fi
+done
+echo "train.sbatch: status 3 requeues job 12345; 0 and 1 do not"
+
+STUB_RC=exec expect_rc 0 bash "$ROOT/launch/slurm/train.sbatch" cfg.yaml
+[ -f slurm_out/model.safetensors ] || fail "train.sbatch did not train"
+STUB_RC=exec SLURM_NNODES=2 SLURM_NTASKS_PER_NODE=1 MEMTRAIN_SCALING_DIR=scaling \
+  expect_rc 0 bash "$ROOT/launch/slurm/scaling.sbatch" cfg.yaml 5
+[ "$(wc -l <scaling/scaling.csv)" = 3 ] || { cat scaling/scaling.csv; fail "scaling.csv"; }
+grep -q "^2,2," scaling/scaling.csv || fail "no 2-node row"
+echo "scaling.sbatch: $(tr '\n' ' ' <scaling/scaling.csv)"
+echo "e2e launch: ok"
