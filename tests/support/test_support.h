@@ -35,7 +35,7 @@ struct RawH5 {
   bool features_as_int = false;          // /features stored as int32
   std::vector<int64_t> label_values;     // default: i % 3
   int64_t num_classes_attr = -1;         // -1: no attribute
-  int64_t nan_row = -1;  // >= 0: that row of /features is NaN
+  int64_t nan_row = -1;                  // >= 0: that row of /features is NaN
 };
 void write_raw_h5(const std::string& path, const RawH5& spec);
 
