@@ -47,7 +47,7 @@ for _ in $(seq 600); do
   [ -f sig/metrics.jsonl ] && [ "$(wc -l <sig/metrics.jsonl)" -ge 100 ] && break
   sleep 0.1
 done
-rank=$(pgrep -f "memtrain train $B --output.dir=sig" | tail -1)
+rank=$(pgrep -f "^$MEMTRAIN train $B --output.dir=sig" | tail -1)
 kill -TERM "$rank"
 rc=0
 wait $job || rc=$?
@@ -77,7 +77,7 @@ for how in STOP KILL; do
     [ -f $out/metrics.jsonl ] && [ "$(grep -c checkpoint $out/metrics.jsonl)" -ge 2 ] && break
     sleep 0.1
   done
-  kill -$how "$(pgrep -f "memtrain train $T --output.dir=$out" | tail -1)"
+  kill -$how "$(pgrep -f "^$MEMTRAIN train $T --output.dir=$out" | tail -1)"
   rc=0
   wait $job || rc=$?
   took=$((SECONDS - start))
