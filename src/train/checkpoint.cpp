@@ -101,6 +101,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
        {"loss_scale", scale},
        {"scaler_good_steps", std::to_string(s.scaler_good_steps)},
        {"scaler_skipped", std::to_string(s.scaler_skipped)},
+       {"nonfinite_in_a_row", std::to_string(s.nonfinite_in_a_row)},
        {"config", s.config_yaml}});
 }
 
@@ -140,6 +141,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   s.effective_batch = num("effective_batch");
   s.scaler_good_steps = num("scaler_good_steps");
   s.scaler_skipped = num("scaler_skipped");
+  s.nonfinite_in_a_row = std::atoll(meta["nonfinite_in_a_row"].c_str());
   s.loss_scale = std::atof(meta["loss_scale"].c_str());
   s.epoch_loss_sum = std::strtod(meta["epoch_loss_sum"].c_str(), nullptr);
   s.model = meta["model"];
@@ -190,10 +192,12 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   return out;
 }
 
-void prune_checkpoints(const std::string& output_dir, int64_t keep) {
-  const auto all = list_checkpoints(output_dir);
-  for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
-    std::remove(all[i].c_str());
+void prune_checkpoints(
+    const std::string& output_dir, int64_t keep, int64_t current_step) {
+  int64_t kept = 0;
+  for (const auto& path : list_checkpoints(output_dir)) {  // newest first
+    if (step_of(path) > current_step || ++kept > keep)
+      std::remove(path.c_str());
   }
 }
 

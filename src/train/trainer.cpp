@@ -753,7 +753,9 @@ void Trainer::Impl::save_checkpoint_at(
   st.config_yaml = cfg.to_yaml();
   st.loss_scale = scaler->scale();
   st.scaler_good_steps = scaler->good_steps();
-  st.scaler_skipped = scaler->skipped_steps();
+  st.scaler_skipped =
+      scaler->enabled() ? scaler->skipped_steps() : nonfinite_skips;
+  st.nonfinite_in_a_row = nonfinite_in_a_row;
   for (const auto& item : model->named_parameters()) {
     c.params.emplace_back(item.key(), item.value().detach());
   }
@@ -768,7 +770,7 @@ void Trainer::Impl::save_checkpoint_at(
   make_directories(cfg.output.dir + "/checkpoints");
   const std::string path = checkpoint_path(cfg.output.dir, step);
   save_checkpoint(path, c);
-  prune_checkpoints(cfg.output.dir, cfg.training.keep_checkpoints);
+  prune_checkpoints(cfg.output.dir, cfg.training.keep_checkpoints, step);
   log_event("checkpoint written: " + path);
   metrics->write(
       {{"type", "checkpoint"},
@@ -917,6 +919,9 @@ std::string Trainer::resume(const std::string& spec) {
     }
   }
   m.scaler->restore(s.loss_scale, s.scaler_good_steps, s.scaler_skipped);
+  if (!m.scaler->enabled())
+    m.nonfinite_skips = s.scaler_skipped;
+  m.nonfinite_in_a_row = s.nonfinite_in_a_row;
   std::string note;
   if (s.world_size == m.comm.size() &&
       static_cast<int64_t>(ck->rng.size()) == s.world_size) {
@@ -944,6 +949,23 @@ TrainSummary Trainer::run() {
   // Everything from here on that is not explicitly host memory is device
   // memory: activations, gradients, optimizer state, batches.
   memory::DeviceScope device;
+  // Every rank must continue from the same position: each resumed by
+  // itself (from a shared output.dir), so check that they agree.
+  {
+    auto pos = torch::tensor(
+        {m.start_step, -m.start_step, m.start_window, -m.start_window},
+        torch::kInt64);
+    m.comm.all_reduce(pos, ReduceOp::kMax);
+    MT_CHECK(
+        pos[0].item<int64_t>() == -pos[1].item<int64_t>() &&
+            pos[2].item<int64_t>() == -pos[3].item<int64_t>(),
+        "ranks resumed from different checkpoints (steps ",
+        -pos[1].item<int64_t>(),
+        " to ",
+        pos[0].item<int64_t>(),
+        "): every rank must see the same output.dir/checkpoints; pass one "
+        "checkpoint file to --resume");
+  }
   // Start every replica from rank 0's parameters (they are equal by seed;
   // this makes it so whatever the nodes' LibTorch builds draw).
   {
@@ -1013,26 +1035,28 @@ TrainSummary Trainer::run() {
       // epoch's last window is followed by the epoch-end checkpoint.
       if (summary.window_results.back().stop_requested) {
         // Every rank saw the request in the same all-reduce: checkpoint
-        // here and stop. See stop_request.h.
+        // and stop. On the epoch's last window the epoch's end (record,
+        // validation, checks, its checkpoint) comes first. See
+        // stop_request.h.
         summary.stopped = true;
-        ++w;
-        break;
+        if (w + 1 < wpe) {
+          ++w;
+          break;
+        }
       }
       if (every > 0 && step % every == 0 && w + 1 < wpe && step < total)
         m.save_checkpoint_at(step, epoch, (w + 1) * batch, epoch_loss);
     }
-    if (w < wpe || summary.stopped) {  // stopped inside the epoch
-      if (w == wpe)
-        m.save_checkpoint_at(step, epoch + 1, 0, 0.0);
-      else
-        m.save_checkpoint_at(step, epoch, w * batch, epoch_loss);
+    if (w < wpe) {  // stopped inside the epoch
+      m.save_checkpoint_at(step, epoch, w * batch, epoch_loss);
       m.progress->line(
-          summary.stopped ? "stop requested (SIGTERM, SIGUSR1 or SIGINT on a "
-                            "rank): checkpoint written at step " +
-                                std::to_string(step)
-                          : "stopped after training.max_windows=" +
-                                std::to_string(m.cfg.training.max_windows) +
-                                " windows; checkpoint written");
+          summary.stopped
+              ? "stop requested (SIGTERM, SIGUSR1 or SIGINT on a rank): "
+                "checkpoint written at step " +
+                    std::to_string(step)
+              : "stopped after training.max_windows=" +
+                    std::to_string(m.cfg.training.max_windows) +
+                    " windows; checkpoint written");
       break;
     }
 
@@ -1083,6 +1107,13 @@ TrainSummary Trainer::run() {
     m.metrics->write(rec);
     m.progress->line(line.str());
     m.save_checkpoint_at(step, epoch + 1, 0, 0.0);
+    if (summary.stopped) {
+      m.progress->line(
+          "stop requested (SIGTERM, SIGUSR1 or SIGINT on a rank): checkpoint "
+          "written at step " +
+          std::to_string(step));
+      break;
+    }
     if (memory::accounting_installed()) {
       std::ostringstream mem;
       mem << "  memory: peak " << format_bytes(double(m.monitor.epoch_peak()));
@@ -1119,7 +1150,7 @@ TrainSummary Trainer::run() {
         {{"format", "pt"},
          {"producer", "memtrain"},
          {"model", m.cfg.model.name},
-         {"windows", std::to_string(summary.windows)}});
+         {"windows", std::to_string(step)}});
     write_file_atomically(
         m.cfg.output.dir + "/memory_plan.json", m.plan_json().dump(2) + "\n");
   }

@@ -41,6 +41,11 @@ grep -q "checkpoint '$newest' cannot be read" bad.log || { cat bad.log; fail "no
 mpi -np 2 "$MEMTRAIN" train $A --output.dir=part --resume=auto >auto.log 2>&1 || { cat auto.log; fail auto; }
 grep -q "resumed from $older" auto.log || { cat auto.log; fail "older checkpoint not used"; }
 grep -q "skipped: checkpoint '$newest'" auto.log || fail "skip not reported"
+# The resumed run wrote its own checkpoint of that step over the truncated
+# one: the next --resume auto takes it, skipping nothing.
+mpi -np 2 "$MEMTRAIN" train $A --output.dir=part --resume=auto >auto2.log 2>&1 || { cat auto2.log; fail "auto after prune"; }
+grep -q "resumed from $newest" auto2.log || { cat auto2.log; fail "the rewritten checkpoint was not used"; }
+! grep -q "skipped:" auto2.log || fail "a checkpoint is still invalid"
 
 # Another model: refused, exit 2, output.dir untouched.
 before=$(cd part && find . -type f ! -name 'rank-*.log' -exec md5sum {} + | sort)

@@ -5,11 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "memtrain/train/checkpoint.h"
+#include "memtrain/train/stop_request.h"
 #include "memtrain/util/error.h"
 #include "mpi_support.h"
 
@@ -168,6 +170,61 @@ TEST(Checkpoint, CorruptAndForeignCheckpointsAreRefused) {
   // Nothing was overwritten by the refusals.
   EXPECT_EQ(slurp(c.output.dir + "/metrics.jsonl"), metrics_before);
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
+}  // namespace memtrain
+
+namespace memtrain {
+namespace {
+
+// A stop request that lands on an epoch's last window: the epoch's end
+// (record, validation, its checkpoint) still happens, and the resumed run
+// completes the uninterrupted one exactly.
+TEST(Checkpoint, StopOnAnEpochsLastWindowKeepsTheEpochEnd) {
+  SharedDir dir("stop_last");
+  make_features(dir, "train.h5", 96);
+  make_features(dir, "val.h5", 32);
+  TrainConfig full = ckpt_config(dir, "full");
+  full.data.val = dir.file("val.h5");
+  full.training.effective_batch_size = 96;  // one window per epoch
+  full.data.batch_size = 96;
+  const RunResult a = train_out(full, MPI_COMM_WORLD).run;
+
+  TrainConfig part = full;
+  part.output.dir = dir.file("part");
+  request_stop(SIGTERM);  // seen at the first window's boundary
+  const RunResult first = train_out(part, MPI_COMM_WORLD).run;
+  request_stop(0);
+  EXPECT_TRUE(first.summary.stopped);
+  EXPECT_EQ(first.summary.windows, 1);
+  EXPECT_EQ(first.summary.validations.size(), 1u) << "epoch end skipped";
+  const Resumed second = train_out(part, MPI_COMM_WORLD, "auto");
+  EXPECT_EQ(
+      first.summary.validations.size() + second.run.summary.validations.size(),
+      a.summary.validations.size());
+  EXPECT_EQ(
+      second.run.summary.validations.back().loss,
+      a.summary.validations.back().loss);
+  EXPECT_EQ(max_abs_diff(second.run.params, a.params), 0.0);
+}
+
+// Pruning after writing step 4: later steps (another timeline) go, and of
+// the rest only the newest `keep` stay.
+TEST(Checkpoint, PruneKeepsNewestUpToTheCurrentStep) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0)
+    return;
+  test::TempDir dir("prune");
+  std::filesystem::create_directories(dir.file("checkpoints"));
+  for (int s = 1; s <= 6; ++s)
+    std::ofstream(checkpoint_path(dir.path(), s));
+  prune_checkpoints(dir.path(), 2, 4);
+  EXPECT_EQ(
+      list_checkpoints(dir.path()),
+      (std::vector<std::string>{
+          checkpoint_path(dir.path(), 4), checkpoint_path(dir.path(), 3)}));
 }
 
 }  // namespace

@@ -22,7 +22,8 @@ struct CheckpointState {
   std::string config_yaml;  // the resolved config
   double loss_scale = 1.0;
   int64_t scaler_good_steps = 0;
-  int64_t scaler_skipped = 0;
+  int64_t scaler_skipped = 0;  // skipped windows so far (fp16 or not)
+  int64_t nonfinite_in_a_row = 0;
 };
 
 struct Checkpoint {
@@ -46,7 +47,11 @@ std::string checkpoint_path(const std::string& output_dir, int64_t step);
 // Checkpoint files in DIR/checkpoints (or DIR itself), newest step first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 
-// Deletes all but the `keep` newest checkpoints in output_dir.
-void prune_checkpoints(const std::string& output_dir, int64_t keep);
+// After writing the checkpoint of `current_step`: deletes checkpoints of
+// later steps (left by a run that was resumed from an earlier one: another
+// timeline, which --resume auto must not pick), then all but the `keep`
+// newest of the rest.
+void prune_checkpoints(
+    const std::string& output_dir, int64_t keep, int64_t current_step);
 
 }  // namespace memtrain
