@@ -59,12 +59,10 @@ AutocastStateGuard::~AutocastStateGuard() {
   set_autocast_state(saved_);
 }
 
-AutocastGuard::AutocastGuard(bool enabled, bool cuda, c10::ScalarType dtype)
-    : enabled_(enabled) {
-  if (!enabled_)
+AutocastGuard::AutocastGuard(bool enabled, bool cuda, c10::ScalarType dtype) {
+  if (!enabled)
     return;
-  saved_ = autocast_state();
-  AutocastState s = saved_;
+  AutocastState s = autocast_state();
   if (cuda) {
     s.cuda_enabled = true;
     s.cuda_dtype = dtype;
@@ -72,16 +70,7 @@ AutocastGuard::AutocastGuard(bool enabled, bool cuda, c10::ScalarType dtype)
     s.cpu_enabled = true;
     s.cpu_dtype = dtype;
   }
-  set_autocast_state(s);
-  at::autocast::increment_nesting();
-}
-
-AutocastGuard::~AutocastGuard() {
-  if (!enabled_)
-    return;
-  if (at::autocast::decrement_nesting() == 0)
-    at::autocast::clear_cache();
-  set_autocast_state(saved_);
+  region_.emplace(s);
 }
 
 }  // namespace memtrain::compat

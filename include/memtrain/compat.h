@@ -7,6 +7,8 @@
 #include <c10/core/ScalarType.h>
 #include <torch/version.h>
 
+#include <optional>
+
 #define MEMTRAIN_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||           \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -60,13 +62,9 @@ class AutocastStateGuard {
 class AutocastGuard {
  public:
   AutocastGuard(bool enabled, bool cuda, c10::ScalarType dtype);
-  ~AutocastGuard();
-  AutocastGuard(const AutocastGuard&) = delete;
-  AutocastGuard& operator=(const AutocastGuard&) = delete;
 
  private:
-  bool enabled_;
-  AutocastState saved_;
+  std::optional<AutocastStateGuard> region_;
 };
 
 }  // namespace memtrain::compat

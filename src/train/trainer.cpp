@@ -126,6 +126,8 @@ struct Trainer::Impl {
   void build_model();
   std::unique_ptr<torch::optim::Optimizer> make_optimizer();
   Batch to_device(Batch b) const;
+  Batch load(BatchLoader& from, const std::vector<int64_t>& indices) const;
+  torch::Tensor forward(const torch::Tensor& x);
   double micro_step(const std::vector<int64_t>& indices, double weight);
   ProbeResult probe(int64_t micro_batch, int64_t segments);
   WindowResult run_window(const WindowPlan& plan);
@@ -266,27 +268,35 @@ Batch Trainer::Impl::to_device(Batch b) const {
   return {b.x.clone(), b.y.clone()};
 }
 
+// Reads on the host (host memory domain), then copies to the device.
+Batch Trainer::Impl::load(
+    BatchLoader& from, const std::vector<int64_t>& indices) const {
+  Batch host;
+  {
+    memory::HostScope host_scope;
+    host = from.load(indices);
+  }
+  return to_device(std::move(host));
+}
+
+// The model under autocast (training.amp); float32 logits.
+torch::Tensor Trainer::Impl::forward(const torch::Tensor& x) {
+  compat::AutocastGuard amp(
+      amp_on(),
+      /*cuda=*/false,
+      cfg.training.amp == "bf16" ? torch::kBFloat16 : torch::kHalf);
+  return model->forward(x).to(torch::kFloat32);
+}
+
 // One micro-step: read, forward (under autocast), backward of the weighted,
 // scaled loss. Returns the unweighted loss sum. Everything it creates (batch,
 // logits, loss, graph) is freed when it returns.
 double Trainer::Impl::micro_step(
     const std::vector<int64_t>& indices, double weight) {
-  Batch host;
-  {
-    memory::HostScope host_scope;
-    host = loader->load(indices);
-  }
-  const Batch batch = to_device(std::move(host));
-  torch::Tensor logits;
-  {
-    compat::AutocastGuard amp(
-        amp_on(),
-        /*cuda=*/false,
-        cfg.training.amp == "bf16" ? torch::kBFloat16 : torch::kHalf);
-    logits = model->forward(batch.x);
-  }
+  const Batch batch = load(*loader, indices);
+  const torch::Tensor logits = forward(batch.x);
   torch::Tensor loss = torch::nn::functional::cross_entropy(
-      logits.to(torch::kFloat32),
+      logits,
       batch.y,
       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
   // See Note [Window weighting].
@@ -622,20 +632,8 @@ ValResult Trainer::Impl::validate() {
       idx.push_back(i);
     }
     try {
-      Batch host;
-      {
-        memory::HostScope host_scope;
-        host = val_loader.load(idx);
-      }
-      const Batch b = to_device(std::move(host));
-      torch::Tensor logits;
-      {
-        compat::AutocastGuard amp(
-            amp_on(),
-            /*cuda=*/false,
-            cfg.training.amp == "bf16" ? torch::kBFloat16 : torch::kHalf);
-        logits = model->forward(b.x).to(torch::kFloat32);
-      }
+      const Batch b = load(val_loader, idx);
+      const torch::Tensor logits = forward(b.x);
       const double batch_loss =
           torch::nn::functional::cross_entropy(
               logits,
