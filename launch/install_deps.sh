@@ -10,6 +10,8 @@ packages=(
   libyaml-cpp-dev                            # YAML configs
   libcli11-dev                               # command line
   nlohmann-json3-dev                         # metrics.jsonl, safetensors header
+  libnifti2-dev                              # NIfTI-1 reading: convert-nifti
+  mricron-data                               # MNI templates: the brain dataset
   libgtest-dev                               # tests
   python3                                    # e2e checks (standard library only)
 )

@@ -18,11 +18,12 @@ void add_make_data(CLI::App& app) {
       "Write a synthetic HDF5 dataset with a learnable signal (fixed seed). "
       "Files made with the same --seed share one task; --split draws other "
       "samples of it (make train and val with --split train / --split val).");
-  cmd->add_option("--kind", spec.kind, "features or images")
-      ->check(CLI::IsMember({"features", "images"}))
+  cmd->add_option("--kind", spec.kind, "features, images or volumes")
+      ->check(CLI::IsMember({"features", "images", "volumes"}))
       ->capture_default_str();
   cmd->add_option("--out", out_path, "output file (.h5)")->required();
-  cmd->add_option("--samples", spec.samples, "number of samples")
+  cmd->add_option(
+         "--samples", spec.samples, "number of samples (volumes: volumes)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--classes", spec.classes, "number of classes")
@@ -31,17 +32,29 @@ void add_make_data(CLI::App& app) {
   cmd->add_option("--features", spec.features, "features: F")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--channels", spec.channels, "images: C")
+  cmd->add_option(
+         "--context", spec.context, "features: F2 of /context_features")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--depth", spec.depth, "volumes: D")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--height", spec.height, "images: H")
+  cmd->add_option(
+         "--chunk", spec.chunk, "volumes: chunk edge in voxels (0: contiguous)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--channels", spec.channels, "images, volumes: C")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--width", spec.width, "images: W")
+  cmd->add_option("--height", spec.height, "images, volumes: H")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--dtype", spec.dtype, "images: float32 or uint8")
-      ->check(CLI::IsMember({"float32", "uint8"}))
+  cmd->add_option("--width", spec.width, "images, volumes: W")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option(
+         "--dtype", spec.dtype, "images: float32, uint8; volumes: also int16")
+      ->check(CLI::IsMember({"float32", "uint8", "int16"}))
       ->capture_default_str();
   cmd->add_option("--noise", spec.noise, "noise standard deviation")
       ->check(CLI::NonNegativeNumber)

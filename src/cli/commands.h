@@ -26,4 +26,7 @@ int run_make_data();
 void add_inspect(CLI::App& app);
 int run_inspect();
 
+void add_convert_nifti(CLI::App& app);
+int run_convert_nifti();
+
 }  // namespace memtrain::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   memtrain::cli::add_train(app, train_args);
   memtrain::cli::add_make_data(app);
   memtrain::cli::add_inspect(app);
+  memtrain::cli::add_convert_nifti(app);
 
   try {
     app.parse(argc, argv);
@@ -34,6 +35,8 @@ int main(int argc, char** argv) {
       return memtrain::cli::run_make_data();
     if (app.got_subcommand("inspect"))
       return memtrain::cli::run_inspect();
+    if (app.got_subcommand("convert-nifti"))
+      return memtrain::cli::run_convert_nifti();
   } catch (const memtrain::Error& e) {
     std::fprintf(stderr, "memtrain: error: %s\n", e.what());
     return memtrain::kExitUsage;

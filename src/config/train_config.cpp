@@ -19,7 +19,7 @@ namespace {
 // where it lives in a TrainConfig. The table below is the single source of
 // truth for parsing, defaults, `--help` and the resolved YAML.
 struct Key {
-  enum class Type { kInt, kFloat, kBool, kString, kChoice };
+  enum class Type { kInt, kFloat, kBool, kString, kChoice, kInt3 };
   std::string name;
   Type type = Type::kString;
   std::string help;
@@ -33,6 +33,7 @@ struct Key {
   std::function<double*(TrainConfig&)> f;
   std::function<bool*(TrainConfig&)> b;
   std::function<std::string*(TrainConfig&)> s;
+  std::function<std::array<int64_t, 3>*(TrainConfig&)> t;
 };
 
 Key int_key(
@@ -116,6 +117,23 @@ Key choice_key(
   return k;
 }
 
+// Three integers [D, H, W]; one integer n means [n, n, n].
+Key int3_key(
+    std::string name,
+    std::function<std::array<int64_t, 3>*(TrainConfig&)> at,
+    double min,
+    double max,
+    std::string help) {
+  Key k;
+  k.name = std::move(name);
+  k.type = Key::Type::kInt3;
+  k.help = std::move(help);
+  k.min = min;
+  k.max = max;
+  k.t = std::move(at);
+  return k;
+}
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 const std::vector<Key>& keys() {
@@ -123,8 +141,9 @@ const std::vector<Key>& keys() {
       choice_key(
           "model.name",
           [](TrainConfig& c) { return &c.model.name; },
-          {"mlp", "cnn"},
-          "model: mlp (for /features files) or cnn (for /images)"),
+          {"mlp", "cnn", "unet3d"},
+          "model: mlp (for /features files), cnn (for /images) or unet3d "
+          "(for /volumes)"),
       int_key(
           "model.hidden",
           [](TrainConfig& c) { return &c.model.hidden; },
@@ -134,15 +153,36 @@ const std::vector<Key>& keys() {
       choice_key(
           "model.norm",
           [](TrainConfig& c) { return &c.model.norm; },
-          {"none", "group"},
-          "normalisation layers: none or group (no batch-norm: it "
-          "would make the update depend on the micro-batch split)"),
+          {"none", "group", "instance"},
+          "normalisation layers: none, group, or instance (unet3d); no "
+          "batch-norm: it would make the update depend on the micro-batch "
+          "split"),
       int_key(
           "model.depth",
           [](TrainConfig& c) { return &c.model.depth; },
           1,
           256,
-          "MLP residual blocks / CNN stages; each is one checkpoint segment"),
+          "MLP residual blocks / CNN stages / U-Net levels; each is a "
+          "checkpoint segment (a U-Net level is two)"),
+      int_key(
+          "model.feature_size",
+          [](TrainConfig& c) { return &c.model.feature_size; },
+          1,
+          4096,
+          "unet3d: channels of the first level (doubling per level)"),
+      int_key(
+          "model.in_channels",
+          [](TrainConfig& c) { return &c.model.in_channels; },
+          0,
+          4096,
+          "unet3d: input channels (0: the data's C); must match the data"),
+      int_key(
+          "model.num_classes",
+          [](TrainConfig& c) { return &c.model.num_classes; },
+          0,
+          1 << 20,
+          "output classes (0: the training file's num_classes); must be "
+          "at least that"),
       float_key(
           "model.dropout",
           [](TrainConfig& c) { return &c.model.dropout; },
@@ -189,6 +229,91 @@ const std::vector<Key>& keys() {
           "data.drop_last",
           [](TrainConfig& c) { return &c.data.drop_last; },
           "drop each epoch's last, partial window"),
+      int3_key(
+          "data.patch_size",
+          [](TrainConfig& c) { return &c.data.patch_size; },
+          1,
+          1 << 16,
+          "volumes: training patch [D, H, W] in voxels (one number: a "
+          "cube); read by hyperslab, never the whole volume"),
+      int_key(
+          "data.patches_per_volume",
+          [](TrainConfig& c) { return &c.data.patches_per_volume; },
+          1,
+          1 << 24,
+          "volumes: training patches per volume per epoch"),
+      float_key(
+          "data.pos_fraction",
+          [](TrainConfig& c) { return &c.data.pos_fraction; },
+          0,
+          false,
+          1,
+          "volumes: fraction of patches centred on a foreground voxel "
+          "(mask > 0); the rest anywhere"),
+      float_key(
+          "data.intensity_scale",
+          [](TrainConfig& c) { return &c.data.intensity_scale; },
+          -1e30,
+          false,
+          1e30,
+          "volumes: x = raw * scale + shift; 0: the /volumes attributes "
+          "scale and shift (or none)"),
+      float_key(
+          "data.intensity_shift",
+          [](TrainConfig& c) { return &c.data.intensity_shift; },
+          -1e30,
+          false,
+          1e30,
+          "volumes: see data.intensity_scale"),
+      int_key(
+          "data.prefetch",
+          [](TrainConfig& c) { return &c.data.prefetch; },
+          0,
+          1024,
+          "micro-batches read ahead on background threads (0: read when "
+          "needed, on the training thread)"),
+      int_key(
+          "data.read_threads",
+          [](TrainConfig& c) { return &c.data.read_threads; },
+          1,
+          64,
+          "background reader threads (with data.prefetch > 0)"),
+      int_key(
+          "validation.every_epochs",
+          [](TrainConfig& c) { return &c.validation.every_epochs; },
+          1,
+          1e9,
+          "validate after every n-th epoch and after the last"),
+      int3_key(
+          "validation.roi",
+          [](TrainConfig& c) { return &c.validation.roi; },
+          0,
+          1 << 16,
+          "volumes: sliding-window size [D, H, W] (0: data.patch_size)"),
+      float_key(
+          "validation.overlap",
+          [](TrainConfig& c) { return &c.validation.overlap; },
+          0,
+          false,
+          0.95,
+          "volumes: overlap of neighbouring windows, a fraction of roi"),
+      int_key(
+          "validation.sw_batch",
+          [](TrainConfig& c) { return &c.validation.sw_batch; },
+          1,
+          1 << 16,
+          "volumes: windows per device batch (halved on out-of-memory)"),
+      choice_key(
+          "validation.blend",
+          [](TrainConfig& c) { return &c.validation.blend; },
+          {"gaussian", "constant"},
+          "volumes: weight of a window's voxels when windows overlap"),
+      choice_key(
+          "validation.offload",
+          [](TrainConfig& c) { return &c.validation.offload; },
+          {"cpu", "device"},
+          "volumes: where the whole-volume probability sum and weight map "
+          "live; cpu keeps the device peak independent of the volume size"),
       int_key(
           "training.epochs",
           [](TrainConfig& c) { return &c.training.epochs; },
@@ -412,6 +537,8 @@ const char* type_name(const Key& k) {
       return "a string";
     case Key::Type::kChoice:
       return "one of";
+    case Key::Type::kInt3:
+      return "an integer or a list [D, H, W] of integers";
   }
   return "";
 }
@@ -429,12 +556,14 @@ std::string allowed(const Key& k) {
   out << (k.allow_auto ? "auto or an integer" : type_name(k));
   if (k.type == Key::Type::kChoice) {
     out << " " << join(k.choices, ", ");
-  } else if (k.type == Key::Type::kInt || k.type == Key::Type::kFloat) {
+  } else if (
+      k.type == Key::Type::kInt || k.type == Key::Type::kFloat ||
+      k.type == Key::Type::kInt3) {
     const bool has_min = std::isfinite(k.min);
     const bool has_max = std::isfinite(k.max);
     auto num = [&](double v) {
       std::ostringstream n;
-      if (k.type == Key::Type::kInt) {
+      if (k.type != Key::Type::kFloat) {
         n << static_cast<int64_t>(v);
       } else {
         n << v;
@@ -528,6 +657,23 @@ void assign(
         "config: " + k.name + " = '" + text + "'" + origin + ": " + why +
         "; allowed: " + allowed(k));
   };
+  if (k.type == Key::Type::kInt3) {
+    std::array<int64_t, 3> v{};
+    const bool seq = node.IsSequence();
+    if (!(node.IsScalar() || (seq && node.size() == 3)))
+      fail("expected one integer or a list of three");
+    for (size_t i = 0; i < 3; ++i) {
+      try {
+        v[i] = (seq ? node[i] : node).as<int64_t>();
+      } catch (const YAML::Exception&) {
+        fail("not an integer");
+      }
+      if (v[i] < k.min || v[i] > k.max)
+        fail("out of range");
+    }
+    *k.t(cfg) = v;
+    return;
+  }
   if (!node.IsScalar())
     fail("expected a single value");
   switch (k.type) {
@@ -581,6 +727,8 @@ void assign(
       }
       *k.s(cfg) = node.Scalar();
       break;
+    case Key::Type::kInt3:
+      break;  // handled above
   }
 }
 
@@ -637,6 +785,11 @@ std::string value_text(const Key& k, TrainConfig& cfg) {
     case Key::Type::kBool:
       out << (*k.b(cfg) ? "true" : "false");
       break;
+    case Key::Type::kInt3: {
+      const auto& v = *k.t(cfg);
+      out << "[" << v[0] << ", " << v[1] << ", " << v[2] << "]";
+      break;
+    }
     case Key::Type::kString:
     case Key::Type::kChoice: {
       YAML::Emitter e;

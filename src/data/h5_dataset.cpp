@@ -11,7 +11,15 @@
 namespace memtrain {
 
 const char* to_string(SampleKind kind) {
-  return kind == SampleKind::kFeatures ? "features" : "images";
+  switch (kind) {
+    case SampleKind::kFeatures:
+      return "features";
+    case SampleKind::kImages:
+      return "images";
+    case SampleKind::kVolumes:
+      return "volumes";
+  }
+  return "?";
 }
 
 std::string hdf5_library_version() {
@@ -29,14 +37,23 @@ int64_t DatasetInfo::sample_numel() const {
       std::multiplies<int64_t>());
 }
 
+int64_t DatasetInfo::voxels() const {
+  if (kind != SampleKind::kVolumes)
+    return 0;
+  return sample_shape.at(1) * sample_shape.at(2) * sample_shape.at(3);
+}
+
 struct H5Dataset::Impl {
   h5::Handle file;
   h5::Handle samples;
-  h5::Handle labels;
-  // x = raw * scale + shift, for integer-typed sample datasets.
-  bool integer_samples = false;
+  h5::Handle labels;   // /labels, or /masks for volumes
+  h5::Handle context;  // /context_features (optional)
+  // x = raw * scale + shift, for integer-typed sample datasets (and any
+  // volumes with the attributes or data.intensity_*).
+  bool normalise = false;
   double scale = 1.0;
   double shift = 0.0;
+  std::vector<std::vector<int64_t>> foreground;  // volumes
 };
 
 H5Dataset::H5Dataset(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -67,9 +84,381 @@ std::vector<std::string> split_names(const std::string& joined) {
   return out;
 }
 
+// Whole rows `rows` (ascending, distinct) of dataset `ds` as one hyperslab
+// union, read as `mem_type` into `buf` (rows.size() * row elements).
+bool read_rows(
+    hid_t ds, const std::vector<int64_t>& rows, hid_t mem_type, void* buf) {
+  const auto dims = h5::dims_of(ds);
+  const int rank = static_cast<int>(dims.size());
+  h5::Handle fspace = h5::space(H5Dget_space(ds));
+  H5Sselect_none(fspace.get());
+  hsize_t row_numel = 1;
+  for (int d = 1; d < rank; ++d)
+    row_numel *= dims[d];
+  // Runs of consecutive rows are one block each.
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i + 1;
+    while (j < rows.size() && rows[j] == rows[j - 1] + 1)
+      ++j;
+    std::vector<hsize_t> start(rank, 0), count(rank, 1), block(dims);
+    start[0] = static_cast<hsize_t>(rows[i]);
+    block[0] = static_cast<hsize_t>(j - i);
+    H5Sselect_hyperslab(
+        fspace.get(),
+        H5S_SELECT_OR,
+        start.data(),
+        nullptr,
+        count.data(),
+        block.data());
+    i = j;
+  }
+  const hsize_t flat = rows.size() * row_numel;
+  h5::Handle mspace = h5::space(H5Screate_simple(1, &flat, nullptr));
+  return H5Dread(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, buf) >=
+         0;
+}
+
+// The box [start, start + count) of dataset `ds`, read as `mem_type`.
+bool read_box(
+    hid_t ds,
+    const std::vector<hsize_t>& start,
+    const std::vector<hsize_t>& count,
+    hid_t mem_type,
+    void* buf) {
+  h5::Handle fspace = h5::space(H5Dget_space(ds));
+  H5Sselect_hyperslab(
+      fspace.get(),
+      H5S_SELECT_SET,
+      start.data(),
+      nullptr,
+      count.data(),
+      nullptr);
+  hsize_t flat = 1;
+  for (hsize_t c : count)
+    flat *= c;
+  h5::Handle mspace = h5::space(H5Screate_simple(1, &flat, nullptr));
+  return H5Dread(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, buf) >=
+         0;
+}
+
+constexpr size_t kMaxForeground = 65536;
+
 }  // namespace
 
-H5Dataset H5Dataset::open(const std::string& path, const std::string& role) {
+void H5Dataset::open_volumes(
+    Impl& impl,
+    DatasetInfo& info,
+    const std::string& where,
+    const OpenOptions& options) {
+  const hid_t f = impl.file.get();
+  info.kind = SampleKind::kVolumes;
+  info.sample_dataset = "/volumes";
+  const std::string vw = where + " dataset '/volumes'";
+  // Patches touch a few chunks of every channel; a cache of 64 MiB holds
+  // the chunks of several 96^3 float32 patches (DESIGN.md: HDF5's default
+  // of 1 MiB does not hold one).
+  h5::Handle dapl = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
+  H5Pset_chunk_cache(dapl.get(), 12421, 64u << 20, 1.0);
+  impl.samples = h5::dataset(H5Dopen2(f, "volumes", dapl.get()));
+  MT_CHECK(
+      impl.samples.valid(),
+      vw,
+      ": cannot open (not a dataset?): ",
+      h5::last_error());
+  const auto dims = h5::dims_of(impl.samples.get());
+  info.sample_dtype = h5::type_name(impl.samples.get());
+  MT_CHECK(
+      dims.size() == 5,
+      vw,
+      ": expected 5-D [N, C, D, H, W], found ",
+      dims.size(),
+      "-D ",
+      shape_text(dims));
+  MT_CHECK(
+      info.sample_dtype == "float32" || info.sample_dtype == "float64" ||
+          info.sample_dtype == "uint8" || info.sample_dtype == "int16" ||
+          info.sample_dtype == "uint16",
+      vw,
+      ": expected float32, uint8, int16 or uint16 values, found ",
+      info.sample_dtype);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    MT_CHECK(dims[i] > 0, vw, ": has an empty dimension ", shape_text(dims));
+  }
+  info.num_samples = static_cast<int64_t>(dims[0]);
+  for (size_t i = 1; i < 5; ++i)
+    info.sample_shape.push_back(static_cast<int64_t>(dims[i]));
+  {
+    h5::Handle dcpl = h5::plist(H5Dget_create_plist(impl.samples.get()));
+    if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED) {
+      hsize_t chunk[5] = {0, 0, 0, 0, 0};
+      H5Pget_chunk(dcpl.get(), 5, chunk);
+      for (int i = 1; i < 5; ++i)
+        info.chunk_shape.push_back(static_cast<int64_t>(chunk[i]));
+    }
+  }
+  // Intensity: config, else the attributes, else uint8 to [0, 1].
+  if (options.intensity_scale != 0.0) {
+    impl.scale = options.intensity_scale;
+    impl.shift = options.intensity_shift;
+  } else {
+    impl.scale = info.sample_dtype == "uint8" ? 1.0 / 255.0 : 1.0;
+    impl.shift = 0.0;
+    h5::read_attr(impl.samples.get(), "scale", &impl.scale);
+    h5::read_attr(impl.samples.get(), "shift", &impl.shift);
+  }
+  impl.normalise = impl.scale != 1.0 || impl.shift != 0.0;
+  info.scale = impl.scale;
+  info.shift = impl.shift;
+  {
+    h5::Handle attr = h5::attribute(H5Aopen(f, "spacing_mm", H5P_DEFAULT));
+    if (attr.valid()) {
+      h5::Handle sp = h5::space(H5Aget_space(attr.get()));
+      if (H5Sget_simple_extent_npoints(sp.get()) == 3) {
+        H5Aread(attr.get(), H5T_NATIVE_DOUBLE, info.spacing_mm.data());
+      }
+    }
+  }
+
+  const std::string mw = where + " dataset '/masks'";
+  MT_CHECK(
+      !h5::has_link(f, "labels"),
+      where,
+      ": has /volumes with /labels; a volume file labels every voxel with "
+      "/masks [N, D, H, W] (see data/FORMAT.md)");
+  MT_CHECK(
+      h5::has_link(f, "masks"),
+      mw,
+      ": missing; /volumes needs /masks [N, D, H, W], the class of every "
+      "voxel");
+  impl.labels = h5::dataset(H5Dopen2(f, "masks", dapl.get()));
+  MT_CHECK(impl.labels.valid(), mw, ": cannot open: ", h5::last_error());
+  const auto mdims = h5::dims_of(impl.labels.get());
+  const std::vector<hsize_t> want = {dims[0], dims[2], dims[3], dims[4]};
+  MT_CHECK(
+      mdims == want,
+      mw,
+      ": shape ",
+      shape_text(mdims),
+      " does not match /volumes ",
+      shape_text(dims),
+      "; expected ",
+      shape_text(want),
+      " (one label per voxel, no channel axis)");
+  MT_CHECK(
+      h5::is_integer(impl.labels.get()),
+      mw,
+      ": expected integer labels, found ",
+      h5::type_name(impl.labels.get()));
+  int64_t num_classes = 0;
+  const bool have_classes = h5::read_attr(f, "num_classes", &num_classes);
+  if (have_classes) {
+    MT_CHECK(
+        num_classes > 0,
+        where,
+        ": attribute num_classes=",
+        num_classes,
+        " must be positive");
+  }
+
+  // Masks are read once, a slab of planes at a time: checked, counted, and
+  // their foreground voxels indexed for data.pos_fraction.
+  const int64_t D = info.sample_shape[1];
+  const int64_t plane = info.sample_shape[2] * info.sample_shape[3];
+  const int64_t slab = std::max<int64_t>(1, (4 << 20) / plane);
+  std::vector<int64_t> buf;
+  std::vector<int64_t> counts;
+  int64_t max_label = 0;
+  impl.foreground.resize(info.num_samples);
+  for (int64_t v = 0; v < info.num_samples; ++v) {
+    std::vector<int64_t>& fg = impl.foreground[v];
+    int64_t stride = 1;
+    int64_t seen = 0;  // foreground voxels so far
+    for (int64_t z = 0; z < D; z += slab) {
+      const int64_t nz = std::min(slab, D - z);
+      buf.resize(nz * plane);
+      MT_CHECK(
+          read_box(
+              impl.labels.get(),
+              {hsize_t(v), hsize_t(z), 0, 0},
+              {1, hsize_t(nz), mdims[2], mdims[3]},
+              H5T_NATIVE_INT64,
+              buf.data()),
+          mw,
+          ": cannot read: ",
+          h5::last_error());
+      for (int64_t i = 0; i < nz * plane; ++i) {
+        const int64_t l = buf[i];
+        if (l < 0 || (have_classes && l >= num_classes)) {
+          const int64_t at = z * plane + i;
+          throw Error(detail::concat(
+              mw,
+              ": label ",
+              l,
+              " at volume ",
+              v,
+              ", voxel [",
+              at / plane,
+              ",",
+              (at % plane) / info.sample_shape[3],
+              ",",
+              at % info.sample_shape[3],
+              "] is outside 0..",
+              have_classes ? num_classes - 1 : 0,
+              have_classes ? " (the file's num_classes attribute)"
+                           : " (labels are never negative)"));
+        }
+        max_label = std::max(max_label, l);
+        if (l >= static_cast<int64_t>(counts.size()))
+          counts.resize(l + 1, 0);
+        ++counts[l];
+        if (l > 0) {
+          if (seen % stride == 0)
+            fg.push_back(z * plane + i);
+          ++seen;
+          if (fg.size() >= 2 * kMaxForeground) {
+            // Keep every other one: the subset stays evenly strided.
+            std::vector<int64_t> half;
+            half.reserve(kMaxForeground);
+            for (size_t k = 0; k < fg.size(); k += 2)
+              half.push_back(fg[k]);
+            fg.swap(half);
+            stride *= 2;
+          }
+        }
+      }
+    }
+  }
+  info.num_classes = have_classes ? num_classes : max_label + 1;
+  counts.resize(std::max<int64_t>(info.num_classes, counts.size()), 0);
+  info.label_counts = counts;
+  std::string names;
+  if (h5::read_attr(f, "class_names", &names))
+    info.class_names = split_names(names);
+}
+
+const std::vector<int64_t>& H5Dataset::foreground(int64_t v) const {
+  MT_INTERNAL_ASSERT(
+      info_.kind == SampleKind::kVolumes && v >= 0 &&
+          v < static_cast<int64_t>(impl_->foreground.size()),
+      "foreground(): not a volume index");
+  return impl_->foreground[v];
+}
+
+std::string H5Dataset::patch_layout_warning(
+    const std::array<int64_t, 3>& patch) const {
+  if (info_.kind != SampleKind::kVolumes)
+    return "";
+  // A chunk of half the patch (at most 32) per axis: a patch then touches
+  // at most 3 chunks per axis and reads little beyond itself.
+  std::array<int64_t, 3> good;
+  for (int i = 0; i < 3; ++i)
+    good[i] = std::max<int64_t>(1, std::min<int64_t>(32, patch[i] / 2));
+  const std::string chunk_text = std::to_string(good[0]) + "x" +
+                                 std::to_string(good[1]) + "x" +
+                                 std::to_string(good[2]);
+  const std::string fix = detail::concat(
+      " Rewrite it with chunks [1, C, cd, ch, cw] smaller than the patch, "
+      "e.g. `h5repack -l /volumes:CHUNK=1x",
+      info_.sample_shape[0],
+      "x",
+      chunk_text,
+      " -l /masks:CHUNK=1x",
+      chunk_text,
+      " IN OUT` (or memtrain convert-nifti --chunk ",
+      good[0],
+      "); see data/FORMAT.md.");
+  if (info_.chunk_shape.empty()) {
+    return "'" + info_.path +
+           "' dataset '/volumes' is contiguous (not chunked): a patch read "
+           "gathers scattered rows from the whole volume and cannot be "
+           "cached." +
+           fix;
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (info_.chunk_shape[i + 1] > patch[i]) {
+      return detail::concat(
+          "'",
+          info_.path,
+          "' dataset '/volumes' has chunks [",
+          info_.chunk_shape[1],
+          ",",
+          info_.chunk_shape[2],
+          ",",
+          info_.chunk_shape[3],
+          "] larger than the patch [",
+          patch[0],
+          ",",
+          patch[1],
+          ",",
+          patch[2],
+          "]: every patch read reads (and decompresses) whole chunks, "
+          "more than the patch.",
+          fix);
+    }
+  }
+  return "";
+}
+
+void H5Dataset::read_patch(
+    int64_t v,
+    const std::array<int64_t, 3>& corner,
+    const std::array<int64_t, 3>& size,
+    float* x,
+    int64_t* y) const {
+  MT_INTERNAL_ASSERT(info_.kind == SampleKind::kVolumes, "not volumes");
+  const auto& sh = info_.sample_shape;  // C, D, H, W
+  for (int i = 0; i < 3; ++i) {
+    MT_INTERNAL_ASSERT(
+        corner[i] >= 0 && size[i] > 0 && corner[i] + size[i] <= sh[i + 1],
+        "patch outside the volume");
+  }
+  const std::string where = "'" + info_.path + "' dataset ";
+  MT_CHECK(
+      read_box(
+          impl_->samples.get(),
+          {hsize_t(v),
+           0,
+           hsize_t(corner[0]),
+           hsize_t(corner[1]),
+           hsize_t(corner[2])},
+          {1,
+           hsize_t(sh[0]),
+           hsize_t(size[0]),
+           hsize_t(size[1]),
+           hsize_t(size[2])},
+          H5T_NATIVE_FLOAT,
+          x),
+      "cannot read ",
+      where,
+      "'/volumes': ",
+      h5::last_error());
+  MT_CHECK(
+      read_box(
+          impl_->labels.get(),
+          {hsize_t(v),
+           hsize_t(corner[0]),
+           hsize_t(corner[1]),
+           hsize_t(corner[2])},
+          {1, hsize_t(size[0]), hsize_t(size[1]), hsize_t(size[2])},
+          H5T_NATIVE_INT64,
+          y),
+      "cannot read ",
+      where,
+      "'/masks': ",
+      h5::last_error());
+  if (impl_->normalise) {
+    const float scale = static_cast<float>(impl_->scale);
+    const float shift = static_cast<float>(impl_->shift);
+    const int64_t n = sh[0] * size[0] * size[1] * size[2];
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = x[i] * scale + shift;
+  }
+}
+
+H5Dataset H5Dataset::open(
+    const std::string& path,
+    const std::string& role,
+    const OpenOptions& options) {
   h5::silence_errors();
   const std::string where = role + ": '" + path + "'";
   struct stat st {};
@@ -109,15 +498,23 @@ H5Dataset H5Dataset::open(const std::string& path, const std::string& role) {
   }
   const bool has_features = h5::has_link(f, "features");
   const bool has_images = h5::has_link(f, "images");
+  const bool has_volumes = h5::has_link(f, "volumes");
   MT_CHECK(
-      has_features || has_images,
+      has_features || has_images || has_volumes,
       where,
-      ": has neither a /features nor an /images dataset (see "
+      ": has no /features, /images or /volumes dataset (see "
       "data/FORMAT.md)");
   MT_CHECK(
-      !(has_features && has_images),
+      int(has_features) + int(has_images) + int(has_volumes) == 1,
       where,
-      ": has both /features and /images; a file holds one kind");
+      ": has more than one of /features, /images, /volumes; a file holds "
+      "one kind");
+  if (has_volumes) {
+    open_volumes(*impl, info, where, options);
+    H5Dataset out(std::move(impl));
+    out.info_ = std::move(info);
+    return out;
+  }
   info.kind = has_features ? SampleKind::kFeatures : SampleKind::kImages;
   info.sample_dataset = has_features ? "/features" : "/images";
   const std::string ds_where = where + " dataset '" + info.sample_dataset + "'";
@@ -168,8 +565,8 @@ H5Dataset H5Dataset::open(const std::string& path, const std::string& role) {
         dims[i] > 0, ds_where, ": has an empty dimension ", shape_text(dims));
     info.sample_shape.push_back(static_cast<int64_t>(dims[i]));
   }
-  impl->integer_samples = h5::is_integer(impl->samples.get());
-  if (impl->integer_samples) {
+  impl->normalise = h5::is_integer(impl->samples.get());
+  if (impl->normalise) {
     // Integer images: x = raw * scale + shift; default maps uint8 to [0, 1].
     impl->scale = info.sample_dtype == "uint8" ? 1.0 / 255.0 : 1.0;
     h5::read_attr(impl->samples.get(), "scale", &impl->scale);
@@ -261,6 +658,31 @@ H5Dataset H5Dataset::open(const std::string& path, const std::string& role) {
   if (h5::read_attr(f, "class_names", &names)) {
     info.class_names = split_names(names);
   }
+  if (has_features && h5::has_link(f, "context_features")) {
+    const std::string cw = where + " dataset '/context_features'";
+    impl->context = h5::dataset(H5Dopen2(f, "context_features", dapl.get()));
+    MT_CHECK(impl->context.valid(), cw, ": cannot open: ", h5::last_error());
+    const auto cdims = h5::dims_of(impl->context.get());
+    MT_CHECK(
+        cdims.size() == 2 && cdims[1] > 0,
+        cw,
+        ": expected 2-D [N, F2], found ",
+        shape_text(cdims));
+    MT_CHECK(
+        static_cast<int64_t>(cdims[0]) == info.num_samples,
+        cw,
+        ": has ",
+        cdims[0],
+        " rows but '/features' has ",
+        info.num_samples,
+        "; they must be equal");
+    MT_CHECK(
+        h5::is_float(impl->context.get()),
+        cw,
+        ": expected float32 or float64 values, found ",
+        h5::type_name(impl->context.get()));
+    info.context_features = static_cast<int64_t>(cdims[1]);
+  }
 
   H5Dataset out(std::move(impl));
   out.info_ = std::move(info);
@@ -268,84 +690,53 @@ H5Dataset H5Dataset::open(const std::string& path, const std::string& role) {
 }
 
 void H5Dataset::read(
-    const std::vector<int64_t>& indices, float* x, int64_t* y) const {
+    const std::vector<int64_t>& indices,
+    float* x,
+    int64_t* y,
+    float* context) const {
   if (indices.empty())
     return;
-  const int64_t n_total = info_.num_samples;
   // Read each distinct row once, in file order, then scatter to the order
   // asked for.
   std::vector<int64_t> rows(indices);
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
   MT_INTERNAL_ASSERT(
-      rows.front() >= 0 && rows.back() < n_total, "sample index out of range");
-
+      rows.front() >= 0 && rows.back() < info_.num_samples,
+      "sample index out of range");
   const int64_t numel = info_.sample_numel();
-  const int rank = static_cast<int>(info_.sample_shape.size()) + 1;
-  h5::Handle fspace = h5::space(H5Dget_space(impl_->samples.get()));
-  h5::Handle lspace = h5::space(H5Dget_space(impl_->labels.get()));
-  H5Sselect_none(fspace.get());
-  H5Sselect_none(lspace.get());
-  // Select runs of consecutive rows as one block each.
-  for (size_t i = 0; i < rows.size();) {
-    size_t j = i + 1;
-    while (j < rows.size() && rows[j] == rows[j - 1] + 1)
-      ++j;
-    std::vector<hsize_t> start(rank, 0), count(rank, 1), block(rank, 1);
-    start[0] = static_cast<hsize_t>(rows[i]);
-    block[0] = static_cast<hsize_t>(j - i);
-    for (int d = 1; d < rank; ++d) {
-      block[d] = static_cast<hsize_t>(info_.sample_shape[d - 1]);
-    }
-    H5Sselect_hyperslab(
-        fspace.get(),
-        H5S_SELECT_OR,
-        start.data(),
-        nullptr,
-        count.data(),
-        block.data());
-    H5Sselect_hyperslab(
-        lspace.get(),
-        H5S_SELECT_OR,
-        start.data(),
-        nullptr,
-        count.data(),
-        block.data());
-    i = j;
-  }
-  const hsize_t n = rows.size();
-  const hsize_t flat = n * static_cast<hsize_t>(numel);
-  h5::Handle mspace = h5::space(H5Screate_simple(1, &flat, nullptr));
-  h5::Handle mlspace = h5::space(H5Screate_simple(1, &n, nullptr));
-  std::vector<float> buf(flat);
-  std::vector<int64_t> lbuf(n);
+  const int64_t lnumel =
+      info_.kind == SampleKind::kVolumes ? info_.voxels() : 1;
+  const int64_t cnumel = info_.context_features;
+  const size_t n = rows.size();
+  std::vector<float> buf(n * numel);
+  std::vector<int64_t> lbuf(n * lnumel);
+  std::vector<float> cbuf;
   const std::string where = "'" + info_.path + "' dataset '";
   MT_CHECK(
-      H5Dread(
-          impl_->samples.get(),
-          H5T_NATIVE_FLOAT,
-          mspace.get(),
-          fspace.get(),
-          H5P_DEFAULT,
-          buf.data()) >= 0,
+      read_rows(impl_->samples.get(), rows, H5T_NATIVE_FLOAT, buf.data()),
       "cannot read ",
       where,
       info_.sample_dataset,
       "': ",
       h5::last_error());
   MT_CHECK(
-      H5Dread(
-          impl_->labels.get(),
-          H5T_NATIVE_INT64,
-          mlspace.get(),
-          lspace.get(),
-          H5P_DEFAULT,
-          lbuf.data()) >= 0,
+      read_rows(impl_->labels.get(), rows, H5T_NATIVE_INT64, lbuf.data()),
       "cannot read ",
       where,
-      "/labels': ",
+      info_.kind == SampleKind::kVolumes ? "/masks" : "/labels",
+      "': ",
       h5::last_error());
-  if (impl_->integer_samples) {
+  if (context && cnumel > 0) {
+    cbuf.resize(n * cnumel);
+    MT_CHECK(
+        read_rows(impl_->context.get(), rows, H5T_NATIVE_FLOAT, cbuf.data()),
+        "cannot read ",
+        where,
+        "/context_features': ",
+        h5::last_error());
+  }
+  if (impl_->normalise) {
     const float scale = static_cast<float>(impl_->scale);
     const float shift = static_cast<float>(impl_->shift);
     for (float& v : buf)
@@ -355,7 +746,9 @@ void H5Dataset::read(
     const size_t r =
         std::lower_bound(rows.begin(), rows.end(), indices[k]) - rows.begin();
     std::copy_n(buf.data() + r * numel, numel, x + k * numel);
-    y[k] = lbuf[r];
+    std::copy_n(lbuf.data() + r * lnumel, lnumel, y + k * lnumel);
+    if (!cbuf.empty())
+      std::copy_n(cbuf.data() + r * cnumel, cnumel, context + k * cnumel);
   }
 }
 

@@ -1,5 +1,7 @@
 #include "memtrain/data/inspect.h"
 
+#include <algorithm>
+#include <array>
 #include <sstream>
 #include <vector>
 
@@ -57,7 +59,8 @@ InspectReport inspect_file(const std::string& path) {
             "class_names",
             "generator",
             "seed",
-            "split"}) {
+            "split",
+            "source"}) {
         std::string s;
         int64_t i = 0;
         double d = 0;
@@ -110,15 +113,38 @@ InspectReport inspect_file(const std::string& path) {
     for (size_t i = 0; i < info.sample_shape.size(); ++i) {
       out << (i ? ", " : "") << info.sample_shape[i];
     }
-    out << "] " << info.sample_dtype << ", " << info.num_classes
-        << " classes\nlabels:";
+    out << "] " << info.sample_dtype << ", " << info.num_classes << " classes";
+    if (info.context_features > 0)
+      out << ", context features " << info.context_features;
+    if (info.kind == SampleKind::kVolumes) {
+      out << "\nintensity: x = raw * " << info.scale << " + " << info.shift;
+      if (info.spacing_mm[0] > 0) {
+        out << "; spacing " << info.spacing_mm[0] << " x " << info.spacing_mm[1]
+            << " x " << info.spacing_mm[2] << " mm";
+      }
+      out << "\nvoxels per class:";
+    } else {
+      out << "\nlabels:";
+    }
     for (int64_t c = 0; c < info.num_classes; ++c) {
       const std::string name = c < static_cast<int64_t>(info.class_names.size())
                                    ? info.class_names[c]
                                    : std::to_string(c);
       out << " " << name << "=" << info.label_counts[c];
     }
-    out << "\nproblems: none\n";
+    out << "\n";
+    if (info.kind == SampleKind::kVolumes) {
+      // Patch reads: a layout that only suits whole-volume reads is not an
+      // error, but training on it is slow. Judged against a 32^3 patch
+      // (or the volume, when smaller).
+      std::array<int64_t, 3> patch;
+      for (int i = 0; i < 3; ++i)
+        patch[i] = std::min<int64_t>(32, info.sample_shape[i + 1]);
+      const std::string warn = ds.patch_layout_warning(patch);
+      if (!warn.empty())
+        out << "warning: " << warn << "\n";
+    }
+    out << "problems: none\n";
     report.ok = true;
   } catch (const Error& e) {
     out << "problems:\n  " << e.what() << "\n";

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -59,7 +60,8 @@ void write_dataset(
   h5::Handle sp = h5::space(
       H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
   h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
-  H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+  if (!chunk.empty())  // empty: contiguous
+    H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
   h5::Handle ds = h5::dataset(H5Dcreate2(
       file, name, file_type, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
   MT_CHECK(
@@ -76,23 +78,186 @@ void write_dataset(
       h5::last_error());
 }
 
+void write_file(
+    const std::string& path, const std::function<void(hid_t)>& fill) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  try {
+    h5::Handle file = h5::file(
+        H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    MT_CHECK(
+        file.valid(),
+        "make-data: cannot create '",
+        tmp,
+        "' (does the folder exist and is it writable?): ",
+        h5::last_error());
+    fill(file.get());
+    MT_CHECK(
+        H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0,
+        "make-data: cannot flush '",
+        tmp,
+        "': ",
+        h5::last_error());
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error("make-data: cannot move '" + tmp + "' to '" + path + "'");
+  }
+}
+
+// Volumes: each has classes-1 spheres (class c = the c-th sphere, later ones
+// drawn over earlier ones) on background 0; every class has its own mean
+// intensity per channel, under Gaussian noise. Sphere positions and sizes
+// come from the split's draws; class intensities from the task seed.
+void make_volumes(const SyntheticSpec& spec, const std::string& path) {
+  MT_CHECK(
+      spec.dtype == "float32" || spec.dtype == "uint8" || spec.dtype == "int16",
+      "make-data: --dtype '",
+      spec.dtype,
+      "' is not float32, uint8 or int16 for volumes");
+  MT_CHECK(spec.chunk >= 0, "make-data: --chunk must be >= 0");
+  const int64_t C = spec.channels, D = spec.depth, H = spec.height,
+                W = spec.width;
+  MT_CHECK(
+      C > 0 && D > 0 && H > 0 && W > 0,
+      "make-data: volume shape must be positive");
+  const int64_t voxels = D * H * W;
+  std::seed_seq task_seq{
+      static_cast<uint32_t>(spec.seed),
+      static_cast<uint32_t>(spec.seed >> 32),
+      0x701u};
+  Gaussian task(task_seq);
+  std::vector<double> means(spec.classes * C);
+  for (auto& m : means)
+    m = 1.5 * task.next();
+  std::seed_seq sample_seq{
+      static_cast<uint32_t>(spec.seed),
+      static_cast<uint32_t>(spec.seed >> 32),
+      hash_name(spec.split)};
+  Gaussian gen(sample_seq);
+  auto unit = [&] { return static_cast<double>(gen.raw() >> 11) * 0x1.0p-53; };
+  std::vector<uint8_t> masks(spec.samples * voxels, 0);
+  std::vector<float> x(spec.samples * C * voxels);
+  const double min_dim = static_cast<double>(std::min({D, H, W}));
+  for (int64_t n = 0; n < spec.samples; ++n) {
+    uint8_t* m = masks.data() + n * voxels;
+    for (int64_t c = 1; c < spec.classes; ++c) {
+      const double r = min_dim * (0.15 + 0.15 * unit());
+      const double cz = r + (D - 2 * r) * unit();
+      const double cy = r + (H - 2 * r) * unit();
+      const double cx = r + (W - 2 * r) * unit();
+      for (int64_t z = 0; z < D; ++z)
+        for (int64_t y = 0; y < H; ++y)
+          for (int64_t xx = 0; xx < W; ++xx) {
+            const double dz = z - cz, dy = y - cy, dx = xx - cx;
+            if (dz * dz + dy * dy + dx * dx <= r * r)
+              m[(z * H + y) * W + xx] = static_cast<uint8_t>(c);
+          }
+    }
+    for (int64_t ch = 0; ch < C; ++ch) {
+      float* p = x.data() + (n * C + ch) * voxels;
+      for (int64_t i = 0; i < voxels; ++i) {
+        p[i] =
+            static_cast<float>(means[m[i] * C + ch] + spec.noise * gen.next());
+      }
+    }
+  }
+  write_file(path, [&](hid_t f) {
+    const hsize_t n = static_cast<hsize_t>(spec.samples);
+    const std::vector<hsize_t> dims = {
+        n, hsize_t(C), hsize_t(D), hsize_t(H), hsize_t(W)};
+    std::vector<hsize_t> chunk, mchunk;
+    if (spec.chunk > 0) {
+      const hsize_t e = static_cast<hsize_t>(spec.chunk);
+      chunk = {
+          1,
+          hsize_t(C),
+          std::min<hsize_t>(e, D),
+          std::min<hsize_t>(e, H),
+          std::min<hsize_t>(e, W)};
+      mchunk = {1, chunk[2], chunk[3], chunk[4]};
+    }
+    if (spec.dtype == "float32") {
+      write_dataset(
+          f,
+          "volumes",
+          H5T_IEEE_F32LE,
+          H5T_NATIVE_FLOAT,
+          dims,
+          chunk,
+          x.data());
+    } else {
+      // Quantised: x = q * scale + shift (the reader undoes it).
+      const bool u8 = spec.dtype == "uint8";
+      const double scale = u8 ? 1.0 / 16.0 : 1.0 / 1000.0;
+      const double shift = u8 ? -8.0 : 0.0;
+      std::vector<int16_t> q(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        const double v = std::round((x[i] - shift) / scale);
+        q[i] = static_cast<int16_t>(
+            u8 ? std::clamp(v, 0.0, 255.0) : std::clamp(v, -32768.0, 32767.0));
+      }
+      write_dataset(
+          f,
+          "volumes",
+          u8 ? H5T_STD_U8LE : H5T_STD_I16LE,
+          H5T_NATIVE_INT16,
+          dims,
+          chunk,
+          q.data());
+      h5::Handle ds = h5::dataset(H5Dopen2(f, "volumes", H5P_DEFAULT));
+      h5::write_attr(ds.get(), "scale", scale);
+      h5::write_attr(ds.get(), "shift", shift);
+    }
+    write_dataset(
+        f,
+        "masks",
+        H5T_STD_U8LE,
+        H5T_NATIVE_UINT8,
+        {n, hsize_t(D), hsize_t(H), hsize_t(W)},
+        mchunk,
+        masks.data());
+    h5::write_attr(f, "layout_version", int64_t{1});
+    h5::write_attr(f, "kind", std::string("volumes"));
+    h5::write_attr(f, "num_classes", spec.classes);
+    std::string names = "background";
+    for (int64_t c = 1; c < spec.classes; ++c)
+      names += ",sphere" + std::to_string(c);
+    h5::write_attr(f, "class_names", names);
+    h5::write_attr(f, "generator", std::string("memtrain make-data"));
+    h5::write_attr(f, "seed", static_cast<int64_t>(spec.seed));
+    h5::write_attr(f, "split", spec.split);
+    h5::write_attr(f, "noise", spec.noise);
+  });
+}
+
 }  // namespace
 
 void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
   h5::silence_errors();
   MT_CHECK(
-      spec.kind == "features" || spec.kind == "images",
+      spec.kind == "features" || spec.kind == "images" ||
+          spec.kind == "volumes",
       "make-data: --kind '",
       spec.kind,
-      "' is not features or images");
+      "' is not features, images or volumes");
   MT_CHECK(spec.samples > 0, "make-data: --samples must be positive");
   MT_CHECK(spec.classes >= 2, "make-data: --classes must be at least 2");
   MT_CHECK(spec.noise >= 0, "make-data: --noise must be >= 0");
+  if (spec.kind == "volumes") {
+    make_volumes(spec, path);
+    return;
+  }
   MT_CHECK(
       spec.dtype == "float32" || spec.dtype == "uint8",
       "make-data: --dtype '",
       spec.dtype,
       "' is not float32 or uint8");
+  MT_CHECK(
+      spec.context == 0 || spec.kind == "features",
+      "make-data: --context applies to --kind features only");
   const bool features = spec.kind == "features";
   MT_CHECK(
       !features || spec.dtype == "float32",
@@ -142,6 +307,22 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
     }
   }
 
+  // Context features: a second view of the same class, with its own centres
+  // (from the task seed) and noise.
+  std::vector<float> ctx;
+  if (spec.context > 0) {
+    std::vector<float> ctx_centres(spec.classes * spec.context);
+    for (float& c : ctx_centres)
+      c = static_cast<float>(0.5 * task.next());
+    ctx.resize(spec.samples * spec.context);
+    for (int64_t i = 0; i < spec.samples; ++i) {
+      for (int64_t j = 0; j < spec.context; ++j) {
+        ctx[i * spec.context + j] = ctx_centres[labels[i] * spec.context + j] +
+                                    static_cast<float>(spec.noise * gen.next());
+      }
+    }
+  }
+
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     h5::Handle file = h5::file(
@@ -164,6 +345,17 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
           {n, fdim},
           {std::min<hsize_t>(n, std::max<hsize_t>(1, 65536 / fdim)), fdim},
           x.data());
+      if (!ctx.empty()) {
+        const hsize_t cdim = static_cast<hsize_t>(spec.context);
+        write_dataset(
+            f,
+            "context_features",
+            H5T_IEEE_F32LE,
+            H5T_NATIVE_FLOAT,
+            {n, cdim},
+            {std::min<hsize_t>(n, std::max<hsize_t>(1, 65536 / cdim)), cdim},
+            ctx.data());
+      }
     } else {
       const std::vector<hsize_t> dims = {
           n,

@@ -1,12 +1,16 @@
 #include "memtrain/model/models.h"
 
 #include "memtrain/model/checkpointed.h"
+#include "memtrain/model/unet3d.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
 
 torch::Tensor Classifier::forward(torch::Tensor x) {
-  x = stem(x);
+  return body(stem(x));
+}
+
+torch::Tensor Classifier::body(torch::Tensor x) {
   for (int64_t i = 0; i < num_segments(); ++i) {
     if (i < checkpointed_) {
       x = checkpoint(
@@ -16,6 +20,20 @@ torch::Tensor Classifier::forward(torch::Tensor x) {
     }
   }
   return head(x);
+}
+
+torch::Tensor Classifier::forward(torch::Tensor x, torch::Tensor context) {
+  throw InternalError("this model takes no context features");
+}
+
+torch::Tensor Classifier::stem(torch::Tensor x) {
+  throw InternalError("stem(): not a sequential model");
+}
+torch::Tensor Classifier::segment(int64_t i, torch::Tensor x) {
+  throw InternalError("segment(): not a sequential model");
+}
+torch::Tensor Classifier::head(torch::Tensor x) {
+  throw InternalError("head(): not a sequential model");
 }
 
 void Classifier::set_checkpointed(int64_t count) {
@@ -64,9 +82,16 @@ TORCH_MODULE(MlpBlock);
 
 class FeatureMlp : public Classifier {
  public:
-  FeatureMlp(int64_t in, const ModelConfig& cfg, int64_t classes) {
+  // `context` > 0: a second input (/context_features, F2 wide) fused with
+  // the first at the stem: relu(input(x) + context(c)).
+  FeatureMlp(
+      int64_t in, int64_t context, const ModelConfig& cfg, int64_t classes) {
     const bool norm = cfg.norm == "group";
     input_ = register_module("input", torch::nn::Linear(in, cfg.hidden));
+    if (context > 0) {
+      context_ =
+          register_module("context", torch::nn::Linear(context, cfg.hidden));
+    }
     blocks_ = register_module("blocks", torch::nn::ModuleList());
     for (int64_t i = 0; i < cfg.depth; ++i) {
       blocks_->push_back(MlpBlock(cfg.hidden, norm, cfg.dropout));
@@ -75,8 +100,21 @@ class FeatureMlp : public Classifier {
     head_ = register_module("head", torch::nn::Linear(cfg.hidden, classes));
   }
 
+ public:
+  using Classifier::forward;
+  torch::Tensor forward(torch::Tensor x, torch::Tensor c) override {
+    MT_CHECK(
+        !context_.is_empty(),
+        "this model was built without context features; the data has "
+        "/context_features but the model was not sized for them");
+    return body(torch::relu(input_(x) + context_(c)));
+  }
+
  protected:
   torch::Tensor stem(torch::Tensor x) override {
+    MT_CHECK(
+        context_.is_empty(),
+        "the model fuses /context_features: call forward(x, context)");
     return torch::relu(input_(x));
   }
   torch::Tensor segment(int64_t i, torch::Tensor x) override {
@@ -87,7 +125,7 @@ class FeatureMlp : public Classifier {
   }
 
  private:
-  torch::nn::Linear input_{nullptr}, head_{nullptr};
+  torch::nn::Linear input_{nullptr}, context_{nullptr}, head_{nullptr};
   torch::nn::ModuleList blocks_{nullptr};
 };
 
@@ -181,7 +219,10 @@ std::shared_ptr<Classifier> make_model(
         to_string(input.kind),
         "; use model.name=cnn for images");
     return std::make_shared<FeatureMlp>(
-        input.sample_shape.at(0), cfg, input.num_classes);
+        input.sample_shape.at(0),
+        input.context_features,
+        cfg,
+        input.num_classes);
   }
   if (cfg.name == "cnn") {
     MT_CHECK(
@@ -191,6 +232,14 @@ std::shared_ptr<Classifier> make_model(
         "; use model.name=mlp for features");
     return std::make_shared<SmallCnn>(
         input.sample_shape, cfg, input.num_classes);
+  }
+  if (cfg.name == "unet3d") {
+    MT_CHECK(
+        input.kind == SampleKind::kVolumes,
+        "model.name=unet3d needs a /volumes file, but data.train holds ",
+        to_string(input.kind),
+        "; use model.name=mlp for features or cnn for images");
+    return make_unet3d(cfg, input.sample_shape.at(0), input.num_classes);
   }
   throw InternalError(
       "make_model: unknown model '" + cfg.name + "' passed config validation");

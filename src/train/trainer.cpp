@@ -15,6 +15,7 @@
 
 #include "memtrain/compat.h"
 #include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/patch_sampler.h"
 #include "memtrain/data/sharded_sampler.h"
 #include "memtrain/dist/communicator.h"
 #include "memtrain/dist/gradient_sync.h"
@@ -24,12 +25,17 @@
 #include "memtrain/memory/monitor.h"
 #include "memtrain/memory/planner.h"
 #include "memtrain/model/models.h"
+#include "memtrain/model/unet3d.h"
 #include "memtrain/train/batch_loader.h"
 #include "memtrain/train/checkpoint.h"
 #include "memtrain/train/loss_scaler.h"
+#include "memtrain/train/losses.h"
 #include "memtrain/train/metrics.h"
+#include "memtrain/train/prefetcher.h"
 #include "memtrain/train/progress.h"
+#include "memtrain/train/sliding_window.h"
 #include "memtrain/train/stop_request.h"
+#include "memtrain/train/validator.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
@@ -94,7 +100,10 @@ struct Trainer::Impl {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<ShardedSampler> sampler;
   std::unique_ptr<GradientSync> grad_sync;
-  std::unique_ptr<BatchLoader> loader;
+  std::unique_ptr<PatchSampler> patches;  // volumes
+  std::unique_ptr<SampleSource> source;
+  std::unique_ptr<Prefetcher> loader;
+  int64_t num_classes = 0;  // the model's outputs
   std::unique_ptr<MetricsLog> metrics;
   std::unique_ptr<Progress> progress;
 
@@ -126,11 +135,20 @@ struct Trainer::Impl {
   void build_model();
   std::unique_ptr<torch::optim::Optimizer> make_optimizer();
   Batch to_device(Batch b) const;
-  Batch load(BatchLoader& from, const std::vector<int64_t>& indices) const;
-  torch::Tensor forward(const torch::Tensor& x);
-  double micro_step(const std::vector<int64_t>& indices, double weight);
+  Batch load(
+      Prefetcher& from, int64_t epoch, const std::vector<int64_t>& ids) const;
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context);
+  torch::Tensor loss_sum(
+      const torch::Tensor& logits, const torch::Tensor& y) const;
+  double micro_step(
+      int64_t epoch, const std::vector<int64_t>& indices, double weight);
+  bool volumes() const {
+    return train_data->info().kind == SampleKind::kVolumes;
+  }
+  std::array<int64_t, 3> roi() const;
+  ValResult validate_volumes();
   ProbeResult probe(int64_t micro_batch, int64_t segments);
-  WindowResult run_window(const WindowPlan& plan);
+  WindowResult run_window(const WindowPlan& plan, const WindowPlan* next);
   ValResult validate();
   void maybe_release_cache(bool before_validation);
   void check_replicas(const char* when, uint64_t* checksum);
@@ -145,13 +163,29 @@ struct Trainer::Impl {
 };
 
 void Trainer::Impl::open_data() {
-  train_data.emplace(H5Dataset::open(cfg.data.train, "data.train"));
+  OpenOptions opts;
+  opts.intensity_scale = cfg.data.intensity_scale;
+  opts.intensity_shift = cfg.data.intensity_shift;
+  train_data.emplace(H5Dataset::open(cfg.data.train, "data.train", opts));
   const DatasetInfo& ti = train_data->info();
+  const bool vol = ti.kind == SampleKind::kVolumes;
+  if (vol) {
+    const std::string warn =
+        train_data->patch_layout_warning(cfg.data.patch_size);
+    if (!warn.empty()) {
+      log_event("warning: data.train: " + warn, /*echo=*/comm.rank() == 0);
+    }
+  }
   if (!cfg.data.val.empty()) {
-    val_data.emplace(H5Dataset::open(cfg.data.val, "data.val"));
+    val_data.emplace(H5Dataset::open(cfg.data.val, "data.val", opts));
     const DatasetInfo& vi = val_data->info();
+    // Volumes: validation volumes may have any size, not their channels.
+    const bool same_shape =
+        vol ? vi.sample_shape.at(0) == ti.sample_shape.at(0)
+            : vi.sample_shape == ti.sample_shape &&
+                  vi.context_features == ti.context_features;
     MT_CHECK(
-        vi.kind == ti.kind && vi.sample_shape == ti.sample_shape,
+        vi.kind == ti.kind && same_shape,
         "data.val: '",
         vi.path,
         "' holds ",
@@ -171,6 +205,86 @@ void Trainer::Impl::open_data() {
         ti.num_classes,
         "; the model is sized by data.train");
   }
+  num_classes = std::max(ti.num_classes, cfg.model.num_classes);
+  MT_CHECK(
+      cfg.model.num_classes == 0 || cfg.model.num_classes >= ti.num_classes,
+      "model.num_classes=",
+      cfg.model.num_classes,
+      " but data.train '",
+      ti.path,
+      "' has labels up to ",
+      ti.num_classes - 1,
+      " (",
+      ti.num_classes,
+      " classes); set model.num_classes to at least ",
+      ti.num_classes,
+      " or 0 (from the data)");
+  if (vol) {
+    MT_CHECK(
+        cfg.model.name == "unet3d",
+        "model.name=",
+        cfg.model.name,
+        " cannot train on volumes (data.train '",
+        ti.path,
+        "' holds /volumes); use model.name=unet3d");
+    MT_CHECK(
+        cfg.model.in_channels == 0 ||
+            cfg.model.in_channels == ti.sample_shape[0],
+        "model.in_channels=",
+        cfg.model.in_channels,
+        " but the volumes of data.train '",
+        ti.path,
+        "' have ",
+        ti.sample_shape[0],
+        " channel(s); set it to ",
+        ti.sample_shape[0],
+        " or 0 (from the data)");
+    // The U-Net halves the patch depth-1 times: check the training patch
+    // and the validation window now, not after an epoch.
+    const int64_t div = unet3d_divisor(cfg.model.depth);
+    const std::array<int64_t, 3> window = roi();
+    for (int i = 0; i < 3; ++i) {
+      MT_CHECK(
+          cfg.data.patch_size[i] % div == 0 && window[i] % div == 0,
+          "data.patch_size=[",
+          cfg.data.patch_size[0],
+          ", ",
+          cfg.data.patch_size[1],
+          ", ",
+          cfg.data.patch_size[2],
+          "] and validation.roi=[",
+          window[0],
+          ", ",
+          window[1],
+          ", ",
+          window[2],
+          "] must be multiples of ",
+          div,
+          " on every axis: model.depth=",
+          cfg.model.depth,
+          " halves them ",
+          cfg.model.depth - 1,
+          " time(s)");
+    }
+    patches = std::make_unique<PatchSampler>(
+        *train_data,
+        cfg.data.patch_size,
+        cfg.data.patches_per_volume,
+        cfg.data.pos_fraction,
+        static_cast<uint64_t>(cfg.data.seed));
+    source = std::make_unique<PatchSource>(*train_data, *patches);
+  } else {
+    source = std::make_unique<RowSource>(*train_data);
+  }
+}
+
+std::array<int64_t, 3> Trainer::Impl::roi() const {
+  std::array<int64_t, 3> r = cfg.validation.roi;
+  for (int i = 0; i < 3; ++i) {
+    if (r[i] == 0)
+      r[i] = cfg.data.patch_size[i];
+  }
+  return r;
 }
 
 std::unique_ptr<torch::optim::Optimizer> Trainer::Impl::make_optimizer() {
@@ -192,7 +306,14 @@ void Trainer::Impl::build_model() {
   // Parameters, gradient buckets and (later) optimizer state are device
   // memory: create them inside the device scope.
   memory::DeviceScope device;
-  model = make_model(cfg.model, {ti.kind, ti.sample_shape, ti.num_classes});
+  std::vector<int64_t> shape = ti.sample_shape;
+  if (volumes()) {  // the model sees patches
+    shape = {ti.sample_shape[0]};
+    shape.insert(
+        shape.end(), cfg.data.patch_size.begin(), cfg.data.patch_size.end());
+  }
+  model =
+      make_model(cfg.model, {ti.kind, shape, num_classes, ti.context_features});
   model->train();
   params = model->parameters();
   optimizer = make_optimizer();
@@ -203,7 +324,7 @@ void Trainer::Impl::build_model() {
                                       cfg.training.gradient_accumulation_steps *
                                       cfg.data.batch_size;
   sampler = std::make_unique<ShardedSampler>(
-      ti.num_samples,
+      patches ? patches->num_samples() : ti.num_samples,
       effective,
       comm.rank(),
       comm.size(),
@@ -214,7 +335,8 @@ void Trainer::Impl::build_model() {
       params,
       static_cast<int64_t>(cfg.dist.bucket_mib * 1024.0 * 1024.0),
       kExtras);
-  loader = std::make_unique<BatchLoader>(*train_data);
+  loader = std::make_unique<Prefetcher>(
+      *source, cfg.data.prefetch, cfg.data.read_threads);
 }
 
 Trainer::Trainer(const TrainConfig& cfg, Communicator& comm, Options options)
@@ -263,42 +385,66 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm, Options options)
 Trainer::~Trainer() = default;
 
 Batch Trainer::Impl::to_device(Batch b) const {
-  // On a GPU this is the host-to-device copy; on the CPU build the copy is
-  // what makes the batch count in the device domain, as it would on a GPU.
-  return {b.x.clone(), b.y.clone()};
+  // On a GPU this is the host-to-device copy (from page-locked buffers,
+  // non-blocking); on the CPU build the copy is what makes the batch count
+  // in the device domain, as it would on a GPU.
+  Batch d{b.x.clone(), b.y.clone(), {}};
+  if (b.context.defined())
+    d.context = b.context.clone();
+  return d;
 }
 
-// Reads on the host (host memory domain), then copies to the device.
+// Reads on the host (host memory domain; usually already read ahead by the
+// prefetcher), copies to the device and gives the host buffers back.
 Batch Trainer::Impl::load(
-    BatchLoader& from, const std::vector<int64_t>& indices) const {
+    Prefetcher& from, int64_t epoch, const std::vector<int64_t>& ids) const {
   Batch host;
   {
     memory::HostScope host_scope;
-    host = from.load(indices);
+    host = from.load(epoch, ids);
   }
-  return to_device(std::move(host));
+  Batch device = to_device(host);
+  from.recycle(std::move(host));
+  return device;
 }
 
 // The model under autocast (training.amp); float32 logits.
-torch::Tensor Trainer::Impl::forward(const torch::Tensor& x) {
+torch::Tensor Trainer::Impl::forward(
+    const torch::Tensor& x, const torch::Tensor& context) {
   compat::AutocastGuard amp(
       amp_on(),
       /*cuda=*/false,
       cfg.training.amp == "bf16" ? torch::kBFloat16 : torch::kHalf);
-  return model->forward(x).to(torch::kFloat32);
+  const torch::Tensor logits =
+      context.defined() ? model->forward(x, context) : model->forward(x);
+  return logits.to(torch::kFloat32);
+}
+
+// Sum over the batch's samples of the per-sample loss: cross-entropy for
+// classifiers, Dice + cross-entropy per volume patch for segmentation (a
+// per-sample Dice, so that Note [Window weighting] holds).
+torch::Tensor Trainer::Impl::loss_sum(
+    const torch::Tensor& logits, const torch::Tensor& y) const {
+  if (volumes())
+    return dice_ce_loss_sum(logits, y);
+  return torch::nn::functional::cross_entropy(
+      logits,
+      y,
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
 }
 
 // One micro-step: read, forward (under autocast), backward of the weighted,
 // scaled loss. Returns the unweighted loss sum. Everything it creates (batch,
-// logits, loss, graph) is freed when it returns.
+// context features, logits, loss, graph) is freed when it returns; the
+// context tensors as soon as the forward has used them (the graph keeps
+// what backward needs).
 double Trainer::Impl::micro_step(
-    const std::vector<int64_t>& indices, double weight) {
-  const Batch batch = load(*loader, indices);
-  const torch::Tensor logits = forward(batch.x);
-  torch::Tensor loss = torch::nn::functional::cross_entropy(
-      logits,
-      batch.y,
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    int64_t epoch, const std::vector<int64_t>& indices, double weight) {
+  Batch batch = load(*loader, epoch, indices);
+  const torch::Tensor logits = forward(batch.x, batch.context);
+  batch.context.reset();
+  batch.x.reset();
+  torch::Tensor loss = loss_sum(logits, batch.y);
   // See Note [Window weighting].
   (loss * (weight * scaler->scale())).backward();
   return loss.item<double>();
@@ -317,7 +463,7 @@ ProbeResult Trainer::Impl::probe(int64_t micro_batch, int64_t segments) {
   }
   std::vector<int64_t> indices(micro_batch);
   for (int64_t i = 0; i < micro_batch; ++i) {
-    indices[i] = i % train_data->info().num_samples;
+    indices[i] = i % sampler->num_samples();
   }
   model->set_checkpointed(segments);
   memory::set_cap(usable);
@@ -332,7 +478,7 @@ ProbeResult Trainer::Impl::probe(int64_t micro_batch, int64_t segments) {
       // created, which is what every later window looks like.
       for (int step = 0; step < 2; ++step) {
         grad_sync->attach();
-        micro_step(indices, 1.0 / static_cast<double>(micro_batch));
+        micro_step(0, indices, 1.0 / static_cast<double>(micro_batch));
         opt->step();
       }
     } catch (const c10::OutOfMemoryError&) {
@@ -450,7 +596,8 @@ nlohmann::json Trainer::Impl::plan_json() const {
   return j;
 }
 
-WindowResult Trainer::Impl::run_window(const WindowPlan& wp) {
+WindowResult Trainer::Impl::run_window(
+    const WindowPlan& wp, const WindowPlan* next) {
   const auto start = Clock::now();
   const CommStats before = comm.stats();
   WindowResult r;
@@ -470,12 +617,18 @@ WindowResult Trainer::Impl::run_window(const WindowPlan& wp) {
     r.micro_steps = 0;
     r.micro_step_start_bytes.clear();
     grad_sync->attach();
+    const auto batches = split_micro_batches(wp.rank_indices, micro);
+    loader->expect(wp.epoch, batches);
     try {
-      for (const auto& indices : split_micro_batches(wp.rank_indices, micro)) {
+      for (const auto& indices : batches) {
         r.micro_step_start_bytes.push_back(memory::stats().allocated);
-        loss_sum += micro_step(indices, weight);
+        loss_sum += micro_step(wp.epoch, indices, weight);
         ++r.micro_steps;
       }
+      // Read the next window while this one's gradient is all-reduced.
+      if (next)
+        loader->expect_more(
+            next->epoch, split_micro_batches(next->rank_indices, micro));
       break;
     } catch (const c10::OutOfMemoryError&) {
       compat::zero_grad_to_none(*optimizer);
@@ -616,13 +769,34 @@ void Trainer::Impl::maybe_release_cache(bool before_validation) {
     memory::release_cache();
 }
 
+ValResult Trainer::Impl::validate_volumes() {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  Validator validator(*val_data, cfg.validation, roi(), num_classes, comm);
+  const VolumeValResult v = validator.run([this](const at::Tensor& windows) {
+    return forward(windows, at::Tensor());
+  });
+  model->train();
+  ValResult r;
+  r.loss = v.loss;
+  r.samples = v.volumes;
+  r.oom_retries = v.oom_retries;
+  r.batch = v.sw_batch;
+  r.dice = v.dice;
+  r.dice_per_class = v.dice_per_class;
+  return r;
+}
+
 ValResult Trainer::Impl::validate() {
+  if (volumes())
+    return validate_volumes();
   torch::NoGradGuard no_grad;
   model->eval();
   const int64_t n = val_data->info().num_samples;
   const int64_t begin = n * comm.rank() / comm.size();
   const int64_t end = n * (comm.rank() + 1) / comm.size();
-  BatchLoader val_loader(*val_data);
+  const RowSource val_source(*val_data);
+  Prefetcher val_loader(val_source, /*depth=*/0, /*threads=*/0);
   double loss_sum = 0.0;
   int64_t correct = 0;
   int64_t retries = 0;
@@ -632,8 +806,8 @@ ValResult Trainer::Impl::validate() {
       idx.push_back(i);
     }
     try {
-      const Batch b = load(val_loader, idx);
-      const torch::Tensor logits = forward(b.x);
+      const Batch b = load(val_loader, 0, idx);
+      const torch::Tensor logits = forward(b.x, b.context);
       const double batch_loss =
           torch::nn::functional::cross_entropy(
               logits,
@@ -675,12 +849,13 @@ ValResult Trainer::Impl::validate() {
       torch::kFloat64);
   comm.all_reduce_sum(totals);
   const double count = totals[2].item<double>();
-  return {
-      totals[0].item<double>() / count,
-      totals[1].item<double>() / count,
-      static_cast<int64_t>(count),
-      retries,
-      val_micro};
+  ValResult r;
+  r.loss = totals[0].item<double>() / count;
+  r.accuracy = totals[1].item<double>() / count;
+  r.samples = static_cast<int64_t>(count);
+  r.oom_retries = retries;
+  r.batch = val_micro;
+  return r;
 }
 
 void Trainer::Impl::check_replicas(const char* when, uint64_t* checksum) {
@@ -1005,7 +1180,12 @@ TrainSummary Trainer::run() {
     int64_t epoch_ooms = 0;
     int64_t w = resumed_epoch ? m.start_window : 0;
     for (; w < wpe && step < total; ++w) {
-      WindowResult r = m.run_window(m.sampler->plan(epoch, w));
+      // The next window of this epoch, for the prefetcher.
+      std::optional<WindowPlan> next;
+      if (w + 1 < wpe && step + 1 < total)
+        next = m.sampler->plan(epoch, w + 1);
+      WindowResult r =
+          m.run_window(m.sampler->plan(epoch, w), next ? &*next : nullptr);
       r.step = ++step;
       ++summary.windows;
       summary.oom_retries += r.oom_retries;
@@ -1072,21 +1252,55 @@ TrainSummary Trainer::run() {
     std::ostringstream line;
     line << "epoch " << epoch + 1 << "/" << epochs << " done: train loss "
          << epoch_loss / epoch_samples;
-    if (m.val_data) {
+    const bool validate_now =
+        m.val_data && ((epoch + 1) % m.cfg.validation.every_epochs == 0 ||
+                       epoch + 1 == epochs);
+    if (validate_now) {
       const auto val_start = Clock::now();
       m.maybe_release_cache(/*before_validation=*/true);
       memory::reset_peak();
-      const ValResult v = m.validate();
+      ValResult v = m.validate();
       m.monitor.note_peak();
+      v.epoch = epoch;
+      v.device_peak = memory::stats().peak_allocated;
+      v.seconds = seconds_since(val_start);
       summary.validations.push_back(v);
       rec["val_loss"] = v.loss;
-      rec["val_accuracy"] = v.accuracy;
       rec["val_samples"] = v.samples;
-      rec["val_device_peak"] = memory::stats().peak_allocated;
+      rec["val_device_peak"] = v.device_peak;
       rec["val_oom_retries"] = v.oom_retries;
       rec["val_batch"] = v.batch;
-      rec["val_seconds"] = seconds_since(val_start);
-      line << ", val loss " << v.loss << ", val accuracy " << v.accuracy;
+      rec["val_seconds"] = v.seconds;
+      nlohmann::json vrec = {
+          {"type", "validation"},
+          {"epoch", epoch},
+          {"val_loss", v.loss},
+          {"val_device_peak", v.device_peak},
+          {"val_seconds", v.seconds}};
+      line << ", val loss " << v.loss;
+      if (m.volumes()) {
+        // NaN (a class in no volume) is written as null.
+        auto num = [](double d) {
+          return std::isnan(d) ? nlohmann::json(nullptr) : nlohmann::json(d);
+        };
+        nlohmann::json per_class = nlohmann::json::array();
+        for (double d : v.dice_per_class)
+          per_class.push_back(num(d));
+        rec["val_dice"] = num(v.dice);
+        vrec["val_dice"] = num(v.dice);
+        vrec["val_dice_per_class"] = per_class;
+        vrec["val_volumes"] = v.samples;
+        vrec["val_sw_batch"] = v.batch;
+        vrec["val_offload"] = m.cfg.validation.offload;
+        line << ", val Dice " << v.dice;
+      } else {
+        rec["val_accuracy"] = v.accuracy;
+        vrec["val_accuracy"] = v.accuracy;
+        vrec["val_samples"] = v.samples;
+        line << ", val accuracy " << v.accuracy;
+      }
+      vrec["val_oom_retries"] = v.oom_retries;
+      m.metrics->write(vrec);
     }
     if (check_each_epoch && !checked_last) {
       m.check_replicas("at the end of an epoch", &summary.checksum);
@@ -1171,21 +1385,41 @@ std::string Trainer::describe() const {
   out << "data: train '" << ti.path << "' " << ti.num_samples << " x "
       << to_string(ti.kind) << " " << shape(ti.sample_shape) << " "
       << ti.sample_dtype << ", " << ti.num_classes << " classes";
+  if (ti.context_features > 0)
+    out << ", context features " << ti.context_features;
+  if (m.patches) {
+    const auto& p = m.cfg.data.patch_size;
+    out << "; patches " << p[0] << "x" << p[1] << "x" << p[2] << ", "
+        << m.cfg.data.patches_per_volume << " per volume, pos_fraction "
+        << m.cfg.data.pos_fraction;
+  }
+  out << "; prefetch " << m.cfg.data.prefetch << " batches on "
+      << (m.cfg.data.prefetch > 0 ? m.cfg.data.read_threads : 0)
+      << " reader thread(s)";
   if (m.val_data) {
     out << "; val '" << m.val_data->info().path << "' "
         << m.val_data->info().num_samples;
+    if (m.patches) {
+      const auto r = m.roi();
+      out << " volume(s) " << shape(m.val_data->info().sample_shape)
+          << ", sliding window " << r[0] << "x" << r[1] << "x" << r[2]
+          << " overlap " << m.cfg.validation.overlap << " "
+          << m.cfg.validation.blend << ", sums on " << m.cfg.validation.offload;
+    }
   }
   int64_t numel = 0;
   for (const auto& p : m.params)
     numel += p.numel();
-  out << "\nmodel: " << m.cfg.model.name << " (hidden " << m.cfg.model.hidden
+  out << "\nmodel: " << m.cfg.model.name << " ("
+      << (m.patches ? "feature_size " : "hidden ")
+      << (m.patches ? m.cfg.model.feature_size : m.cfg.model.hidden)
       << ", depth " << m.cfg.model.depth << ", norm " << m.cfg.model.norm
-      << "), " << numel << " parameters (" << format_bytes(numel * 4.0)
-      << " fp32), optimizer " << m.cfg.training.optimizer << " lr "
-      << m.cfg.training.lr << ", amp " << m.cfg.training.amp
-      << "\nwindow: effective batch " << m.sampler->effective_batch() << " = "
-      << m.comm.size() << " ranks x " << m.plan.accumulation_steps
-      << " micro-steps x " << m.plan.micro_batch;
+      << ", " << m.num_classes << " classes), " << numel << " parameters ("
+      << format_bytes(numel * 4.0) << " fp32), optimizer "
+      << m.cfg.training.optimizer << " lr " << m.cfg.training.lr << ", amp "
+      << m.cfg.training.amp << "\nwindow: effective batch "
+      << m.sampler->effective_batch() << " = " << m.comm.size() << " ranks x "
+      << m.plan.accumulation_steps << " micro-steps x " << m.plan.micro_batch;
   if (m.sampler->effective_batch() !=
       m.comm.size() * m.plan.accumulation_steps * m.plan.micro_batch) {
     out << " (last micro-batch smaller)";

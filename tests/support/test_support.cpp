@@ -95,6 +95,26 @@ void write_raw_h5(const std::string& path, const RawH5& spec) {
         H5T_NATIVE_FLOAT,
         v.data());
   }
+  if (!spec.volumes_shape.empty()) {
+    std::vector<float> v(count(spec.volumes_shape));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = float(i % 7);
+    write(
+        f,
+        "volumes",
+        spec.volumes_shape,
+        H5T_IEEE_F32LE,
+        H5T_NATIVE_FLOAT,
+        v.data());
+  }
+  if (!spec.masks_shape.empty()) {
+    std::vector<uint8_t> m(count(spec.masks_shape));
+    for (size_t i = 0; i < m.size(); ++i)
+      m[i] = uint8_t(i % 2);
+    m.back() = spec.mask_max;
+    write(
+        f, "masks", spec.masks_shape, H5T_STD_U8LE, H5T_NATIVE_UINT8, m.data());
+  }
   if (!spec.labels_shape.empty()) {
     const size_t n = count(spec.labels_shape);
     std::vector<int64_t> l(n);

@@ -36,6 +36,9 @@ struct RawH5 {
   std::vector<int64_t> label_values;     // default: i % 3
   int64_t num_classes_attr = -1;         // -1: no attribute
   int64_t nan_row = -1;                  // >= 0: that row of /features is NaN
+  std::vector<uint64_t> volumes_shape;   // float32 /volumes, contiguous
+  std::vector<uint64_t> masks_shape;     // uint8 /masks: voxel i is i % 2,
+  uint8_t mask_max = 1;                  // ... except the last: mask_max
 };
 void write_raw_h5(const std::string& path, const RawH5& spec);
 

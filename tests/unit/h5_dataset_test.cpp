@@ -127,7 +127,7 @@ TEST(H5Dataset, BadFilesNameFileAndDataset) {
        "dataset '/labels': has 9 labels but '/features' has 10"},
       {"empty.h5", {{0, 4}, {}, {0}}, "dataset '/features': is empty"},
       {"nolabels.h5", {{10, 4}, {}, {}}, "dataset '/labels': missing"},
-      {"nothing.h5", {{}, {}, {10}}, "neither a /features nor an /images"},
+      {"nothing.h5", {{}, {}, {10}}, "has no /features, /images or /volumes dataset"},
       {"images3d.h5",
        {{}, {10, 4, 4}, {10}},
        "dataset '/images': expected 4-D"},

@@ -3,6 +3,7 @@
 // `--section.key=value` overrides, validated before any rank touches data.
 // Errors name the key, the value and what is allowed (memtrain::Error).
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -10,11 +11,16 @@
 namespace memtrain {
 
 struct ModelConfig {
-  std::string name = "mlp";  // mlp (for /features) | cnn (for /images)
-  int64_t hidden = 64;       // width of the MLP's hidden layer / CNN channels
-  int64_t depth = 2;  // MLP residual blocks / CNN stages (checkpoint segments)
+  // mlp (for /features) | cnn (for /images) | unet3d (for /volumes)
+  std::string name = "mlp";
+  int64_t hidden = 64;  // width of the MLP's hidden layer / CNN channels
+  // MLP residual blocks / CNN stages / U-Net levels (checkpoint segments)
+  int64_t depth = 2;
   double dropout = 0.0;       // MLP blocks
-  std::string norm = "none";  // none | group
+  std::string norm = "none";  // none | group | instance (unet3d)
+  int64_t feature_size = 16;  // unet3d: channels of the first level
+  int64_t in_channels = 0;    // unet3d: 0 = the data's C
+  int64_t num_classes = 0;    // 0 = the data's num_classes
   int64_t seed = 1234;        // parameter initialisation
 };
 
@@ -27,6 +33,23 @@ struct DataConfig {
   int64_t val_batch_size = 0;            // 0: the training micro-batch
   int64_t seed = 0;                      // epoch permutation seed
   bool drop_last = false;  // drop the epoch's last, partial window
+  // Volumes (/volumes files): a training sample is a patch.
+  std::array<int64_t, 3> patch_size{32, 32, 32};  // [D, H, W] voxels
+  int64_t patches_per_volume = 8;  // training samples per volume per epoch
+  double pos_fraction = 0.5;       // patches centred on a foreground voxel
+  double intensity_scale = 0.0;    // 0: the file's /volumes scale attribute
+  double intensity_shift = 0.0;    // used when intensity_scale != 0
+  int64_t prefetch = 2;      // micro-batches read ahead (0: read in place)
+  int64_t read_threads = 2;  // background reader threads
+};
+
+struct ValidationConfig {
+  int64_t every_epochs = 1;  // validate after every n-th epoch (and the last)
+  std::array<int64_t, 3> roi{0, 0, 0};  // sliding window; 0: data.patch_size
+  double overlap = 0.25;
+  int64_t sw_batch = 4;            // windows per device batch
+  std::string blend = "gaussian";  // constant | gaussian
+  std::string offload = "cpu";     // cpu | device: where sums live
 };
 
 struct TrainingConfig {
@@ -78,6 +101,7 @@ struct OutputConfig {
 struct TrainConfig {
   ModelConfig model;
   DataConfig data;
+  ValidationConfig validation;
   TrainingConfig training;
   DistConfig dist;
   MemoryConfig memory;

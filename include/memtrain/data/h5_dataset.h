@@ -1,10 +1,13 @@
 #pragma once
 // H5Dataset: one HDF5 file of samples and labels in memtrain's layout
-// (data/FORMAT.md): `/features` [N, F] or `/images` [N, C, H, W], and
-// `/labels` [N]. Opening validates the whole layout, so a bad file fails with
-// a message naming the file and the dataset before training starts, never
-// mid-epoch. No LibTorch here: reads go into caller-provided buffers.
+// (data/FORMAT.md): `/features` [N, F] (+ optional `/context_features`
+// [N, F2]) or `/images` [N, C, H, W] with `/labels` [N], or `/volumes`
+// [N, C, D, H, W] with `/masks` [N, D, H, W]. Opening validates the whole
+// layout, so a bad file fails with a message naming the file and the dataset
+// before training starts, never mid-epoch. No LibTorch here: reads go into
+// caller-provided buffers.
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,7 +15,7 @@
 
 namespace memtrain {
 
-enum class SampleKind { kFeatures, kImages };
+enum class SampleKind { kFeatures, kImages, kVolumes };
 
 const char* to_string(SampleKind kind);
 
@@ -22,15 +25,32 @@ std::string hdf5_library_version();
 struct DatasetInfo {
   std::string path;
   SampleKind kind = SampleKind::kFeatures;
-  std::string sample_dataset;  // "/features" or "/images"
-  std::string sample_dtype;    // as stored: "float32", "uint8", ...
-  int64_t num_samples = 0;
-  std::vector<int64_t> sample_shape;     // [F] or [C, H, W]
+  std::string sample_dataset;            // "/features", "/images" or "/volumes"
+  std::string sample_dtype;              // as stored: "float32", "uint8", ...
+  int64_t num_samples = 0;               // rows; volumes for /volumes files
+  std::vector<int64_t> sample_shape;     // [F], [C, H, W] or [C, D, H, W]
   int64_t num_classes = 0;               // root attribute, or max label + 1
   std::vector<std::string> class_names;  // may be empty
-  std::vector<int64_t> label_counts;     // samples per class
+  // Samples per class; voxels per class (all volumes) for /volumes files.
+  std::vector<int64_t> label_counts;
+  int64_t context_features = 0;  // F2 of /context_features; 0 without it
+  // /volumes only: chunk shape [C, cd, ch, cw] (empty: contiguous), the
+  // intensity normalisation in use, and the root attribute spacing_mm.
+  std::vector<int64_t> chunk_shape;
+  double scale = 1.0;
+  double shift = 0.0;
+  std::array<double, 3> spacing_mm{0, 0, 0};
 
   int64_t sample_numel() const;
+  // Volumes: D * H * W (the voxels of one mask).
+  int64_t voxels() const;
+};
+
+struct OpenOptions {
+  // Volumes: x = raw * intensity_scale + intensity_shift when
+  // intensity_scale != 0, instead of the file's attributes.
+  double intensity_scale = 0.0;
+  double intensity_shift = 0.0;
 };
 
 class H5Dataset {
@@ -38,7 +58,10 @@ class H5Dataset {
   // Opens `path` read-only and checks it against the layout. `role` names the
   // file's purpose in messages ("data.train"). Throws memtrain::Error naming
   // the file, the dataset and what was expected.
-  static H5Dataset open(const std::string& path, const std::string& role);
+  static H5Dataset open(
+      const std::string& path,
+      const std::string& role,
+      const OpenOptions& options = {});
 
   H5Dataset(H5Dataset&&) noexcept;
   H5Dataset& operator=(H5Dataset&&) noexcept;
@@ -50,15 +73,47 @@ class H5Dataset {
 
   // Reads the samples `indices` (any order; repeats allowed) into `x`
   // (indices.size() * sample_numel floats, row-major, in the order given)
-  // and their labels into `y`. Integer sample types are converted to float
-  // and normalised as data/FORMAT.md says. One hyperslab read per dataset:
-  // only the requested rows are read. Blocking; not thread-safe on one
-  // object.
-  void read(const std::vector<int64_t>& indices, float* x, int64_t* y) const;
+  // and their labels into `y`, and (when not null and the file has them)
+  // their context features into `context` (indices.size() * F2). Integer
+  // sample types are converted to float and normalised as data/FORMAT.md
+  // says. One hyperslab read per dataset: only the requested rows are read.
+  // For /volumes files, a row is a whole volume and `y` gets its mask
+  // (D * H * W labels). Blocking; safe to call from several threads (HDF5
+  // serialises inside the library).
+  void read(
+      const std::vector<int64_t>& indices,
+      float* x,
+      int64_t* y,
+      float* context = nullptr) const;
+
+  // Volumes: reads the patch of `size` voxels at `corner` ([D, H, W]) of
+  // volume `v` by hyperslab, into `x` (C * prod(size) floats) and its mask
+  // into `y` (prod(size) labels). Never reads the rest of the volume (only
+  // the chunks the patch touches). Thread-safe like read().
+  void read_patch(
+      int64_t v,
+      const std::array<int64_t, 3>& corner,
+      const std::array<int64_t, 3>& size,
+      float* x,
+      int64_t* y) const;
+
+  // Volumes: linear voxel indices (within one D*H*W mask) of foreground
+  // voxels (mask > 0) of volume `v`, ascending; an evenly strided subset of
+  // at most 65536 when there are more. Found on open.
+  const std::vector<int64_t>& foreground(int64_t v) const;
+
+  // Volumes: "" when the chunk layout suits patches of `patch` voxels;
+  // otherwise a warning naming the file, the layout and the fix.
+  std::string patch_layout_warning(const std::array<int64_t, 3>& patch) const;
 
  private:
   struct Impl;
   explicit H5Dataset(std::unique_ptr<Impl> impl);
+  static void open_volumes(
+      Impl& impl,
+      DatasetInfo& info,
+      const std::string& where,
+      const OpenOptions& options);
   std::unique_ptr<Impl> impl_;
   DatasetInfo info_;
 };

@@ -10,14 +10,17 @@
 namespace memtrain {
 
 struct SyntheticSpec {
-  std::string kind = "features";  // features | images
+  std::string kind = "features";  // features | images | volumes
   int64_t samples = 4096;
   int64_t classes = 4;
   int64_t features = 32;  // features: F
   int64_t channels = 3;   // images: C, H, W
   int64_t height = 16;
   int64_t width = 16;
-  std::string dtype = "float32";  // images: float32 | uint8
+  int64_t depth = 32;   // volumes: C, D, H, W
+  int64_t context = 0;  // features: F2 of /context_features (0: none)
+  int64_t chunk = 16;   // volumes: chunk edge in voxels (0: contiguous)
+  std::string dtype = "float32";  // images: float32 | uint8; volumes: +int16
   double noise = 1.0;  // noise standard deviation (centres: N(0, 0.5^2))
   uint64_t seed = 0;
   std::string split = "train";  // any name; different names, other samples

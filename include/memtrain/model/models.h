@@ -20,8 +20,13 @@ namespace memtrain {
 
 class Classifier : public torch::nn::Module {
  public:
-  // x: (N, F) or (N, C, H, W) float32 -> logits (N, num_classes).
-  torch::Tensor forward(torch::Tensor x);
+  // x: (N, F) or (N, C, H, W) float32 -> logits (N, num_classes);
+  // (N, C, D, H, W) -> voxel logits (N, num_classes, D, H, W) for unet3d.
+  // The default runs stem -> segments -> head.
+  virtual torch::Tensor forward(torch::Tensor x);
+  // With a second input (/context_features): models that fuse context
+  // override it; the default refuses.
+  virtual torch::Tensor forward(torch::Tensor x, torch::Tensor context);
 
   int64_t num_segments() const {
     return static_cast<int64_t>(segment_names_.size());
@@ -38,9 +43,14 @@ class Classifier : public torch::nn::Module {
   }
 
  protected:
-  virtual torch::Tensor stem(torch::Tensor x) = 0;
-  virtual torch::Tensor segment(int64_t i, torch::Tensor x) = 0;
-  virtual torch::Tensor head(torch::Tensor x) = 0;
+  // The sequential structure forward() runs by default. Models that
+  // override forward() need not implement them.
+  virtual torch::Tensor stem(torch::Tensor x);
+  virtual torch::Tensor segment(int64_t i, torch::Tensor x);
+  virtual torch::Tensor head(torch::Tensor x);
+
+  // Segments (checkpointed as set_checkpointed() says), then head.
+  torch::Tensor body(torch::Tensor x);
 
   std::vector<std::string> segment_names_;
 
@@ -50,8 +60,9 @@ class Classifier : public torch::nn::Module {
 
 struct ModelInput {
   SampleKind kind = SampleKind::kFeatures;
-  std::vector<int64_t> sample_shape;  // [F] or [C, H, W]
+  std::vector<int64_t> sample_shape;  // [F], [C, H, W] or [C, D, H, W]
   int64_t num_classes = 0;
+  int64_t context_features = 0;  // F2 of /context_features (0: none)
 };
 
 // Builds `cfg.name` for `input`, initialised from `cfg.seed` alone (the same

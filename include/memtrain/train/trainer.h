@@ -44,11 +44,18 @@ struct WindowResult {
 };
 
 struct ValResult {
+  int64_t epoch = 0;
   double loss = 0.0;
-  double accuracy = 0.0;
-  int64_t samples = 0;
+  double accuracy = 0.0;    // classifiers
+  int64_t samples = 0;      // samples, or volumes
   int64_t oom_retries = 0;  // validation batch halvings on this rank
-  int64_t batch = 0;        // this rank's validation batch at the end
+  int64_t batch = 0;  // this rank's validation batch (sw_batch) at the end
+  // Volumes: hard Dice per class and its mean over the foreground classes
+  // (see train/validator.h).
+  double dice = 0.0;
+  std::vector<double> dice_per_class;
+  int64_t device_peak = 0;  // device-domain peak bytes of the validation
+  double seconds = 0.0;
 };
 
 struct TrainSummary {
@@ -58,7 +65,7 @@ struct TrainSummary {
   bool stopped = false;  // ended early on a stop request (checkpoint written)
   std::vector<std::string> leak_warnings;
   std::vector<WindowResult> window_results;
-  std::vector<ValResult> validations;  // one per completed epoch with val
+  std::vector<ValResult> validations;  // one per validation
   uint64_t checksum = 0;               // of this rank's final parameters
 };
 

@@ -1,0 +1,97 @@
+#include "memtrain/data/patch_sampler.h"
+
+#include <algorithm>
+
+#include "memtrain/data/h5_dataset.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// A counter-based stream: draw k of (seed, epoch, sample).
+struct Draws {
+  uint64_t key;
+  uint64_t next(uint64_t k) const {
+    return splitmix64(key ^ splitmix64(k + 0x632be59bd9b4e019ULL));
+  }
+  // Uniform in [0, n).
+  int64_t below(uint64_t k, int64_t n) const {
+    return n <= 1 ? 0 : static_cast<int64_t>(next(k) % uint64_t(n));
+  }
+  double unit(uint64_t k) const {
+    return static_cast<double>(next(k) >> 11) * (1.0 / 9007199254740992.0);
+  }
+};
+
+}  // namespace
+
+PatchSampler::PatchSampler(
+    const H5Dataset& data,
+    const std::array<int64_t, 3>& patch,
+    int64_t patches_per_volume,
+    double pos_fraction,
+    uint64_t seed)
+    : data_(data),
+      patch_(patch),
+      num_volumes_(data.info().num_samples),
+      per_volume_(patches_per_volume),
+      pos_fraction_(pos_fraction),
+      seed_(seed) {
+  const DatasetInfo& info = data.info();
+  MT_INTERNAL_ASSERT(info.kind == SampleKind::kVolumes, "not a volume file");
+  for (int i = 0; i < 3; ++i)
+    shape_[i] = info.sample_shape[i + 1];
+  MT_CHECK(
+      patch[0] <= shape_[0] && patch[1] <= shape_[1] && patch[2] <= shape_[2],
+      "data.patch_size=[",
+      patch[0],
+      ", ",
+      patch[1],
+      ", ",
+      patch[2],
+      "] is larger than the volumes of '",
+      info.path,
+      "' ([",
+      shape_[0],
+      ", ",
+      shape_[1],
+      ", ",
+      shape_[2],
+      "] voxels); use a patch no larger than the volume on every axis");
+  MT_CHECK(patches_per_volume > 0, "data.patches_per_volume must be > 0");
+}
+
+PatchRef PatchSampler::at(int64_t epoch, int64_t sample) const {
+  PatchRef r;
+  r.volume = sample % num_volumes_;
+  const Draws d{splitmix64(
+      splitmix64(seed_ ^ 0x5851f42d4c957f2dULL) ^
+      splitmix64(uint64_t(epoch) * 0x2545f4914f6cdd1dULL + uint64_t(sample)))};
+  const std::vector<int64_t>& fg = data_.foreground(r.volume);
+  if (!fg.empty() && d.unit(0) < pos_fraction_) {
+    const int64_t voxel = fg[d.below(1, static_cast<int64_t>(fg.size()))];
+    const int64_t plane = shape_[1] * shape_[2];
+    const std::array<int64_t, 3> centre = {
+        voxel / plane, (voxel % plane) / shape_[2], voxel % shape_[2]};
+    for (int i = 0; i < 3; ++i) {
+      // The patch around the voxel, moved inside the volume; the voxel
+      // stays inside the patch.
+      r.corner[i] = std::clamp<int64_t>(
+          centre[i] - patch_[i] / 2, 0, shape_[i] - patch_[i]);
+    }
+    r.foreground = true;
+  } else {
+    for (int i = 0; i < 3; ++i)
+      r.corner[i] = d.below(2 + i, shape_[i] - patch_[i] + 1);
+  }
+  return r;
+}
+
+}  // namespace memtrain

@@ -1,0 +1,243 @@
+#include "memtrain/model/unet3d.h"
+
+#include <utility>
+
+#include "memtrain/model/checkpointed.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+
+namespace {
+
+// Largest group count <= 8 that divides `channels` (as models.cpp).
+int64_t groups_for(int64_t channels) {
+  for (int64_t g = 8; g > 1; --g) {
+    if (channels % g == 0)
+      return g;
+  }
+  return 1;
+}
+
+// An empty AnyModule for "none".
+torch::nn::AnyModule make_norm(const std::string& kind, int64_t channels) {
+  if (kind == "instance") {
+    return torch::nn::AnyModule(torch::nn::InstanceNorm3d(
+        torch::nn::InstanceNormOptions(channels).affine(true)));
+  }
+  if (kind == "group") {
+    return torch::nn::AnyModule(torch::nn::GroupNorm(
+        torch::nn::GroupNormOptions(groups_for(channels), channels)));
+  }
+  return {};
+}
+
+torch::nn::Conv3d conv3(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Conv3d(
+      torch::nn::Conv3dOptions(in, out, 3).padding(1).bias(bias));
+}
+
+// relu(norm2(conv2(relu(norm1(conv1(x))))) + shortcut(x)).
+struct ResBlockImpl : torch::nn::Module {
+  ResBlockImpl(int64_t in, int64_t out, const std::string& norm) {
+    const bool has_norm = norm != "none";
+    conv1 = register_module("conv1", conv3(in, out, !has_norm));
+    norm1 = make_norm(norm, out);
+    if (has_norm)
+      register_module("norm1", norm1.ptr());
+    conv2 = register_module("conv2", conv3(out, out, !has_norm));
+    norm2 = make_norm(norm, out);
+    if (has_norm)
+      register_module("norm2", norm2.ptr());
+    if (in != out) {
+      proj = register_module(
+          "proj", torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, 1)));
+    }
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = torch::relu(normed(norm1, conv1(x)));
+    h = normed(norm2, conv2(h));
+    return torch::relu(h + (proj ? proj(x) : x));
+  }
+
+  static torch::Tensor normed(torch::nn::AnyModule& norm, torch::Tensor h) {
+    if (norm.is_empty())
+      return h;
+    return norm.forward(h.to(torch::kFloat32));  // fp32 under autocast
+  }
+
+  torch::nn::Conv3d conv1{nullptr}, conv2{nullptr}, proj{nullptr};
+  torch::nn::AnyModule norm1, norm2;
+};
+TORCH_MODULE(ResBlock);
+
+class UNet3d : public Classifier {
+ public:
+  UNet3d(const ModelConfig& cfg, int64_t in_channels, int64_t num_classes)
+      : depth_(cfg.depth),
+        in_channels_(in_channels),
+        divisor_(unet3d_divisor(cfg.depth)) {
+    const int64_t f = cfg.feature_size;
+    enc_ = register_module("enc", torch::nn::ModuleList());
+    up_ = register_module("up", torch::nn::ModuleList());
+    dec_ = register_module("dec", torch::nn::ModuleList());
+    for (int64_t l = 0; l < depth_; ++l) {
+      const int64_t in = l == 0 ? in_channels : f << (l - 1);
+      enc_->push_back(ResBlock(in, f << l, cfg.norm));
+    }
+    for (int64_t l = 0; l + 1 < depth_; ++l) {
+      up_->push_back(torch::nn::ConvTranspose3d(
+          torch::nn::ConvTranspose3dOptions(f << (l + 1), f << l, 2)
+              .stride(2)));
+      dec_->push_back(ResBlock(2 * (f << l), f << l, cfg.norm));
+    }
+    head_ = register_module(
+        "head", torch::nn::Conv3d(torch::nn::Conv3dOptions(f, num_classes, 1)));
+
+    // See Note [U-Net segment order].
+    enc_rank_.resize(depth_);
+    dec_rank_.resize(depth_ - 1);
+    for (int64_t l = 0; l < depth_; ++l) {
+      enc_rank_[l] = num_segments();
+      segment_names_.push_back("enc." + std::to_string(l));
+      if (l + 1 < depth_) {
+        dec_rank_[l] = num_segments();
+        segment_names_.push_back("dec." + std::to_string(l));
+      }
+    }
+  }
+
+  using Classifier::forward;
+
+  torch::Tensor forward(torch::Tensor x) override {
+    check_input(x);
+    std::vector<torch::Tensor> skips;
+    for (int64_t l = 0; l < depth_; ++l) {
+      x = run(
+          enc_rank_[l],
+          [this, l](const at::Tensor& t) {
+            // The pool runs inside the segment: its output and indices
+            // are dropped, the unpooled input is the skip kept anyway.
+            return block(enc_, l)->forward(
+                l == 0 ? t : torch::max_pool3d(t, 2));
+          },
+          x);
+      if (l + 1 < depth_)
+        skips.push_back(x);
+    }
+    for (int64_t l = depth_ - 2; l >= 0; --l) {
+      torch::Tensor up =
+          up_[l]->as<torch::nn::ConvTranspose3dImpl>()->forward(x);
+      x = torch::cat({up, skips[l]}, 1);
+      up = torch::Tensor();
+      skips[l] = torch::Tensor();  // the concatenation holds it now
+      x = run(
+          dec_rank_[l],
+          [this, l](const at::Tensor& t) { return block(dec_, l)->forward(t); },
+          x);
+    }
+    return head_(x);
+  }
+
+ private:
+  static ResBlockImpl* block(torch::nn::ModuleList& list, int64_t i) {
+    return list[i]->as<ResBlockImpl>();
+  }
+
+  torch::Tensor run(int64_t rank, Segment fn, const torch::Tensor& x) {
+    return rank < checkpointed() ? checkpoint(std::move(fn), x) : fn(x);
+  }
+
+  void check_input(const torch::Tensor& x) const {
+    MT_CHECK(
+        x.dim() == 5,
+        "unet3d: expected an input (N, C, D, H, W), got shape ",
+        x.sizes(),
+        "; model.name=unet3d needs a /volumes file");
+    MT_CHECK(
+        x.size(1) == in_channels_,
+        "unet3d: input of shape ",
+        x.sizes(),
+        " has ",
+        x.size(1),
+        " channels, the model was built for ",
+        in_channels_,
+        " (model.in_channels)");
+    for (int64_t d = 2; d < 5; ++d) {
+      MT_CHECK(
+          x.size(d) % divisor_ == 0,
+          "unet3d: input of shape ",
+          x.sizes(),
+          ": D, H and W must be multiples of ",
+          divisor_,
+          " = 2^(model.depth-1) with model.depth=",
+          depth_,
+          ", but ",
+          x.size(d),
+          " is not; use data.patch_size and validation.roi values that are "
+          "multiples of ",
+          divisor_,
+          " (e.g. ",
+          (x.size(d) + divisor_ - 1) / divisor_ * divisor_,
+          " instead of ",
+          x.size(d),
+          "), or a smaller model.depth");
+    }
+  }
+
+  int64_t depth_;
+  int64_t in_channels_;
+  int64_t divisor_;
+  torch::nn::ModuleList enc_{nullptr}, up_{nullptr}, dec_{nullptr};
+  torch::nn::Conv3d head_{nullptr};
+  std::vector<int64_t> enc_rank_, dec_rank_;  // positions in segment_names_
+};
+
+// Note [U-Net segment order]
+// Checkpointing a segment drops the activations inside it; its input is
+// kept. Level l has 1/8 of the voxels of level l-1 and twice its channels,
+// so a level's segments hold about 4x those of the level below: levels go
+// full resolution first. Within a level, the encoder segment holds a little
+// more than the decoder's (the pooled input and the pool's int64 indices,
+// and at level 0 the input projection), so "enc.l" comes before "dec.l".
+// unet3d_test pins that the saving of each further segment does not grow.
+
+}  // namespace
+
+int64_t unet3d_divisor(int64_t depth) {
+  MT_CHECK(
+      depth >= 1 && depth <= 16,
+      "model.depth=",
+      depth,
+      ": unet3d needs 1..16 levels");
+  return int64_t{1} << (depth - 1);
+}
+
+std::shared_ptr<Classifier> make_unet3d(
+    const ModelConfig& cfg, int64_t in_channels, int64_t num_classes) {
+  MT_CHECK(
+      cfg.depth >= 1,
+      "model.depth=",
+      cfg.depth,
+      ": unet3d needs at least 1 level");
+  MT_CHECK(
+      cfg.feature_size >= 1,
+      "model.feature_size=",
+      cfg.feature_size,
+      ": must be at least 1");
+  MT_CHECK(
+      cfg.norm == "none" || cfg.norm == "group" || cfg.norm == "instance",
+      "model.norm=",
+      cfg.norm,
+      ": unet3d allows none, group or instance");
+  MT_CHECK(
+      in_channels >= 1 && num_classes >= 1,
+      "unet3d: needs at least one input channel and one class, got ",
+      in_channels,
+      " channel(s) and ",
+      num_classes,
+      " class(es)");
+  return std::make_shared<UNet3d>(cfg, in_channels, num_classes);
+}
+
+}  // namespace memtrain

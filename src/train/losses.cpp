@@ -1,0 +1,43 @@
+#include "memtrain/train/losses.h"
+
+#include <torch/torch.h>
+
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+
+at::Tensor dice_ce_loss_sum(
+    const at::Tensor& logits, const at::Tensor& target) {
+  MT_CHECK(
+      logits.dim() == 5 && target.dim() == 4 &&
+          logits.size(0) == target.size(0) &&
+          logits.sizes().slice(2) == target.sizes().slice(1),
+      "dice_ce_loss_sum: logits ",
+      logits.sizes(),
+      " and target ",
+      target.sizes(),
+      " do not match; expected (N, K, D, H, W) and (N, D, H, W)");
+  MT_CHECK(
+      logits.is_floating_point(),
+      "dice_ce_loss_sum: logits must be floating point, got ",
+      logits.scalar_type());
+  MT_CHECK(
+      target.scalar_type() == torch::kInt64,
+      "dice_ce_loss_sum: target must be int64 class indices, got ",
+      target.scalar_type());
+  const std::vector<int64_t> voxels = {2, 3, 4};
+  const torch::Tensor logp =
+      torch::log_softmax(logits.to(torch::kFloat32), /*dim=*/1);
+  const torch::Tensor index = target.unsqueeze(1);  // (N, 1, D, H, W)
+  // (N): mean cross-entropy of each sample.
+  const torch::Tensor ce = -logp.gather(1, index).mean(voxels).squeeze(1);
+
+  const torch::Tensor p = logp.exp();  // softmax
+  const torch::Tensor g = torch::zeros_like(p).scatter_(1, index, 1.0);
+  const torch::Tensor inter = (p * g).sum(voxels);  // (N, K)
+  const torch::Tensor dice =
+      (2.0 * inter + kDiceEps) / (p.sum(voxels) + g.sum(voxels) + kDiceEps);
+  return (ce + (1.0 - dice.mean(1))).sum();
+}
+
+}  // namespace memtrain

@@ -1,0 +1,160 @@
+#include "memtrain/train/validator.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "memtrain/data/h5_dataset.h"
+#include "memtrain/dist/communicator.h"
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/util/error.h"
+#include "memtrain/util/rank_log.h"
+
+namespace memtrain {
+
+Validator::Validator(
+    const H5Dataset& data,
+    const ValidationConfig& cfg,
+    const std::array<int64_t, 3>& roi,
+    int64_t num_classes,
+    Communicator& comm)
+    : data_(data),
+      cfg_(cfg),
+      roi_(roi),
+      num_classes_(num_classes),
+      comm_(comm),
+      sw_batch_(cfg.sw_batch) {
+  MT_INTERNAL_ASSERT(
+      data.info().kind == SampleKind::kVolumes, "Validator needs volumes");
+}
+
+namespace {
+
+struct VolumeScore {
+  double loss = 0.0;
+  std::vector<double> dice;  // per class; NaN: absent from mask and pred
+};
+
+// Scores one volume's aggregated probabilities (K, D, H, W) against its
+// mask (D, H, W). Host memory only.
+VolumeScore score(const at::Tensor& probs, const at::Tensor& mask, int64_t k) {
+  VolumeScore s;
+  const at::Tensor flat_p = probs.reshape({k, -1});
+  const at::Tensor flat_m = mask.reshape({-1});
+  const at::Tensor onehot =
+      torch::one_hot(flat_m, k).transpose(0, 1).to(torch::kFloat32);
+  // Cross-entropy of the averaged probabilities, and the soft Dice.
+  const at::Tensor p_true = flat_p.gather(0, flat_m.unsqueeze(0)).squeeze(0);
+  const double ce = -p_true.clamp_min(1e-8).log().mean().item<double>();
+  const double eps = 1e-5;
+  const at::Tensor inter = (flat_p * onehot).sum(1);
+  const at::Tensor soft =
+      (2 * inter + eps) / (flat_p.sum(1) + onehot.sum(1) + eps);
+  s.loss = ce + 1.0 - soft.mean().item<double>();
+  // Hard Dice of the argmax.
+  const at::Tensor pred = flat_p.argmax(0);
+  const at::Tensor pred_1h =
+      torch::one_hot(pred, k).transpose(0, 1).to(torch::kFloat64);
+  const at::Tensor true_1h = onehot.to(torch::kFloat64);
+  const at::Tensor i2 = 2 * (pred_1h * true_1h).sum(1);
+  const at::Tensor denom = pred_1h.sum(1) + true_1h.sum(1);
+  for (int64_t c = 0; c < k; ++c) {
+    const double d = denom[c].item<double>();
+    s.dice.push_back(
+        d > 0 ? i2[c].item<double>() / d
+              : std::numeric_limits<double>::quiet_NaN());
+  }
+  return s;
+}
+
+}  // namespace
+
+VolumeValResult Validator::run(const PatchPredictor& predict) {
+  const DatasetInfo& info = data_.info();
+  const int64_t k = num_classes_;
+  const int rank = comm_.rank();
+  const int world = comm_.size();
+  VolumeValResult out;
+  // [loss sum, volumes, dice sum per class (k), volumes per class (k)]
+  std::vector<double> totals(2 + 2 * k, 0.0);
+  for (int64_t v = rank; v < info.num_samples; v += world) {
+    at::Tensor volume, mask;
+    {
+      memory::HostScope host;
+      const auto& sh = info.sample_shape;
+      volume = torch::empty({sh[0], sh[1], sh[2], sh[3]}, torch::kFloat32);
+      mask = torch::empty({sh[1], sh[2], sh[3]}, torch::kInt64);
+      data_.read({v}, volume.data_ptr<float>(), mask.data_ptr<int64_t>());
+    }
+    for (;;) {
+      SlidingWindowOptions opt;
+      opt.roi = roi_;
+      opt.overlap = cfg_.overlap;
+      opt.sw_batch = sw_batch_;
+      opt.blend = cfg_.blend;
+      opt.offload_cpu = cfg_.offload == "cpu";
+      try {
+        at::Tensor probs = sliding_window_probs(volume, k, predict, opt);
+        memory::HostScope host;
+        if (probs.numel() > 0 && !opt.offload_cpu)
+          probs = probs.clone();  // device-domain sums: score on the host
+        const VolumeScore s = score(probs, mask, k);
+        totals[0] += s.loss;
+        totals[1] += 1;
+        for (int64_t c = 0; c < k; ++c) {
+          if (!std::isnan(s.dice[c])) {
+            totals[2 + c] += s.dice[c];
+            totals[2 + k + c] += 1;
+          }
+        }
+        break;
+      } catch (const c10::OutOfMemoryError&) {
+        memory::release_cache();
+        MT_CHECK(
+            sw_batch_ > 1,
+            "out of device memory in validation even at validation.sw_batch=1 "
+            "(window ",
+            roi_[0],
+            "x",
+            roi_[1],
+            "x",
+            roi_[2],
+            "); use a smaller validation.roi or a larger memory.budget");
+        sw_batch_ = std::max<int64_t>(1, sw_batch_ / 2);
+        ++out.oom_retries;
+        log_event(
+            detail::concat(
+                "[rank ",
+                rank,
+                "] out of device memory in validation; "
+                "validation.sw_batch now ",
+                sw_batch_),
+            /*echo=*/true);
+      }
+    }
+  }
+  at::Tensor t = torch::tensor(totals, torch::kFloat64);
+  comm_.all_reduce_sum(t);
+  const auto* r = t.data_ptr<double>();
+  out.volumes = static_cast<int64_t>(r[1]);
+  out.loss = out.volumes > 0 ? r[0] / r[1] : 0.0;
+  double fg_sum = 0.0;
+  int64_t fg_n = 0;
+  for (int64_t c = 0; c < k; ++c) {
+    const double d = r[2 + k + c] > 0
+                         ? r[2 + c] / r[2 + k + c]
+                         : std::numeric_limits<double>::quiet_NaN();
+    out.dice_per_class.push_back(d);
+    if (c > 0 && !std::isnan(d)) {
+      fg_sum += d;
+      ++fg_n;
+    }
+  }
+  out.dice =
+      fg_n > 0 ? fg_sum / fg_n : std::numeric_limits<double>::quiet_NaN();
+  out.sw_batch = sw_batch_;
+  return out;
+}
+
+}  // namespace memtrain
