@@ -250,6 +250,13 @@ const std::vector<Key>& keys() {
           1,
           "volumes: fraction of patches centred on a foreground voxel "
           "(mask > 0); the rest anywhere"),
+      choice_key(
+          "data.flip",
+          [](TrainConfig& c) { return &c.data.flip; },
+          {"none", "w", "all"},
+          "volumes: mirror training patches, each allowed axis with "
+          "probability 1/2: w = the W axis (left-right in convert-nifti "
+          "files), all = every axis"),
       float_key(
           "data.intensity_scale",
           [](TrainConfig& c) { return &c.data.intensity_scale; },

@@ -37,7 +37,8 @@ PatchSampler::PatchSampler(
     const std::array<int64_t, 3>& patch,
     int64_t patches_per_volume,
     double pos_fraction,
-    uint64_t seed)
+    uint64_t seed,
+    const std::string& flip)
     : data_(data),
       patch_(patch),
       num_volumes_(data.info().num_samples),
@@ -66,6 +67,12 @@ PatchSampler::PatchSampler(
       shape_[2],
       "] voxels); use a patch no larger than the volume on every axis");
   MT_CHECK(patches_per_volume > 0, "data.patches_per_volume must be > 0");
+  MT_CHECK(
+      flip == "none" || flip == "w" || flip == "all",
+      "data.flip='",
+      flip,
+      "' is not none, w or all");
+  may_flip_ = {flip == "all", flip == "all", flip != "none"};
 }
 
 PatchRef PatchSampler::at(int64_t epoch, int64_t sample) const {
@@ -91,6 +98,8 @@ PatchRef PatchSampler::at(int64_t epoch, int64_t sample) const {
     for (int i = 0; i < 3; ++i)
       r.corner[i] = d.below(2 + i, shape_[i] - patch_[i] + 1);
   }
+  for (int i = 0; i < 3; ++i)
+    r.flip[i] = may_flip_[i] && d.unit(5 + i) < 0.5;
   return r;
 }
 

@@ -61,6 +61,20 @@ void PatchSource::read(
   for (size_t k = 0; k < ids.size(); ++k) {
     const PatchRef r = sampler_.at(epoch, ids[k]);
     data_.read_patch(r.volume, r.corner, p, x + k * numel, y + k * voxels);
+    std::vector<int64_t> dims;
+    for (int64_t a = 0; a < 3; ++a) {
+      if (r.flip[a])
+        dims.push_back(a);
+    }
+    if (!dims.empty()) {  // mirror in place (host memory, reader thread)
+      at::Tensor xs = into.x[static_cast<int64_t>(k)];
+      at::Tensor ys = into.y[static_cast<int64_t>(k)];
+      std::vector<int64_t> xdims;
+      for (int64_t a : dims)
+        xdims.push_back(a + 1);  // after the channel axis
+      xs.copy_(xs.flip(xdims));
+      ys.copy_(ys.flip(dims));
+    }
   }
 }
 

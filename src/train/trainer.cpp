@@ -271,7 +271,8 @@ void Trainer::Impl::open_data() {
         cfg.data.patch_size,
         cfg.data.patches_per_volume,
         cfg.data.pos_fraction,
-        static_cast<uint64_t>(cfg.data.seed));
+        static_cast<uint64_t>(cfg.data.seed),
+        cfg.data.flip);
     source = std::make_unique<PatchSource>(*train_data, *patches);
   } else {
     source = std::make_unique<RowSource>(*train_data);
@@ -1390,8 +1391,8 @@ std::string Trainer::describe() const {
   if (m.patches) {
     const auto& p = m.cfg.data.patch_size;
     out << "; patches " << p[0] << "x" << p[1] << "x" << p[2] << ", "
-        << m.cfg.data.patches_per_volume << " per volume, pos_fraction "
-        << m.cfg.data.pos_fraction;
+        << m.cfg.data.patches_per_volume << " per volume, flip "
+        << m.cfg.data.flip << ", pos_fraction " << m.cfg.data.pos_fraction;
   }
   out << "; prefetch " << m.cfg.data.prefetch << " batches on "
       << (m.cfg.data.prefetch > 0 ? m.cfg.data.read_threads : 0)

@@ -37,6 +37,7 @@ struct DataConfig {
   std::array<int64_t, 3> patch_size{32, 32, 32};  // [D, H, W] voxels
   int64_t patches_per_volume = 8;  // training samples per volume per epoch
   double pos_fraction = 0.5;       // patches centred on a foreground voxel
+  std::string flip = "none";       // none | w | all: random mirroring
   double intensity_scale = 0.0;    // 0: the file's /volumes scale attribute
   double intensity_shift = 0.0;    // used when intensity_scale != 0
   int64_t prefetch = 2;      // micro-batches read ahead (0: read in place)

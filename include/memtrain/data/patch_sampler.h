@@ -5,10 +5,13 @@
 // on the seed, the epoch and which samples the ShardedSampler gives the rank
 // -- never on thread timing or the world size. With probability
 // data.pos_fraction the patch is centred on a foreground voxel (mask > 0;
-// see H5Dataset::foreground), otherwise its corner is uniform.
+// see H5Dataset::foreground), otherwise its corner is uniform. data.flip
+// mirrors patches (each allowed axis with probability 1/2), drawn the same
+// way.
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 namespace memtrain {
 
@@ -18,6 +21,7 @@ struct PatchRef {
   int64_t volume = 0;
   std::array<int64_t, 3> corner{0, 0, 0};  // [D, H, W]
   bool foreground = false;                 // centred on a foreground voxel
+  std::array<bool, 3> flip{false, false, false};  // mirror along D, H, W
 };
 
 class PatchSampler {
@@ -29,7 +33,8 @@ class PatchSampler {
       const std::array<int64_t, 3>& patch,
       int64_t patches_per_volume,
       double pos_fraction,
-      uint64_t seed);
+      uint64_t seed,
+      const std::string& flip = "none");
 
   int64_t num_samples() const {
     return num_volumes_ * per_volume_;
@@ -47,6 +52,7 @@ class PatchSampler {
   int64_t per_volume_;
   double pos_fraction_;
   uint64_t seed_;
+  std::array<bool, 3> may_flip_{false, false, false};
 };
 
 }  // namespace memtrain
