@@ -112,8 +112,16 @@ bool read_rows(
         block.data());
     i = j;
   }
+  // One run of rows (a whole volume, consecutive rows): a memory space of
+  // its shape (see read_box); a union of runs: flat.
+  std::vector<hsize_t> mdims(dims);
+  mdims[0] = rows.size();
+  const bool one_run =
+      static_cast<size_t>(rows.back() - rows.front() + 1) == rows.size();
   const hsize_t flat = rows.size() * row_numel;
-  h5::Handle mspace = h5::space(H5Screate_simple(1, &flat, nullptr));
+  h5::Handle mspace = h5::space(
+      one_run ? H5Screate_simple(rank, mdims.data(), nullptr)
+              : H5Screate_simple(1, &flat, nullptr));
   return H5Dread(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, buf) >=
          0;
 }
@@ -133,10 +141,11 @@ bool read_box(
       nullptr,
       count.data(),
       nullptr);
-  hsize_t flat = 1;
-  for (hsize_t c : count)
-    flat *= c;
-  h5::Handle mspace = h5::space(H5Screate_simple(1, &flat, nullptr));
+  // A memory space of the box's own shape: HDF5 1.10 then copies whole
+  // rows per chunk; a flat 1-D memory space makes it map every voxel to its
+  // chunk one by one (7x slower for a 64^3 patch; bench_reader found it).
+  h5::Handle mspace = h5::space(
+      H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
   return H5Dread(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, buf) >=
          0;
 }
