@@ -185,6 +185,12 @@ at::Tensor sliding_window_probs(
   }
 
   const auto n = static_cast<int64_t>(windows.size());
+  // Every device batch has the same size: the last, partial one is filled
+  // up with copies of its last window (their outputs are dropped). A batch
+  // of another size can take another, larger kernel path (LibTorch's CPU
+  // conv3d needs more for one window than for four), which would make the
+  // peak depend on how many windows the volume has.
+  const int64_t full = std::min(opt.sw_batch, n);
   for (int64_t b0 = 0; b0 < n; b0 += opt.sw_batch) {
     const int64_t batch = std::min(opt.sw_batch, n - b0);
     at::Tensor probs;  // (B, K, rd, rh, rw), weighted
@@ -192,9 +198,9 @@ at::Tensor sliding_window_probs(
       at::Tensor gathered;  // (B, C, rd, rh, rw), host
       {
         memory::HostScope host;
-        gathered = torch::empty({batch, channels, roi[0], roi[1], roi[2]});
-        for (int64_t i = 0; i < batch; ++i)
-          gathered[i].copy_(patch(vol, windows[b0 + i]));
+        gathered = torch::empty({full, channels, roi[0], roi[1], roi[2]});
+        for (int64_t i = 0; i < full; ++i)
+          gathered[i].copy_(patch(vol, windows[b0 + std::min(i, batch - 1)]));
       }
       memory::DeviceScope device;
       at::Tensor x = to_device(gathered);
@@ -202,13 +208,13 @@ at::Tensor sliding_window_probs(
       at::Tensor logits = predict(x);
       x = at::Tensor();
       MT_CHECK(
-          logits.dim() == 5 && logits.size(0) == batch &&
+          logits.dim() == 5 && logits.size(0) == full &&
               logits.size(1) == num_classes && logits.size(2) == roi[0] &&
               logits.size(3) == roi[1] && logits.size(4) == roi[2],
           "sliding window: the model returned logits of shape ",
           logits.sizes(),
           " for ",
-          batch,
+          full,
           " patches of ",
           roi[0],
           "x",
@@ -216,7 +222,7 @@ at::Tensor sliding_window_probs(
           "x",
           roi[2],
           "; expected (",
-          batch,
+          full,
           ", ",
           num_classes,
           ", ",

@@ -25,6 +25,16 @@ int main(int argc, char** argv) {
     spec.nan_row = 5;  // one sample's features are NaN
   } else if (!std::strcmp(c, "empty")) {
     spec = {{0, 4}, {}, {0}};
+  } else if (!std::strcmp(c, "mask-shape")) {
+    // /masks [2, 8, 8, 4] for /volumes [2, 1, 8, 8, 8]: W differs.
+    spec.volumes_shape = {2, 1, 8, 8, 8};
+    spec.masks_shape = {2, 8, 8, 4};
+  } else if (!std::strcmp(c, "mask-range")) {
+    // num_classes = 2, and the last voxel of the last mask is 5.
+    spec.volumes_shape = {2, 1, 8, 8, 8};
+    spec.masks_shape = {2, 8, 8, 8};
+    spec.mask_max = 5;
+    spec.num_classes_attr = 2;
   } else {
     std::fprintf(stderr, "unknown case %s\n", c);
     return 2;
