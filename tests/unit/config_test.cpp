@@ -61,7 +61,8 @@ TEST(TrainConfig, UnknownSectionListsSections) {
   const std::string e = error_of("optim:\n  lr: 0.1\n");
   EXPECT_NE(e.find("unknown key 'optim.lr'"), std::string::npos) << e;
   EXPECT_NE(
-      e.find("Sections: model, data, validation, training, memory, dist, output"),
+      e.find(
+          "Sections: model, data, validation, training, memory, dist, output"),
       std::string::npos)
       << e;
 }
