@@ -19,34 +19,11 @@
 #
 # Usage: data/make_aal_dataset.sh [OUTDIR (runs/data/aal)] [MM (3)]
 # Writes OUTDIR/aal-train.h5 and OUTDIR/aal-val.h5 and prints their paths.
-# MEMTRAIN=path/to/memtrain overrides build/memtrain.
+# MEMTRAIN=path/to/memtrain overrides build/memtrain
+# (data/mricron_task.sh).
 set -euo pipefail
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-OUTDIR=${1:-runs/data/aal}
-MM=${2:-3}
-MEMTRAIN=${MEMTRAIN:-$REPO/build/memtrain}
-TEMPLATES=${MRICRON_TEMPLATES:-/usr/share/mricron/templates}
-me=$(basename "$0")
-
-[ -x "$MEMTRAIN" ] || {
-  echo "$me: no memtrain executable at '$MEMTRAIN' (build it, or set MEMTRAIN=...)" >&2
-  exit 1
-}
-for f in ch2.nii.gz aal.nii.gz; do
-  [ -f "$TEMPLATES/$f" ] || {
-    echo "$me: '$TEMPLATES/$f' is missing: the mricron-data templates are needed (apt-get install mricron-data)" >&2
-    exit 1
-  }
-done
-
-mkdir -p "$OUTDIR"
-"$MEMTRAIN" convert-nifti \
-  --image "$TEMPLATES/ch2.nii.gz" \
-  --labels "$TEMPLATES/aal.nii.gz" \
+source "$(dirname "${BASH_SOURCE[0]}")/mricron_task.sh"
+mricron_task aal "${1:-runs/data/aal}" "${2:-3}" ch2.nii.gz aal.nii.gz \
   --label-map '1-28:1,29-42:2,43-56:3,57-70:4,71-78:5,79-90:6,91-116:7' \
   --class-names background,frontal,insula_limbic,occipital,parietal,subcortical,temporal,cerebellum \
-  --split-axis x --val-fraction 0.5 \
-  --resample "$MM" \
-  --out "$OUTDIR/aal.h5" >&2
-echo "$OUTDIR/aal-train.h5"
-echo "$OUTDIR/aal-val.h5"
+  --split-axis x --val-fraction 0.5

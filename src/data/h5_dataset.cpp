@@ -54,6 +54,15 @@ struct H5Dataset::Impl {
   double scale = 1.0;
   double shift = 0.0;
   std::vector<std::vector<int64_t>> foreground;  // volumes
+
+  void apply_normalisation(float* x, int64_t n) const {
+    if (!normalise)
+      return;
+    const float s = static_cast<float>(scale);
+    const float t = static_cast<float>(shift);
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = x[i] * s + t;
+  }
 };
 
 H5Dataset::H5Dataset(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -84,9 +93,21 @@ std::vector<std::string> split_names(const std::string& joined) {
   return out;
 }
 
+// H5Dread, or a memtrain::Error naming the file and the dataset.
+void dread(hid_t ds, hid_t mem_type, hid_t mspace, hid_t fspace, void* buf) {
+  if (H5Dread(ds, mem_type, mspace, fspace, H5P_DEFAULT, buf) >= 0)
+    return;
+  const std::string why = h5::last_error();
+  char file[4096] = {0}, name[1024] = {0};
+  H5Fget_name(ds, file, sizeof(file));
+  H5Iget_name(ds, name, sizeof(name));
+  throw Error(
+      detail::concat("cannot read '", file, "' dataset '", name, "': ", why));
+}
+
 // Whole rows `rows` (ascending, distinct) of dataset `ds` as one hyperslab
 // union, read as `mem_type` into `buf` (rows.size() * row elements).
-bool read_rows(
+void read_rows(
     hid_t ds, const std::vector<int64_t>& rows, hid_t mem_type, void* buf) {
   const auto dims = h5::dims_of(ds);
   const int rank = static_cast<int>(dims.size());
@@ -122,12 +143,11 @@ bool read_rows(
   h5::Handle mspace = h5::space(
       one_run ? H5Screate_simple(rank, mdims.data(), nullptr)
               : H5Screate_simple(1, &flat, nullptr));
-  return H5Dread(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, buf) >=
-         0;
+  dread(ds, mem_type, mspace.get(), fspace.get(), buf);
 }
 
 // The box [start, start + count) of dataset `ds`, read as `mem_type`.
-bool read_box(
+void read_box(
     hid_t ds,
     const std::vector<hsize_t>& start,
     const std::vector<hsize_t>& count,
@@ -143,11 +163,10 @@ bool read_box(
       nullptr);
   // A memory space of the box's own shape: HDF5 1.10 then copies whole
   // rows per chunk; a flat 1-D memory space makes it map every voxel to its
-  // chunk one by one (7x slower for a 64^3 patch; bench_reader found it).
+  // chunk one by one (see README, "Benchmarks").
   h5::Handle mspace = h5::space(
       H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
-  return H5Dread(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, buf) >=
-         0;
+  dread(ds, mem_type, mspace.get(), fspace.get(), buf);
 }
 
 constexpr size_t kMaxForeground = 65536;
@@ -285,16 +304,12 @@ void H5Dataset::open_volumes(
     for (int64_t z = 0; z < D; z += slab) {
       const int64_t nz = std::min(slab, D - z);
       buf.resize(nz * plane);
-      MT_CHECK(
-          read_box(
-              impl.labels.get(),
-              {hsize_t(v), hsize_t(z), 0, 0},
-              {1, hsize_t(nz), mdims[2], mdims[3]},
-              H5T_NATIVE_INT64,
-              buf.data()),
-          mw,
-          ": cannot read: ",
-          h5::last_error());
+      read_box(
+          impl.labels.get(),
+          {hsize_t(v), hsize_t(z), 0, 0},
+          {1, hsize_t(nz), mdims[2], mdims[3]},
+          H5T_NATIVE_INT64,
+          buf.data());
       for (int64_t i = 0; i < nz * plane; ++i) {
         const int64_t l = buf[i];
         if (l < 0 || (have_classes && l >= num_classes)) {
@@ -421,47 +436,23 @@ void H5Dataset::read_patch(
         corner[i] >= 0 && size[i] > 0 && corner[i] + size[i] <= sh[i + 1],
         "patch outside the volume");
   }
-  const std::string where = "'" + info_.path + "' dataset ";
-  MT_CHECK(
-      read_box(
-          impl_->samples.get(),
-          {hsize_t(v),
-           0,
-           hsize_t(corner[0]),
-           hsize_t(corner[1]),
-           hsize_t(corner[2])},
-          {1,
-           hsize_t(sh[0]),
-           hsize_t(size[0]),
-           hsize_t(size[1]),
-           hsize_t(size[2])},
-          H5T_NATIVE_FLOAT,
-          x),
-      "cannot read ",
-      where,
-      "'/volumes': ",
-      h5::last_error());
-  MT_CHECK(
-      read_box(
-          impl_->labels.get(),
-          {hsize_t(v),
-           hsize_t(corner[0]),
-           hsize_t(corner[1]),
-           hsize_t(corner[2])},
-          {1, hsize_t(size[0]), hsize_t(size[1]), hsize_t(size[2])},
-          H5T_NATIVE_INT64,
-          y),
-      "cannot read ",
-      where,
-      "'/masks': ",
-      h5::last_error());
-  if (impl_->normalise) {
-    const float scale = static_cast<float>(impl_->scale);
-    const float shift = static_cast<float>(impl_->shift);
-    const int64_t n = sh[0] * size[0] * size[1] * size[2];
-    for (int64_t i = 0; i < n; ++i)
-      x[i] = x[i] * scale + shift;
-  }
+  const std::vector<hsize_t> at = {
+      hsize_t(corner[0]), hsize_t(corner[1]), hsize_t(corner[2])};
+  const std::vector<hsize_t> box = {
+      hsize_t(size[0]), hsize_t(size[1]), hsize_t(size[2])};
+  read_box(
+      impl_->samples.get(),
+      {hsize_t(v), 0, at[0], at[1], at[2]},
+      {1, hsize_t(sh[0]), box[0], box[1], box[2]},
+      H5T_NATIVE_FLOAT,
+      x);
+  read_box(
+      impl_->labels.get(),
+      {hsize_t(v), at[0], at[1], at[2]},
+      {1, box[0], box[1], box[2]},
+      H5T_NATIVE_INT64,
+      y);
+  impl_->apply_normalisation(x, sh[0] * size[0] * size[1] * size[2]);
 }
 
 H5Dataset H5Dataset::open(
@@ -718,45 +709,31 @@ void H5Dataset::read(
       info_.kind == SampleKind::kVolumes ? info_.voxels() : 1;
   const int64_t cnumel = info_.context_features;
   const size_t n = rows.size();
+  const bool want_context = context && cnumel > 0;
+  // Indices already ascending and distinct: read straight into the
+  // caller's buffers; otherwise into scratch rows, then scatter.
+  if (rows == indices) {
+    read_rows(impl_->samples.get(), rows, H5T_NATIVE_FLOAT, x);
+    read_rows(impl_->labels.get(), rows, H5T_NATIVE_INT64, y);
+    if (want_context)
+      read_rows(impl_->context.get(), rows, H5T_NATIVE_FLOAT, context);
+    impl_->apply_normalisation(x, static_cast<int64_t>(n) * numel);
+    return;
+  }
   std::vector<float> buf(n * numel);
   std::vector<int64_t> lbuf(n * lnumel);
-  std::vector<float> cbuf;
-  const std::string where = "'" + info_.path + "' dataset '";
-  MT_CHECK(
-      read_rows(impl_->samples.get(), rows, H5T_NATIVE_FLOAT, buf.data()),
-      "cannot read ",
-      where,
-      info_.sample_dataset,
-      "': ",
-      h5::last_error());
-  MT_CHECK(
-      read_rows(impl_->labels.get(), rows, H5T_NATIVE_INT64, lbuf.data()),
-      "cannot read ",
-      where,
-      info_.kind == SampleKind::kVolumes ? "/masks" : "/labels",
-      "': ",
-      h5::last_error());
-  if (context && cnumel > 0) {
-    cbuf.resize(n * cnumel);
-    MT_CHECK(
-        read_rows(impl_->context.get(), rows, H5T_NATIVE_FLOAT, cbuf.data()),
-        "cannot read ",
-        where,
-        "/context_features': ",
-        h5::last_error());
-  }
-  if (impl_->normalise) {
-    const float scale = static_cast<float>(impl_->scale);
-    const float shift = static_cast<float>(impl_->shift);
-    for (float& v : buf)
-      v = v * scale + shift;
-  }
+  std::vector<float> cbuf(want_context ? n * cnumel : 0);
+  read_rows(impl_->samples.get(), rows, H5T_NATIVE_FLOAT, buf.data());
+  read_rows(impl_->labels.get(), rows, H5T_NATIVE_INT64, lbuf.data());
+  if (want_context)
+    read_rows(impl_->context.get(), rows, H5T_NATIVE_FLOAT, cbuf.data());
+  impl_->apply_normalisation(buf.data(), static_cast<int64_t>(buf.size()));
   for (size_t k = 0; k < indices.size(); ++k) {
     const size_t r =
         std::lower_bound(rows.begin(), rows.end(), indices[k]) - rows.begin();
     std::copy_n(buf.data() + r * numel, numel, x + k * numel);
     std::copy_n(lbuf.data() + r * lnumel, lnumel, y + k * lnumel);
-    if (!cbuf.empty())
+    if (want_context)
       std::copy_n(cbuf.data() + r * cnumel, cnumel, context + k * cnumel);
   }
 }

@@ -187,4 +187,29 @@ void write_attr(hid_t obj, const char* name, const std::string& value) {
   write_raw(obj, name, t.get(), t.get(), value.c_str());
 }
 
+void write_dataset(
+    hid_t file,
+    const char* name,
+    hid_t file_type,
+    hid_t mem_type,
+    const std::vector<hsize_t>& dims,
+    const std::vector<hsize_t>& chunk,
+    const void* data) {
+  Handle sp = space(
+      H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  Handle dcpl = plist(H5Pcreate(H5P_DATASET_CREATE));
+  if (!chunk.empty())
+    H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+  Handle ds = dataset(H5Dcreate2(
+      file, name, file_type, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+  if (ds.valid() &&
+      H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0)
+    return;
+  const std::string why = last_error();
+  char path[4096] = {0};
+  H5Fget_name(file, path, sizeof(path));
+  throw Error(detail::concat(
+      "cannot write dataset '", name, "' to '", path, "': ", why));
+}
+
 }  // namespace memtrain::h5

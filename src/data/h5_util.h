@@ -87,6 +87,17 @@ bool is_float(hid_t dataset);
 bool read_attr(hid_t obj, const char* name, int64_t* out);
 bool read_attr(hid_t obj, const char* name, double* out);
 bool read_attr(hid_t obj, const char* name, std::string* out);
+// Creates dataset `name` in `file` with `dims`, chunked as `chunk` (empty:
+// contiguous), and writes `data` (of `mem_type`). Throws memtrain::Error
+// naming the dataset and the file.
+void write_dataset(
+    hid_t file,
+    const char* name,
+    hid_t file_type,
+    hid_t mem_type,
+    const std::vector<hsize_t>& dims,
+    const std::vector<hsize_t>& chunk,
+    const void* data);
 void write_attr(hid_t obj, const char* name, int64_t value);
 void write_attr(hid_t obj, const char* name, double value);
 void write_attr(hid_t obj, const char* name, const std::string& value);

@@ -534,33 +534,6 @@ struct TempFiles {
   }
 };
 
-void write_dataset(
-    hid_t file,
-    const std::string& path,
-    const char* name,
-    hid_t file_type,
-    hid_t mem_type,
-    const std::vector<hsize_t>& dims,
-    const std::vector<hsize_t>& chunk,
-    const void* data) {
-  h5::Handle sp = h5::space(
-      H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
-  h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
-  H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
-  h5::Handle ds = h5::dataset(H5Dcreate2(
-      file, name, file_type, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
-  MT_CHECK(
-      ds.valid() &&
-          H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >=
-              0,
-      "convert-nifti: cannot write dataset '",
-      name,
-      "' to '",
-      path,
-      "': ",
-      h5::last_error());
-}
-
 struct Common {
   int64_t num_classes = 2;
   std::string class_names, source, label_map;
@@ -590,18 +563,16 @@ void write_part(const Part& p, const Common& cm, const std::string& tmp) {
       static_cast<hsize_t>(g.d),
       static_cast<hsize_t>(g.h),
       static_cast<hsize_t>(g.w)};
-  write_dataset(
+  h5::write_dataset(
       f,
-      tmp,
       "volumes",
       H5T_IEEE_F32LE,
       H5T_NATIVE_FLOAT,
       vdims,
       {1, static_cast<hsize_t>(g.c), ck(g.d), ck(g.h), ck(g.w)},
       p.image.data());
-  write_dataset(
+  h5::write_dataset(
       f,
-      tmp,
       "masks",
       H5T_STD_U8LE,
       H5T_NATIVE_UINT8,

@@ -49,35 +49,6 @@ uint32_t hash_name(const std::string& s) {
   return h;
 }
 
-void write_dataset(
-    hid_t file,
-    const char* name,
-    hid_t file_type,
-    hid_t mem_type,
-    const std::vector<hsize_t>& dims,
-    const std::vector<hsize_t>& chunk,
-    const void* data) {
-  h5::Handle sp = h5::space(
-      H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
-  h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
-  if (!chunk.empty())  // empty: contiguous
-    H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
-  h5::Handle ds = h5::dataset(H5Dcreate2(
-      file, name, file_type, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
-  MT_CHECK(
-      ds.valid(),
-      "make-data: cannot create dataset '",
-      name,
-      "': ",
-      h5::last_error());
-  MT_CHECK(
-      H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0,
-      "make-data: cannot write dataset '",
-      name,
-      "': ",
-      h5::last_error());
-}
-
 void write_file(
     const std::string& path, const std::function<void(hid_t)>& fill) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
@@ -180,7 +151,7 @@ void make_volumes(const SyntheticSpec& spec, const std::string& path) {
       mchunk = {1, chunk[2], chunk[3], chunk[4]};
     }
     if (spec.dtype == "float32") {
-      write_dataset(
+      h5::write_dataset(
           f,
           "volumes",
           H5T_IEEE_F32LE,
@@ -199,7 +170,7 @@ void make_volumes(const SyntheticSpec& spec, const std::string& path) {
         q[i] = static_cast<int16_t>(
             u8 ? std::clamp(v, 0.0, 255.0) : std::clamp(v, -32768.0, 32767.0));
       }
-      write_dataset(
+      h5::write_dataset(
           f,
           "volumes",
           u8 ? H5T_STD_U8LE : H5T_STD_I16LE,
@@ -211,7 +182,7 @@ void make_volumes(const SyntheticSpec& spec, const std::string& path) {
       h5::write_attr(ds.get(), "scale", scale);
       h5::write_attr(ds.get(), "shift", shift);
     }
-    write_dataset(
+    h5::write_dataset(
         f,
         "masks",
         H5T_STD_U8LE,
@@ -323,21 +294,11 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
     }
   }
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    h5::Handle file = h5::file(
-        H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-    MT_CHECK(
-        file.valid(),
-        "make-data: cannot create '",
-        tmp,
-        "' (does the folder exist and is it writable?): ",
-        h5::last_error());
-    const hid_t f = file.get();
+  write_file(path, [&](hid_t f) {
     const hsize_t n = static_cast<hsize_t>(spec.samples);
     if (features) {
       const hsize_t fdim = static_cast<hsize_t>(spec.features);
-      write_dataset(
+      h5::write_dataset(
           f,
           "features",
           H5T_IEEE_F32LE,
@@ -347,7 +308,7 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
           x.data());
       if (!ctx.empty()) {
         const hsize_t cdim = static_cast<hsize_t>(spec.context);
-        write_dataset(
+        h5::write_dataset(
             f,
             "context_features",
             H5T_IEEE_F32LE,
@@ -370,14 +331,14 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
           const double v = std::round(128.0 + 32.0 * x[i]);
           q[i] = static_cast<uint8_t>(std::clamp(v, 0.0, 255.0));
         }
-        write_dataset(
+        h5::write_dataset(
             f, "images", H5T_STD_U8LE, H5T_NATIVE_UINT8, dims, chunk, q.data());
         h5::Handle ds = h5::dataset(H5Dopen2(f, "images", H5P_DEFAULT));
         // Undo the quantisation: x = (q - 128) / 32.
         h5::write_attr(ds.get(), "scale", 1.0 / 32.0);
         h5::write_attr(ds.get(), "shift", -4.0);
       } else {
-        write_dataset(
+        h5::write_dataset(
             f,
             "images",
             H5T_IEEE_F32LE,
@@ -387,7 +348,7 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
             x.data());
       }
     }
-    write_dataset(
+    h5::write_dataset(
         f,
         "labels",
         H5T_STD_I64LE,
@@ -407,17 +368,7 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
     h5::write_attr(f, "seed", static_cast<int64_t>(spec.seed));
     h5::write_attr(f, "split", spec.split);
     h5::write_attr(f, "noise", spec.noise);
-    MT_CHECK(
-        H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0,
-        "make-data: cannot flush '",
-        tmp,
-        "': ",
-        h5::last_error());
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error("make-data: cannot move '" + tmp + "' to '" + path + "'");
-  }
+  });
 }
 
 }  // namespace memtrain

@@ -41,9 +41,6 @@ void Classifier::set_checkpointed(int64_t count) {
   checkpointed_ = count;
 }
 
-namespace {
-
-// Largest group count <= 8 that divides `channels`.
 int64_t groups_for(int64_t channels) {
   for (int64_t g = 8; g > 1; --g) {
     if (channels % g == 0)
@@ -51,6 +48,8 @@ int64_t groups_for(int64_t channels) {
   }
   return 1;
 }
+
+namespace {
 
 // x + fc2(dropout(relu(norm(fc1(x))))), widening 4x inside: most of a
 // block's activations are the wide ones, which checkpointing drops.
@@ -202,6 +201,24 @@ class SmallCnn : public Classifier {
 
 }  // namespace
 
+void check_model_fits(
+    const std::string& model, SampleKind kind, const std::string& source) {
+  const char* fits = kind == SampleKind::kFeatures ? "mlp"
+                     : kind == SampleKind::kImages ? "cnn"
+                                                   : "unet3d";
+  MT_CHECK(
+      model == fits,
+      "model.name=",
+      model,
+      " cannot train on ",
+      to_string(kind),
+      " (",
+      source,
+      "); use model.name=",
+      fits,
+      " (mlp: /features, cnn: /images, unet3d: /volumes)");
+}
+
 std::shared_ptr<Classifier> make_model(
     const ModelConfig& cfg, const ModelInput& input) {
   MT_CHECK(
@@ -209,15 +226,11 @@ std::shared_ptr<Classifier> make_model(
       "model: the training data has ",
       input.num_classes,
       " class(es); a classifier needs at least 2 (check /labels)");
+  check_model_fits(cfg.name, input.kind, "data.train");
   // Initialisation draws from LibTorch's default generator: seed it so that
   // every rank, at every world size, starts from the same parameters.
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
   if (cfg.name == "mlp") {
-    MT_CHECK(
-        input.kind == SampleKind::kFeatures,
-        "model.name=mlp needs a /features file, but data.train holds ",
-        to_string(input.kind),
-        "; use model.name=cnn for images");
     return std::make_shared<FeatureMlp>(
         input.sample_shape.at(0),
         input.context_features,
@@ -225,24 +238,10 @@ std::shared_ptr<Classifier> make_model(
         input.num_classes);
   }
   if (cfg.name == "cnn") {
-    MT_CHECK(
-        input.kind == SampleKind::kImages,
-        "model.name=cnn needs an /images file, but data.train holds ",
-        to_string(input.kind),
-        "; use model.name=mlp for features");
     return std::make_shared<SmallCnn>(
         input.sample_shape, cfg, input.num_classes);
   }
-  if (cfg.name == "unet3d") {
-    MT_CHECK(
-        input.kind == SampleKind::kVolumes,
-        "model.name=unet3d needs a /volumes file, but data.train holds ",
-        to_string(input.kind),
-        "; use model.name=mlp for features or cnn for images");
-    return make_unet3d(cfg, input.sample_shape.at(0), input.num_classes);
-  }
-  throw InternalError(
-      "make_model: unknown model '" + cfg.name + "' passed config validation");
+  return make_unet3d(cfg, input.sample_shape.at(0), input.num_classes);
 }
 
 }  // namespace memtrain

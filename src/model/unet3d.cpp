@@ -9,15 +9,6 @@ namespace memtrain {
 
 namespace {
 
-// Largest group count <= 8 that divides `channels` (as models.cpp).
-int64_t groups_for(int64_t channels) {
-  for (int64_t g = 8; g > 1; --g) {
-    if (channels % g == 0)
-      return g;
-  }
-  return 1;
-}
-
 // An empty AnyModule for "none".
 torch::nn::AnyModule make_norm(const std::string& kind, int64_t channels) {
   if (kind == "instance") {

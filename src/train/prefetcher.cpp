@@ -101,9 +101,7 @@ void Prefetcher::worker() {
     next->taken = true;
     lock.unlock();
     try {
-      Batch b = take_buffer(static_cast<int64_t>(next->ids.size()));
-      source_.read(next->epoch, next->ids, b);
-      next->batch = std::move(b);
+      next->batch = read_now(next->epoch, next->ids);
     } catch (...) {
       next->error = std::current_exception();
     }
@@ -118,6 +116,24 @@ void Prefetcher::drop_queue_locked() {
   queue_.clear();
 }
 
+void Prefetcher::enqueue_locked(
+    int64_t epoch, const std::vector<std::vector<int64_t>>& batches) {
+  for (const auto& ids : batches) {
+    auto r = std::make_shared<Request>();
+    r->epoch = epoch;
+    r->ids = ids;
+    queue_.push_back(std::move(r));
+  }
+  work_cv_.notify_all();
+}
+
+Batch Prefetcher::read_now(int64_t epoch, const std::vector<int64_t>& ids) {
+  Batch b = take_buffer(static_cast<int64_t>(ids.size()));
+  memory::HostScope host;
+  source_.read(epoch, ids, b);
+  return b;
+}
+
 void Prefetcher::expect(
     int64_t epoch, const std::vector<std::vector<int64_t>>& batches) {
   if (depth_ == 0)
@@ -130,13 +146,7 @@ void Prefetcher::expect(
   if (same)
     return;
   drop_queue_locked();
-  for (const auto& ids : batches) {
-    auto r = std::make_shared<Request>();
-    r->epoch = epoch;
-    r->ids = ids;
-    queue_.push_back(std::move(r));
-  }
-  work_cv_.notify_all();
+  enqueue_locked(epoch, batches);
 }
 
 void Prefetcher::expect_more(
@@ -144,57 +154,42 @@ void Prefetcher::expect_more(
   if (depth_ == 0)
     return;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& ids : batches) {
-    auto r = std::make_shared<Request>();
-    r->epoch = epoch;
-    r->ids = ids;
-    queue_.push_back(std::move(r));
-  }
-  work_cv_.notify_all();
+  enqueue_locked(epoch, batches);
 }
 
 Batch Prefetcher::load(int64_t epoch, const std::vector<int64_t>& ids) {
   const auto start = std::chrono::steady_clock::now();
-  auto waited = [&] {
-    wait_s_ +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-  };
+  std::shared_ptr<Request> r;  // the queue's front, being read by a worker
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!queue_.empty() && queue_.front()->epoch == epoch &&
         queue_.front()->ids == ids) {
-      std::shared_ptr<Request> r = queue_.front();
+      std::shared_ptr<Request> front = queue_.front();
       queue_.pop_front();
       work_cv_.notify_all();  // a slot opened for the next read-ahead
-      if (!r->taken) {
-        // No reader got to it yet: read it here rather than wait.
-        lock.unlock();
-        ++misses_;
-        Batch b = take_buffer(static_cast<int64_t>(ids.size()));
-        {
-          memory::HostScope host;
-          source_.read(epoch, ids, b);
-        }
-        waited();
-        return b;
+      // Taken: wait for its reader. Not taken yet: no reader got to it,
+      // so it is read here below rather than waited for.
+      if (front->taken) {
+        r = std::move(front);
+        done_cv_.wait(lock, [&] { return r->done; });
       }
-      done_cv_.wait(lock, [&] { return r->done; });
-      lock.unlock();
-      waited();
-      if (r->error)
-        std::rethrow_exception(r->error);
-      return std::move(r->batch);
+    } else {
+      drop_queue_locked();
     }
-    drop_queue_locked();
   }
-  ++misses_;
-  Batch b = take_buffer(static_cast<int64_t>(ids.size()));
-  {
-    memory::HostScope host;
-    source_.read(epoch, ids, b);
+  Batch b;
+  if (!r) {
+    ++misses_;
+    b = read_now(epoch, ids);
   }
-  waited();
+  wait_s_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  if (r) {
+    if (r->error)
+      std::rethrow_exception(r->error);
+    b = std::move(r->batch);
+  }
   return b;
 }
 

@@ -168,8 +168,7 @@ void Trainer::Impl::open_data() {
   opts.intensity_shift = cfg.data.intensity_shift;
   train_data.emplace(H5Dataset::open(cfg.data.train, "data.train", opts));
   const DatasetInfo& ti = train_data->info();
-  const bool vol = ti.kind == SampleKind::kVolumes;
-  if (vol) {
+  if (volumes()) {
     const std::string warn =
         train_data->patch_layout_warning(cfg.data.patch_size);
     if (!warn.empty()) {
@@ -181,7 +180,7 @@ void Trainer::Impl::open_data() {
     const DatasetInfo& vi = val_data->info();
     // Volumes: validation volumes may have any size, not their channels.
     const bool same_shape =
-        vol ? vi.sample_shape.at(0) == ti.sample_shape.at(0)
+        volumes() ? vi.sample_shape.at(0) == ti.sample_shape.at(0)
             : vi.sample_shape == ti.sample_shape &&
                   vi.context_features == ti.context_features;
     MT_CHECK(
@@ -219,14 +218,8 @@ void Trainer::Impl::open_data() {
       " classes); set model.num_classes to at least ",
       ti.num_classes,
       " or 0 (from the data)");
-  if (vol) {
-    MT_CHECK(
-        cfg.model.name == "unet3d",
-        "model.name=",
-        cfg.model.name,
-        " cannot train on volumes (data.train '",
-        ti.path,
-        "' holds /volumes); use model.name=unet3d");
+  check_model_fits(cfg.model.name, ti.kind, "data.train '" + ti.path + "'");
+  if (volumes()) {
     MT_CHECK(
         cfg.model.in_channels == 0 ||
             cfg.model.in_channels == ti.sample_shape[0],
@@ -1180,13 +1173,15 @@ TrainSummary Trainer::run() {
     int64_t epoch_samples = resumed_epoch ? m.start_window * batch : 0;
     int64_t epoch_ooms = 0;
     int64_t w = resumed_epoch ? m.start_window : 0;
+    std::optional<WindowPlan> next;  // planned with the window before
     for (; w < wpe && step < total; ++w) {
+      const WindowPlan plan =
+          next ? std::move(*next) : m.sampler->plan(epoch, w);
       // The next window of this epoch, for the prefetcher.
-      std::optional<WindowPlan> next;
+      next.reset();
       if (w + 1 < wpe && step + 1 < total)
         next = m.sampler->plan(epoch, w + 1);
-      WindowResult r =
-          m.run_window(m.sampler->plan(epoch, w), next ? &*next : nullptr);
+      WindowResult r = m.run_window(plan, next ? &*next : nullptr);
       r.step = ++step;
       ++summary.windows;
       summary.oom_retries += r.oom_retries;

@@ -8,6 +8,7 @@
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/dist/communicator.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/train/losses.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
 
@@ -40,25 +41,19 @@ struct VolumeScore {
 // mask (D, H, W). Host memory only.
 VolumeScore score(const at::Tensor& probs, const at::Tensor& mask, int64_t k) {
   VolumeScore s;
-  const at::Tensor flat_p = probs.reshape({k, -1});
-  const at::Tensor flat_m = mask.reshape({-1});
-  const at::Tensor onehot =
-      torch::one_hot(flat_m, k).transpose(0, 1).to(torch::kFloat32);
-  // Cross-entropy of the averaged probabilities, and the soft Dice.
-  const at::Tensor p_true = flat_p.gather(0, flat_m.unsqueeze(0)).squeeze(0);
-  const double ce = -p_true.clamp_min(1e-8).log().mean().item<double>();
-  const double eps = 1e-5;
-  const at::Tensor inter = (flat_p * onehot).sum(1);
-  const at::Tensor soft =
-      (2 * inter + eps) / (flat_p.sum(1) + onehot.sum(1) + eps);
-  s.loss = ce + 1.0 - soft.mean().item<double>();
+  // The training loss (cross-entropy + 1 - soft Dice) of the averaged
+  // probabilities: they go in as log-probabilities (log_softmax of log p
+  // is log p), clamped where a class got no probability at all.
+  s.loss = dice_ce_loss_sum(
+               probs.clamp_min(1e-8).log().unsqueeze(0), mask.unsqueeze(0))
+               .item<double>();
   // Hard Dice of the argmax.
-  const at::Tensor pred = flat_p.argmax(0);
   const at::Tensor pred_1h =
-      torch::one_hot(pred, k).transpose(0, 1).to(torch::kFloat64);
-  const at::Tensor true_1h = onehot.to(torch::kFloat64);
-  const at::Tensor i2 = 2 * (pred_1h * true_1h).sum(1);
-  const at::Tensor denom = pred_1h.sum(1) + true_1h.sum(1);
+      torch::one_hot(probs.reshape({k, -1}).argmax(0), k).to(torch::kFloat64);
+  const at::Tensor true_1h =
+      torch::one_hot(mask.reshape({-1}), k).to(torch::kFloat64);
+  const at::Tensor i2 = 2 * (pred_1h * true_1h).sum(0);
+  const at::Tensor denom = pred_1h.sum(0) + true_1h.sum(0);
   for (int64_t c = 0; c < k; ++c) {
     const double d = denom[c].item<double>();
     s.dice.push_back(

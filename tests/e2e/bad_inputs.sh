@@ -36,7 +36,7 @@ for np in 1 2 4; do
   expect_error $np "data.val: 'text.h5': not an HDF5 file" --data.train=good.h5 --data.val=text.h5
   expect_error $np "unknown key 'training.lrr'" --data.train=good.h5 --training.lrr=0.1
   expect_error $np "data.batch_size = '0' (command line): out of range" --data.train=good.h5 --data.batch_size=0
-  expect_error $np "model.name=cnn needs an /images file" --data.train=good.h5 --model.name=cnn
+  expect_error $np "model.name=cnn cannot train on features (data.train 'good.h5')" --data.train=good.h5 --model.name=cnn
   expect_error $np "is too small for the model itself" --data.train=good.h5 --memory.budget=1KiB
   expect_error $np "memory.budget = 'lots'" --data.train=good.h5 --memory.budget=lots
 done

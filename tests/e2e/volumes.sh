@@ -147,7 +147,7 @@ for np in 1 2; do
   expect_error $np "'mask-range.h5' dataset '/masks': label 5" \
     --data.train=mask-range.h5 --data.patch_size=8
   # Names the key (data.train), not the file; see the report.
-  expect_error $np "model.name=unet3d needs a /volumes file" --data.train=features.h5
+  expect_error $np "model.name=unet3d cannot train on features (data.train 'features.h5')" --data.train=features.h5
   expect_error $np "model.name=mlp cannot train on volumes (data.train 'train.h5'" \
     --data.train=train.h5 --model.name=mlp
   expect_error $np "data.patch_size=[18, 18, 18]" --data.train=train.h5 --data.patch_size=18

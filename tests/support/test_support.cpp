@@ -1,5 +1,8 @@
 #include "test_support.h"
 
+#include "memtrain/data/h5_dataset.h"
+#include "memtrain/util/error.h"
+
 #include <hdf5.h>
 #include <unistd.h>
 
@@ -150,6 +153,15 @@ void write_raw_h5(const std::string& path, const RawH5& spec) {
     H5Sclose(sp);
   }
   H5Fclose(f);
+}
+
+std::string open_error(const std::string& path) {
+  try {
+    H5Dataset::open(path, "data.train");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace memtrain::test

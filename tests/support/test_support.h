@@ -42,4 +42,8 @@ struct RawH5 {
 };
 void write_raw_h5(const std::string& path, const RawH5& spec);
 
+// The memtrain::Error H5Dataset::open(path, "data.train") throws ("" if
+// it opens).
+std::string open_error(const std::string& path);
+
 }  // namespace memtrain::test

@@ -11,15 +11,6 @@
 namespace memtrain {
 namespace {
 
-std::string open_error(const std::string& path) {
-  try {
-    H5Dataset::open(path, "data.train");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(H5Dataset, SyntheticFeaturesRoundTrip) {
   test::TempDir dir("h5");
   SyntheticSpec spec;
@@ -106,12 +97,14 @@ TEST(H5Dataset, BadFilesNameFileAndDataset) {
   test::TempDir dir("h5bad");
   // Missing file.
   EXPECT_NE(
-      open_error(dir.file("none.h5")).find("no such file"), std::string::npos);
-  EXPECT_NE(open_error(dir.file("none.h5")).find("none.h5"), std::string::npos);
+      test::open_error(dir.file("none.h5")).find("no such file"),
+      std::string::npos);
+  EXPECT_NE(
+      test::open_error(dir.file("none.h5")).find("none.h5"), std::string::npos);
   // Not HDF5.
   std::ofstream(dir.file("text.h5")) << "just text\n";
   EXPECT_NE(
-      open_error(dir.file("text.h5")).find("not an HDF5 file"),
+      test::open_error(dir.file("text.h5")).find("not an HDF5 file"),
       std::string::npos);
 
   const std::vector<BadCase> cases = {
@@ -146,7 +139,7 @@ TEST(H5Dataset, BadFilesNameFileAndDataset) {
   for (const auto& c : cases) {
     const std::string path = dir.file(c.name);
     test::write_raw_h5(path, c.spec);
-    const std::string e = open_error(path);
+    const std::string e = test::open_error(path);
     EXPECT_NE(e.find(c.expect), std::string::npos)
         << c.name << ": got '" << e << "'";
     EXPECT_NE(e.find(path), std::string::npos) << c.name << ": " << e;

@@ -33,15 +33,6 @@ SyntheticSpec volume_spec() {
   return s;
 }
 
-std::string open_error(const std::string& path) {
-  try {
-    H5Dataset::open(path, "data.train");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // A patch read by hyperslab is exactly the box of the whole volume, for
 // every channel, with the intensity normalisation applied.
 TEST(VolumeData, PatchEqualsTheBoxOfTheWholeVolume) {
@@ -192,11 +183,11 @@ TEST(VolumeData, BadVolumeFilesNameFileAndDataset) {
   shape.masks_shape = {2, 4, 5, 7};
   test::write_raw_h5(dir.file("shape.h5"), shape);
   EXPECT_NE(
-      open_error(dir.file("shape.h5"))
+      test::open_error(dir.file("shape.h5"))
           .find("shape.h5' dataset '/masks': shape [2,4,5,7] does not match "
                 "/volumes [2,1,4,5,6]; expected [2,4,5,6]"),
       std::string::npos)
-      << open_error(dir.file("shape.h5"));
+      << test::open_error(dir.file("shape.h5"));
 
   test::RawH5 range;
   range.volumes_shape = {1, 1, 4, 5, 6};
@@ -205,17 +196,17 @@ TEST(VolumeData, BadVolumeFilesNameFileAndDataset) {
   range.num_classes_attr = 3;
   test::write_raw_h5(dir.file("range.h5"), range);
   EXPECT_NE(
-      open_error(dir.file("range.h5"))
+      test::open_error(dir.file("range.h5"))
           .find("range.h5' dataset '/masks': label 5 at volume 0, voxel "
                 "[3,4,5] is outside 0..2"),
       std::string::npos)
-      << open_error(dir.file("range.h5"));
+      << test::open_error(dir.file("range.h5"));
 
   test::RawH5 no_masks;
   no_masks.volumes_shape = {1, 1, 4, 5, 6};
   test::write_raw_h5(dir.file("nomask.h5"), no_masks);
   EXPECT_NE(
-      open_error(dir.file("nomask.h5")).find("dataset '/masks': missing"),
+      test::open_error(dir.file("nomask.h5")).find("dataset '/masks': missing"),
       std::string::npos);
 }
 

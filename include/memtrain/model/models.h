@@ -58,12 +58,21 @@ class Classifier : public torch::nn::Module {
   int64_t checkpointed_ = 0;
 };
 
+// GroupNorm's group count for `channels`: the largest <= 8 that divides it.
+int64_t groups_for(int64_t channels);
+
 struct ModelInput {
   SampleKind kind = SampleKind::kFeatures;
   std::vector<int64_t> sample_shape;  // [F], [C, H, W] or [C, D, H, W]
   int64_t num_classes = 0;
   int64_t context_features = 0;  // F2 of /context_features (0: none)
 };
+
+// Throws memtrain::Error unless model `model` trains on samples of `kind`
+// (mlp: features, cnn: images, unet3d: volumes); `source` names the file
+// in the message.
+void check_model_fits(
+    const std::string& model, SampleKind kind, const std::string& source);
 
 // Builds `cfg.name` for `input`, initialised from `cfg.seed` alone (the same
 // parameters on every rank and at every world size). Throws memtrain::Error

@@ -55,6 +55,10 @@ class Prefetcher {
   void worker();
   Batch take_buffer(int64_t n);
   void drop_queue_locked();
+  void enqueue_locked(
+      int64_t epoch, const std::vector<std::vector<int64_t>>& batches);
+  // A batch read on the calling thread, into a reused host buffer.
+  Batch read_now(int64_t epoch, const std::vector<int64_t>& ids);
 
   const SampleSource& source_;
   const int64_t depth_;
