@@ -181,8 +181,8 @@ void Trainer::Impl::open_data() {
     // Volumes: validation volumes may have any size, not their channels.
     const bool same_shape =
         volumes() ? vi.sample_shape.at(0) == ti.sample_shape.at(0)
-            : vi.sample_shape == ti.sample_shape &&
-                  vi.context_features == ti.context_features;
+                  : vi.sample_shape == ti.sample_shape &&
+                        vi.context_features == ti.context_features;
     MT_CHECK(
         vi.kind == ti.kind && same_shape,
         "data.val: '",
