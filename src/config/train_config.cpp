@@ -489,6 +489,24 @@ const std::vector<Key>& keys() {
           1 << 20,
           "for tests only: keep this many KiB of device memory alive per "
           "window, to check the leak warning"),
+      string_key(
+          "memory.allocator_conf",
+          [](TrainConfig& c) { return &c.memory.allocator_conf; },
+          "CUDA caching allocator settings, as PYTORCH_CUDA_ALLOC_CONF "
+          "(applied before the first CUDA allocation; \"\" keeps "
+          "LibTorch's defaults)"),
+      choice_key(
+          "dist.device",
+          [](TrainConfig& c) { return &c.dist.device; },
+          {"auto", "cpu", "cuda"},
+          "where each rank trains: cuda (GPU <local rank>), cpu, or auto "
+          "(cuda when this build and machine have a GPU, else cpu)"),
+      choice_key(
+          "dist.backend",
+          [](TrainConfig& c) { return &c.dist.backend; },
+          {"auto", "mpi", "nccl"},
+          "collectives: nccl (CUDA tensors, CUDA builds), mpi (host "
+          "tensors), or auto (nccl on a CUDA device, else mpi)"),
       float_key(
           "dist.timeout_s",
           [](TrainConfig& c) { return &c.dist.timeout_s; },
@@ -932,6 +950,10 @@ void TrainConfig::validate() const {
       MEMTRAIN_CUDA || training.amp != "fp16",
       "config: training.amp=fp16 needs a CUDA build (fp16 autocast runs "
       "on CUDA devices); on this CPU build use training.amp=bf16");
+  MT_CHECK(
+      dist.backend != "nccl" || dist.device != "cpu",
+      "config: dist.backend=nccl reduces CUDA tensors, but dist.device=cpu; "
+      "use dist.backend=mpi (or auto) on the CPU");
   resolve_budget(memory.budget, memory.headroom);  // throws with the profiles
   MT_CHECK(
       training.optimizer == "sgd" || training.momentum == 0.0 ||

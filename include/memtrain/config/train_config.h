@@ -82,9 +82,16 @@ struct MemoryConfig {
   double leak_warn_mib = 8.0;          // growth per epoch that counts as a leak
   int64_t leak_epochs = 3;             // ... for this many epochs in a row
   int64_t test_leak_kib_per_window = 0;  // tests only: leak this much
+  // CUDA caching allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax),
+  // applied before the first CUDA allocation.
+  std::string allocator_conf = "expandable_segments:True";
 };
 
 struct DistConfig {
+  // auto: cuda:<local rank> when LibTorch sees a GPU, else cpu.
+  std::string device = "auto";  // auto | cpu | cuda
+  // auto: nccl for CUDA tensors on a CUDA build, mpi otherwise.
+  std::string backend = "auto";  // auto | mpi | nccl
   double timeout_s = 600.0;  // a collective taking longer ends the job
   double bucket_mib = 25.0;  // gradient bucket size
   std::string check_replicas = "epoch";  // off | epoch | window
