@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "memtrain/data/h5_dataset.h"
+#include "memtrain/device/placement.h"
 #include "memtrain/dist/environment.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/memory/device_memory.h"
@@ -92,14 +93,16 @@ bool agreed(const Environment& env, const char* what, F&& step) {
 }
 
 // environment.json (rank 0): where and with what this run ran.
-void write_environment(const Environment& env, const TrainConfig& cfg) {
+void write_environment(
+    const Environment& env, const TrainConfig& cfg, const Placement& place) {
   nlohmann::json me = {
       {"rank", env.rank()},
       {"host", env.hostname()},
       {"pid", static_cast<int64_t>(::getpid())},
       {"local_rank", env.local_rank()},
       {"local_size", env.local_size()},
-      {"device", "cpu"},
+      {"device", place.describe()},
+      {"memory_backend", memory::backend_name()},
       {"threads", torch::get_num_threads()}};
   const auto all = env.all_gather(me.dump());
   if (env.rank() != 0)
@@ -129,10 +132,6 @@ void write_environment(const Environment& env, const TrainConfig& cfg) {
 }  // namespace
 
 int run_train(const TrainArgs& args, int* argc, char*** argv) {
-#if !MEMTRAIN_CUDA
-  // Before the first tensor: device memory on the CPU build is accounted.
-  memory::install_cpu_accounting();
-#endif
   Environment env(argc, argv);
   install_stop_handlers();
   torch::set_num_threads(env.threads_per_rank());
@@ -147,6 +146,16 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
     if (env.rank() == 0)
       std::fputs(cfg.to_yaml().c_str(), stdout);
     return kExitOk;
+  }
+  // The device, once, before any tensor or data: it decides which memory
+  // backend counts (the CPU accounting allocator or CUDA's caching
+  // allocator, whose settings must precede its first allocation).
+  std::unique_ptr<Placement> placement;
+  if (!agreed(env, "dist.device", [&] {
+        placement = Placement::choose(
+            cfg.dist.device, env.local_rank(), cfg.memory.allocator_conf);
+      })) {
+    return kExitUsage;
   }
 
   // Every rank logs to output.dir/rank-N.log.
@@ -172,12 +181,17 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
       env.local_size(),
       " (",
       env.local_rank_source(),
-      "), device cpu, ",
+      "), device ",
+      placement->describe(),
+      " (memory: ",
+      memory::backend_name(),
+      "), ",
       torch::get_num_threads(),
       " threads, config ",
       args.config.empty() ? "(built-in)" : args.config));
   MpiCommunicator comm(MPI_COMM_WORLD, cfg.dist.timeout_s);
   Trainer::Options options;
+  options.placement = placement.get();
   options.progress = stdout;
   if (cfg.output.progress == "auto") {
     options.progress_is_tty = ::isatty(::fileno(stdout)) == 1 &&
@@ -204,12 +218,12 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
   log_event("plan: " + trainer->describe());
   if (!resumed.empty())
     log_event(resumed);
-  write_environment(env, cfg);
+  write_environment(env, cfg, *placement);
   // The launch banner, once: world, each rank's device, config, plan.
   std::ostringstream me;
   me << "rank " << env.rank() << ": host " << env.hostname() << ", local rank "
-     << env.local_rank() << "/" << env.local_size() << ", device cpu, "
-     << torch::get_num_threads() << " threads";
+     << env.local_rank() << "/" << env.local_size() << ", device "
+     << placement->describe() << ", " << torch::get_num_threads() << " threads";
   const auto ranks = env.all_gather(me.str());
   if (env.rank() == 0) {
     std::printf(

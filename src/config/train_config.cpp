@@ -435,6 +435,13 @@ const std::vector<Key>& keys() {
           1,
           1e9,
           "fp16: finite steps in a row before the loss scale doubles"),
+      int_key(
+          "training.seed",
+          [](TrainConfig& c) { return &c.training.seed; },
+          0,
+          int64_t{1} << 62,
+          "random draws in training (dropout): each rank draws from its own "
+          "stream derived from (seed, rank)"),
       string_key(
           "memory.budget",
           [](TrainConfig& c) { return &c.memory.budget; },
@@ -489,6 +496,13 @@ const std::vector<Key>& keys() {
           1 << 20,
           "for tests only: keep this many KiB of device memory alive per "
           "window, to check the leak warning"),
+      int_key(
+          "memory.test_oom_rank",
+          [](TrainConfig& c) { return &c.memory.test_oom_rank; },
+          -1,
+          1e6,
+          "for tests only: this rank runs out of device memory once, in the "
+          "first micro-step of the run's first window (-1: none)"),
       string_key(
           "memory.allocator_conf",
           [](TrainConfig& c) { return &c.memory.allocator_conf; },

@@ -26,8 +26,12 @@ GradientSync::GradientSync(
   const int64_t bucket_elems = std::max<int64_t>(1, bucket_bytes / 4);
   Bucket current;
   int64_t filled = 0;
+  // Buckets live where the parameters do (the placement's device).
+  const auto options = params_.empty()
+                           ? torch::TensorOptions().dtype(torch::kFloat32)
+                           : params_[0].options().dtype(torch::kFloat32);
   auto close = [&](int64_t extra) {
-    current.flat = torch::zeros({filled + extra}, torch::kFloat32);
+    current.flat = torch::zeros({filled + extra}, options);
     buckets_.push_back(std::move(current));
     current = Bucket();
     filled = 0;
@@ -99,16 +103,17 @@ void GradientSync::sync(std::vector<float>& extras) {
       p.mutable_grad() = slot.view(p.sizes());
     }
     const bool last = b + 1 == buckets_.size();
+    at::Tensor tail;
     if (last && num_extras_ > 0) {
-      auto tail =
+      tail =
           bucket.flat.narrow(0, bucket.flat.numel() - num_extras_, num_extras_);
-      std::copy(extras.begin(), extras.end(), tail.data_ptr<float>());
+      tail.copy_(
+          torch::from_blob(extras.data(), {num_extras_}, torch::kFloat32));
     }
     comm_.all_reduce_sum(bucket.flat);
-    if (last && num_extras_ > 0) {
-      const float* tail =
-          bucket.flat.data_ptr<float>() + bucket.flat.numel() - num_extras_;
-      std::copy(tail, tail + num_extras_, extras.begin());
+    if (tail.defined()) {
+      torch::from_blob(extras.data(), {num_extras_}, torch::kFloat32)
+          .copy_(tail);
     }
   }
 }

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "memory_backend.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/util/error.h"
 
@@ -199,40 +200,36 @@ class AccountingAllocator final : public c10::Allocator {
   std::multimap<size_t, void*> cache_;
 };
 
-std::atomic<bool> g_installed{false};
+class CpuAccountingBackend final : public MemoryBackend {
+ public:
+  std::string name() const override {
+    return "cpu-accounting";
+  }
+  Stats stats() override {
+    return AccountingAllocator::instance().stats();
+  }
+  void reset_peak() override {
+    AccountingAllocator::instance().reset_peak();
+  }
+  int64_t release_cache() override {
+    return AccountingAllocator::instance().release_cache();
+  }
+  void set_cap(int64_t bytes) override {
+    AccountingAllocator::instance().set_cap(bytes);
+  }
+  std::string write_snapshot(const std::string& /*dir*/) override {
+    return "";  // sizes only; nothing a post-mortem would add
+  }
+};
 
 }  // namespace
 
-void install_cpu_accounting() {
-  bool expected = false;
-  if (g_installed.compare_exchange_strong(expected, true)) {
+MemoryBackend* cpu_accounting_backend() {
+  static MemoryBackend* backend = [] {
     c10::SetCPUAllocator(&AccountingAllocator::instance(), /*priority=*/100);
-  }
-}
-
-bool accounting_installed() {
-  return g_installed.load();
-}
-
-Stats stats() {
-  return accounting_installed() ? AccountingAllocator::instance().stats()
-                                : Stats{};
-}
-
-void reset_peak() {
-  if (accounting_installed())
-    AccountingAllocator::instance().reset_peak();
-}
-
-int64_t release_cache() {
-  return accounting_installed()
-             ? AccountingAllocator::instance().release_cache()
-             : 0;
-}
-
-void set_cap(int64_t bytes) {
-  if (accounting_installed())
-    AccountingAllocator::instance().set_cap(bytes);
+    return new CpuAccountingBackend();  // never freed, as the allocator
+  }();
+  return backend;
 }
 
 DeviceScope::DeviceScope() {

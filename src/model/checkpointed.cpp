@@ -1,7 +1,10 @@
 #include "memtrain/model/checkpointed.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <torch/torch.h>
+
+#include <optional>
 
 #include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
@@ -17,7 +20,8 @@ namespace memtrain {
 // backward: parameter gradients accumulate into .grad as usual), and returns
 // the input's gradient. The RNG is forked: its state after backward is what
 // it was before, so recomputation does not shift the random stream of the
-// rest of training.
+// rest of training. Both the CPU generator and, for an input on a GPU, that
+// device's generator are saved and replayed.
 
 namespace {
 
@@ -31,14 +35,20 @@ struct CheckpointFunction
       torch::autograd::AutogradContext* ctx,
       torch::Tensor x,
       c10::intrusive_ptr<SegmentHolder> holder) {
-    torch::Tensor rng;
+    torch::Tensor rng, device_rng;
     {
       memory::HostScope host;  // RNG state is bookkeeping, not activations
       rng = at::detail::getDefaultCPUGenerator().get_state();
+      if (!x.device().is_cpu())  // dropout on a GPU draws from its generator
+        device_rng =
+            at::globalContext().defaultGenerator(x.device()).get_state();
     }
     const compat::AutocastState amp = compat::autocast_state();
     ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
     ctx->saved_data["rng"] = rng;
+    ctx->saved_data["has_device_rng"] = device_rng.defined();
+    if (device_rng.defined())
+      ctx->saved_data["device_rng"] = device_rng;
     ctx->saved_data["cpu_amp"] = amp.cpu_enabled;
     ctx->saved_data["cpu_amp_dtype"] = static_cast<int64_t>(amp.cpu_dtype);
     ctx->saved_data["cuda_amp"] = amp.cuda_enabled;
@@ -65,24 +75,40 @@ struct CheckpointFunction
     amp.cuda_dtype =
         static_cast<c10::ScalarType>(ctx->saved_data["cuda_amp_dtype"].toInt());
 
+    // The generators: the CPU's, and the input device's when it has one.
     at::Generator gen = at::detail::getDefaultCPUGenerator();  // a handle
-    torch::Tensor rng_now;
+    at::Tensor saved_device;
+    std::optional<at::Generator> dev;
+    if (ctx->saved_data["has_device_rng"].toBool()) {
+      saved_device = ctx->saved_data["device_rng"].toTensor();
+      dev = at::globalContext().defaultGenerator(x.device());
+    }
+    torch::Tensor rng_now, device_now;
     {
       memory::HostScope host;
       rng_now = gen.get_state();
+      if (dev)
+        device_now = dev->get_state();
     }
-    // The generator goes back to rng_now however the recompute ends.
+    // The generators go back to their states now however the recompute
+    // ends.
     struct RestoreRng {
       at::Generator& gen;
       const torch::Tensor& state;
+      std::optional<at::Generator>& dev;
+      const torch::Tensor& dev_state;
       ~RestoreRng() {
         gen.set_state(state);
+        if (dev)
+          dev->set_state(dev_state);
       }
     };
     torch::Tensor y;
     {
-      RestoreRng restore{gen, rng_now};
+      RestoreRng restore{gen, rng_now, dev, device_now};
       gen.set_state(ctx->saved_data["rng"].toTensor());
+      if (dev)
+        dev->set_state(saved_device);
       compat::AutocastStateGuard replay(amp);
       torch::AutoGradMode grad(true);
       y = holder->fn(x);

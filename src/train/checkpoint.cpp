@@ -16,7 +16,8 @@ namespace memtrain {
 // Note [Checkpoint format]
 // A safetensors file: "model/<name>" holds each parameter, "optimizer" the
 // bytes of LibTorch's own optimizer archive (Optimizer::save, exact for SGD
-// momentum and AdamW moments), "rng/<rank>" each rank's CPU generator state.
+// momentum and AdamW moments), "rng/<rank>" each rank's CPU generator state,
+// "rng_device/<rank>" each rank's CUDA generator state (CUDA runs).
 // The metadata holds the position (step, epoch, samples of the epoch done),
 // the world size, effective batch, model name, loss-scaler state, the
 // resolved config, and "checksum": FNV-1a 64 over every tensor's name and
@@ -57,6 +58,9 @@ NamedTensors file_tensors(const Checkpoint& c) {
       torch::empty({static_cast<int64_t>(c.optimizer.size())}, torch::kUInt8);
   std::memcpy(opt.data_ptr(), c.optimizer.data(), c.optimizer.size());
   out.emplace_back("optimizer", opt);
+  for (size_t r = 0; r < c.rng_device.size(); ++r) {
+    out.emplace_back("rng_device/" + std::to_string(r), c.rng_device[r]);
+  }
   for (size_t r = 0; r < c.rng.size(); ++r) {
     out.emplace_back("rng/" + std::to_string(r), c.rng[r]);
   }
@@ -158,6 +162,11 @@ Checkpoint load_checkpoint(const std::string& path) {
       if (c.rng.size() <= r)
         c.rng.resize(r + 1);
       c.rng[r] = t;
+    } else if (name.rfind("rng_device/", 0) == 0) {
+      const size_t r = std::stoul(name.substr(11));
+      if (c.rng_device.size() <= r)
+        c.rng_device.resize(r + 1);
+      c.rng_device[r] = t;
     }
   }
   MT_CHECK(

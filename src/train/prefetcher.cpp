@@ -15,12 +15,12 @@ namespace memtrain {
 // micro-steps are done -- while its gradient is all-reduced and the
 // optimizer steps -- it expect_more()s the next window's. Background
 // threads read the first `depth` expected batches that nobody has taken
-// yet, each into a host buffer from a free list (page-locked on CUDA, so
-// the host-to-device copy can be asynchronous). load() takes the queue's
-// front, waiting only if it is not read yet: that wait is the window's
-// data_wait_s. Anything that changes the order (an out-of-memory replay at
-// a smaller micro-batch, a probe) is a miss: load() drops the queue and
-// reads in place, and the next expect() starts again. Reads are only ever
+// yet, each into a host buffer from a free list (page-locked for a CUDA
+// placement, so the host-to-device copy can be asynchronous). load() takes
+// the queue's front, waiting only if it is not read yet: that wait is the
+// window's data_wait_s. Anything that changes the order (an out-of-memory
+// replay at a smaller micro-batch, a probe) is a miss: load() drops the queue
+// and reads in place, and the next expect() starts again. Reads are only ever
 // of samples the sampler chose, in the order it chose, so what a rank
 // trains on does not depend on thread timing.
 
@@ -34,10 +34,8 @@ struct Prefetcher::Request {
 };
 
 Prefetcher::Prefetcher(
-    const SampleSource& source, int64_t depth, int64_t threads)
-    : source_(source),
-      depth_(depth),
-      pinned_(MEMTRAIN_CUDA && torch::cuda::is_available()) {
+    const SampleSource& source, int64_t depth, int64_t threads, bool pinned)
+    : source_(source), depth_(depth), pinned_(pinned) {
   if (depth_ > 0) {
     for (int64_t i = 0; i < std::max<int64_t>(1, threads); ++i)
       threads_.emplace_back([this] { worker(); });

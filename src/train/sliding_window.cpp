@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "memtrain/device/placement.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/util/error.h"
 
@@ -25,20 +26,6 @@ namespace memtrain {
 // (faster for small volumes on a GPU: no copy back per batch).
 
 namespace {
-
-// The host-to-device copy of a batch of patches: the one place that
-// changes on a CUDA build, where it is
-// `host.pin_memory().to(device, /*non_blocking=*/true)`. On the CPU build
-// the copy into the device domain is a clone inside a DeviceScope.
-at::Tensor to_device(const at::Tensor& host) {
-  memory::DeviceScope device;
-  return host.clone();
-}
-
-at::Tensor to_host(const at::Tensor& device) {
-  memory::HostScope host;
-  return device.clone();
-}
 
 void check_options(const SlidingWindowOptions& opt, int64_t num_classes) {
   for (int64_t r : opt.roi) {
@@ -113,7 +100,8 @@ at::Tensor sliding_window_probs(
     const at::Tensor& volume,
     int64_t num_classes,
     const PatchPredictor& predict,
-    const SlidingWindowOptions& opt) {
+    const SlidingWindowOptions& opt,
+    const Placement& placement) {
   check_options(opt, num_classes);
   MT_CHECK(
       volume.dim() == 4 && volume.scalar_type() == torch::kFloat32 &&
@@ -168,7 +156,8 @@ at::Tensor sliding_window_probs(
     memory::HostScope host;
     imp = importance_map(opt);
   }
-  const at::Tensor imp_device = to_device(imp);  // weights the device's probs
+  // weights the device's probs
+  const at::Tensor imp_device = placement.to_device(imp);
   at::Tensor sum;     // (K, D, H, W) padded: weighted probability sum
   at::Tensor weight;  // (D, H, W) padded: sum of the weights
   {
@@ -180,8 +169,10 @@ at::Tensor sliding_window_probs(
       device.emplace();
       imp = imp_device;
     }
-    sum = torch::zeros({num_classes, padded[0], padded[1], padded[2]});
-    weight = torch::zeros({padded[0], padded[1], padded[2]});
+    const auto on = torch::TensorOptions().device(
+        opt.offload_cpu ? c10::Device(c10::kCPU) : placement.device());
+    sum = torch::zeros({num_classes, padded[0], padded[1], padded[2]}, on);
+    weight = torch::zeros({padded[0], padded[1], padded[2]}, on);
   }
 
   const auto n = static_cast<int64_t>(windows.size());
@@ -204,7 +195,7 @@ at::Tensor sliding_window_probs(
           gathered[i].copy_(patch(vol, windows[b0 + std::min(i, batch - 1)]));
       }
       memory::DeviceScope device;
-      at::Tensor x = to_device(gathered);
+      at::Tensor x = placement.to_device(gathered);
       gathered = at::Tensor();
       at::Tensor logits = predict(x);
       x = at::Tensor();
@@ -238,7 +229,7 @@ at::Tensor sliding_window_probs(
       probs.mul_(imp_device);
     }
     if (opt.offload_cpu)
-      probs = to_host(probs);  // frees the device copy
+      probs = placement.to_host(probs);  // frees the device copy
     for (int64_t i = 0; i < batch; ++i) {
       patch(sum, windows[b0 + i]).add_(probs[i]);
       patch(weight, windows[b0 + i]).add_(imp);
@@ -249,7 +240,7 @@ at::Tensor sliding_window_probs(
   // Every voxel is covered by a window whose weight is >= 1e-3 there.
   sum.div_(weight);
   weight = at::Tensor();
-  at::Tensor out = opt.offload_cpu ? std::move(sum) : to_host(sum);
+  at::Tensor out = opt.offload_cpu ? std::move(sum) : placement.to_host(sum);
   sum = at::Tensor();
   if (padded != size) {
     memory::HostScope host;

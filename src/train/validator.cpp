@@ -9,6 +9,7 @@
 #include "memtrain/dist/communicator.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/losses.h"
+#include "memtrain/train/oom_guard.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
 
@@ -19,12 +20,14 @@ Validator::Validator(
     const ValidationConfig& cfg,
     const std::array<int64_t, 3>& roi,
     int64_t num_classes,
-    Communicator& comm)
+    Communicator& comm,
+    const Placement& placement)
     : data_(data),
       cfg_(cfg),
       roi_(roi),
       num_classes_(num_classes),
       comm_(comm),
+      placement_(placement),
       sw_batch_(cfg.sw_batch) {
   MT_INTERNAL_ASSERT(
       data.info().kind == SampleKind::kVolumes, "Validator needs volumes");
@@ -82,52 +85,44 @@ VolumeValResult Validator::run(const PatchPredictor& predict) {
       mask = torch::empty({sh[1], sh[2], sh[3]}, torch::kInt64);
       data_.read({v}, volume.data_ptr<float>(), mask.data_ptr<int64_t>());
     }
-    for (;;) {
+    OomRetry how;
+    how.what = "validation.sw_batch";
+    how.where = detail::concat("validation, volume ", v);
+    how.replay = "the volume";
+    how.rank = rank;
+    how.give_up = [this](int64_t, int64_t, int64_t peak) {
+      return detail::concat(
+          "out of device memory in validation even at validation.sw_batch=1 "
+          "(window ",
+          roi_[0],
+          "x",
+          roi_[1],
+          "x",
+          roi_[2],
+          ", measured peak ",
+          format_bytes(static_cast<double>(peak)),
+          "); use a smaller validation.roi or a larger memory.budget");
+    };
+    out.oom_retries += retry_on_oom(how, sw_batch_, [&](int64_t sw_batch) {
       SlidingWindowOptions opt;
       opt.roi = roi_;
       opt.overlap = cfg_.overlap;
-      opt.sw_batch = sw_batch_;
+      opt.sw_batch = sw_batch;
       opt.blend = cfg_.blend;
       opt.offload_cpu = cfg_.offload == "cpu";
-      try {
-        at::Tensor probs = sliding_window_probs(volume, k, predict, opt);
-        memory::HostScope host;
-        if (probs.numel() > 0 && !opt.offload_cpu)
-          probs = probs.clone();  // device-domain sums: score on the host
-        const VolumeScore s = score(probs, mask, k);
-        totals[0] += s.loss;
-        totals[1] += 1;
-        for (int64_t c = 0; c < k; ++c) {
-          if (!std::isnan(s.dice[c])) {
-            totals[2 + c] += s.dice[c];
-            totals[2 + k + c] += 1;
-          }
+      at::Tensor probs =
+          sliding_window_probs(volume, k, predict, opt, placement_);
+      memory::HostScope host;
+      const VolumeScore s = score(probs, mask, k);
+      totals[0] += s.loss;
+      totals[1] += 1;
+      for (int64_t c = 0; c < k; ++c) {
+        if (!std::isnan(s.dice[c])) {
+          totals[2 + c] += s.dice[c];
+          totals[2 + k + c] += 1;
         }
-        break;
-      } catch (const c10::OutOfMemoryError&) {
-        memory::release_cache();
-        MT_CHECK(
-            sw_batch_ > 1,
-            "out of device memory in validation even at validation.sw_batch=1 "
-            "(window ",
-            roi_[0],
-            "x",
-            roi_[1],
-            "x",
-            roi_[2],
-            "); use a smaller validation.roi or a larger memory.budget");
-        sw_batch_ = std::max<int64_t>(1, sw_batch_ / 2);
-        ++out.oom_retries;
-        log_event(
-            detail::concat(
-                "[rank ",
-                rank,
-                "] out of device memory in validation; "
-                "validation.sw_batch now ",
-                sw_batch_),
-            /*echo=*/true);
       }
-    }
+    });
   }
   at::Tensor t = torch::tensor(totals, torch::kFloat64);
   comm_.all_reduce_sum(t);

@@ -39,6 +39,10 @@ for np in 1 2 4; do
   expect_error $np "model.name=cnn cannot train on features (data.train 'good.h5')" --data.train=good.h5 --model.name=cnn
   expect_error $np "is too small for the model itself" --data.train=good.h5 --memory.budget=1KiB
   expect_error $np "memory.budget = 'lots'" --data.train=good.h5 --memory.budget=lots
+  # A device the build or machine lacks is refused by name before any data
+  # is read (data.train does not even exist here).
+  expect_error $np "dist.device=cuda, but " --data.train=missing.h5 --dist.device=cuda
+  expect_error $np "dist.backend=nccl reduces CUDA tensors" --data.train=good.h5 --dist.device=cpu --dist.backend=nccl
 done
 # A bad flag is a usage error too.
 rc=0; "$MEMTRAIN" train --bogus >/dev/null 2>err.txt || rc=$?

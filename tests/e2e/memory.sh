@@ -37,6 +37,21 @@ echo "oom_retries $retries, max |oom - m16| = $diff"
 grep -q "replaying the window at micro-batch 16" oom.log || fail "no replay message"
 "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) < 1e-5 else 1)" "$diff" || fail "weights differ"
 
+# 1a. An OOM on rank 1 only (injected) is in rank 0's metrics.jsonl: the
+#     largest retries, the rank that had them, the sum over ranks.
+run oom1 --data.batch_size=32 --training.effective_batch_size=128 --memory.test_oom_rank=1
+"$PY" - <<'PYEOF' || fail "rank 1's OOM retry not in metrics.jsonl"
+import json
+w = [json.loads(l) for l in open("oom1/metrics.jsonl") if '"window"' in l]
+first = w[0]
+print("oom on rank 1: first window", {k: first[k] for k in
+      ("oom_retries", "oom_retries_rank", "oom_retries_total", "micro_batch")})
+assert (first["oom_retries"], first["oom_retries_rank"],
+        first["oom_retries_total"]) == (1, 1, 1), first
+assert all(x["oom_retries_total"] == 0 for x in w[1:])
+PYEOF
+grep -q "\[rank 1\] out of device memory at micro-batch 32" oom1/rank-1.log || fail "no replay in rank-1.log"
+
 # 1b. Out of retries: the job stops on every rank, naming budget, micro-batch
 #     and peak; no model is written.
 rc=0

@@ -15,6 +15,9 @@ for k in 1 8; do
     --training.epochs=3 --training.lr=$([ $k = 1 ] && echo 0.05 || echo 0.2) \
     --output.dir=out/k$k >log_k$k.txt 2>&1 || { cat log_k$k.txt; fail "train k=$k"; }
   "$PY" "$TOOLS/check_metrics.py" out/k$k 3 --min-val-acc 0.85
+  # Each rank's device, in environment.json and the banner.
+  "$PY" -c "import json,sys; e=json.load(open('out/k$k/environment.json')); d=[r['device'] for r in e['ranks']]; sys.exit(0 if d==['cpu','cpu'] else 'devices %s' % d)"
+  grep -q "rank 1: host .*device cpu" log_k$k.txt || fail "no device in the banner"
   # progress lines only (the log also holds the resolved config)
   lines=$(grep -c "window [0-9]*/" log_k$k.txt || true)
   [ "$lines" -lt 20 ] || fail "progress flooded a non-TTY log: $lines lines"

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <mpi.h>
+
 #include <algorithm>
 
 #include "memtrain/memory/device_memory.h"
@@ -57,6 +59,38 @@ TEST(MemorySemantics, OomRecoveryEqualsTheSmallerMicroBatch) {
   EXPECT_LT(max_abs_diff(recovered.params, small_run.params), 1e-5);
   EXPECT_GT(max_abs_diff(recovered.params, big_free.params), 0.0)
       << "a different split rounds differently: the check is not vacuous";
+}
+
+// The device issue, point 7: an OOM replayed on one rank only is in every
+// rank's window record -- the largest retries, the rank, the sum -- and the
+// update is that of the run without it.
+TEST(MemorySemantics, OomOnOneRankIsSeenByEveryRank) {
+  SharedDir dir("oom_one");
+  make_features(dir, "train.h5", 256, 16);
+  const int w = world_size();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  TrainConfig c = deep_config(dir.file("train.h5"));
+  c.data.batch_size = 8;
+  c.training.effective_batch_size = 16 * w;
+  c.training.max_windows = 3;
+  const RunResult clean = train(c, MPI_COMM_WORLD);
+  c.memory.test_oom_rank = w - 1;
+  const RunResult r = train(c, MPI_COMM_WORLD);
+  ASSERT_EQ(r.summary.window_results.size(), 3u);
+  const WindowResult& first = r.summary.window_results.front();
+  EXPECT_EQ(first.oom_retries_max, 1);
+  EXPECT_EQ(first.oom_retries_rank, w - 1);
+  EXPECT_EQ(first.oom_retries_total, 1);
+  EXPECT_EQ(first.oom_retries, rank == w - 1 ? 1 : 0) << "this rank's own";
+  EXPECT_EQ(first.micro_batch, rank == w - 1 ? 4 : 8);
+  for (const auto& win : r.summary.window_results) {
+    EXPECT_GT(win.mem_peak, 0);
+    EXPECT_GE(win.mem_peak_reserved, win.mem_peak);
+    EXPECT_TRUE(win.mem_peak_rank >= 0 && win.mem_peak_rank < w);
+  }
+  EXPECT_EQ(r.summary.window_results.back().oom_retries_total, 0);
+  EXPECT_LT(max_abs_diff(r.params, clean.params), 1e-5);
 }
 
 // Issue check: nothing from micro-step k (batch, outputs, graph) is alive

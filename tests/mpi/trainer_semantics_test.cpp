@@ -12,9 +12,11 @@
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/data/sharded_sampler.h"
 #include "memtrain/data/synthetic.h"
+#include "memtrain/device/placement.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/model/models.h"
 #include "memtrain/train/trainer.h"
+#include "memtrain/train/window_totals.h"
 #include "mpi_support.h"
 
 namespace memtrain {
@@ -123,7 +125,10 @@ TEST(TrainerSemantics, OneAllReducePerWindowWhateverTheAccumulation) {
       numel += p.numel();
     for (const auto& win : r.summary.window_results) {
       EXPECT_EQ(win.allreduce_calls, 1);
-      EXPECT_EQ(win.allreduce_bytes, (numel + 3) * 4);
+      // The gradient once, with the window's totals (loss, samples, stop
+      // requests, every rank's memory) in the last bucket's tail.
+      EXPECT_EQ(
+          win.allreduce_bytes, (numel + WindowTotals::size(world_size())) * 4);
       EXPECT_EQ(win.micro_steps, k);
       bytes.push_back(win.allreduce_bytes);
     }
@@ -176,6 +181,37 @@ TEST(TrainerSemantics, ReplicasAreBitIdentical) {
   MPI_Allreduce(&mine, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
   EXPECT_EQ(lo, hi);
   EXPECT_NE(mine, 0u);
+}
+
+}  // namespace
+}  // namespace memtrain
+
+namespace memtrain {
+namespace {
+
+// The device issue, point 6: after set-up every rank draws (dropout) from
+// its own stream, derived from (training.seed, rank) -- not one stream
+// shared by all ranks.
+TEST(TrainerSemantics, EachRankDrawsFromItsOwnStream) {
+  SharedDir dir("rng");
+  make_features(dir, "train.h5", 64);
+  TrainConfig c = base_config(dir.file("train.h5"));
+  c.training.seed = 11;
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  Trainer::Options opts;
+  opts.write_outputs = false;
+  Trainer t(c, comm, opts);
+  const torch::Tensor mine = torch::rand({8}, torch::kFloat64);
+  torch::manual_seed(rank_seed(11, comm.rank()));
+  EXPECT_TRUE(torch::equal(mine, torch::rand({8}, torch::kFloat64)));
+  // Every other rank's first draw differs from this one's.
+  torch::Tensor all = torch::zeros({comm.size(), 8}, torch::kFloat64);
+  all[comm.rank()].copy_(mine);
+  comm.all_reduce_sum(all);
+  for (int r = 0; r < comm.size(); ++r) {
+    if (r != comm.rank())
+      EXPECT_FALSE(torch::equal(all[r], mine)) << "rank " << r;
+  }
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 #include "test_support.h"
 
+#include <memory>
+
+#include "memtrain/device/placement.h"
+
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/util/error.h"
 
@@ -162,6 +166,11 @@ std::string open_error(const std::string& path) {
     return e.what();
   }
   return "";
+}
+
+const Placement& cpu_placement() {
+  static const std::unique_ptr<Placement> p = Placement::cpu();
+  return *p;
 }
 
 }  // namespace memtrain::test

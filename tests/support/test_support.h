@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+namespace memtrain {
+class Placement;
+}
+
 namespace memtrain::test {
 
 // A fresh folder under the system temp dir (or $TMPDIR), removed at exit of
@@ -45,5 +49,8 @@ void write_raw_h5(const std::string& path, const RawH5& spec);
 // The memtrain::Error H5Dataset::open(path, "data.train") throws ("" if
 // it opens).
 std::string open_error(const std::string& path);
+
+// The CPU placement (accounting allocator), shared by the tests.
+const Placement& cpu_placement();
 
 }  // namespace memtrain::test

@@ -11,7 +11,10 @@ import safetensors_read  # noqa: E402
 
 WINDOW_KEYS = ["epoch", "window", "loss", "lr", "micro_batch", "accum_steps",
                "effective_batch", "samples_per_s", "allreduce_calls",
-               "allreduce_bytes"]
+               "allreduce_bytes", "t_compute_s", "t_comm_exposed_s",
+               "t_data_s", "mem_peak", "mem_peak_rank", "mem_reserved",
+               "mem_reserved_rank", "oom_retries", "oom_retries_rank",
+               "oom_retries_total"]
 
 
 def records(outdir):

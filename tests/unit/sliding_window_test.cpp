@@ -12,6 +12,7 @@
 #include "memtrain/model/unet3d.h"
 #include "memtrain/train/sliding_window.h"
 #include "memtrain/util/error.h"
+#include "test_support.h"
 
 namespace memtrain {
 namespace {
@@ -72,7 +73,8 @@ TEST(SlidingWindow, SingleWindowEqualsWholeVolumeForward) {
   SlidingWindowOptions opt;
   opt.roi = {8, 12, 4};
   opt.overlap = 0.0;
-  const torch::Tensor probs = sliding_window_probs(volume, 3, predict, opt);
+  const torch::Tensor probs =
+      sliding_window_probs(volume, 3, predict, opt, test::cpu_placement());
   EXPECT_EQ(probs.sizes(), torch::IntArrayRef({3, 8, 12, 4}));
   EXPECT_LE(max_abs_diff(probs, whole_volume_probs(predict, volume)), 1e-6);
 }
@@ -91,7 +93,8 @@ TEST(SlidingWindow, OverlappingWindowsOfPointwisePredictorBlendExactly) {
     opt.overlap = 0.5;
     opt.sw_batch = 3;  // does not divide the 5 x 4 x 4 windows
     opt.blend = blend;
-    const torch::Tensor probs = sliding_window_probs(volume, 3, predict, opt);
+    const torch::Tensor probs =
+        sliding_window_probs(volume, 3, predict, opt, test::cpu_placement());
     EXPECT_EQ(probs.sizes(), torch::IntArrayRef({3, 12, 10, 9}));
     EXPECT_LE(max_abs_diff(probs, expected), 1e-5) << blend;
   }
@@ -109,8 +112,8 @@ TEST(SlidingWindow, AxisShorterThanRoiIsPaddedAndCropped) {
   const torch::Tensor volume = torch::randn({1, 8, 3, 8});
   SlidingWindowOptions opt;
   opt.roi = {4, 4, 4};
-  const torch::Tensor probs =
-      sliding_window_probs(volume, 2, predict_patch, opt);
+  const torch::Tensor probs = sliding_window_probs(
+      volume, 2, predict_patch, opt, test::cpu_placement());
   EXPECT_EQ(probs.sizes(), torch::IntArrayRef({2, 8, 3, 8}));
   EXPECT_TRUE(probs.is_contiguous());
   EXPECT_LE(max_abs_diff(probs, whole_volume_probs(predict, volume)), 1e-5);
@@ -124,15 +127,24 @@ TEST(SlidingWindow, BadInputsThrow) {
   SlidingWindowOptions opt;
   opt.roi = {4, 4, 4};
   opt.overlap = 1.0;
-  EXPECT_THROW(sliding_window_probs(volume, 2, predict, opt), Error);
+  EXPECT_THROW(
+      sliding_window_probs(volume, 2, predict, opt, test::cpu_placement()),
+      Error);
   opt.overlap = 0.5;
   opt.blend = "linear";
-  EXPECT_THROW(sliding_window_probs(volume, 2, predict, opt), Error);
+  EXPECT_THROW(
+      sliding_window_probs(volume, 2, predict, opt, test::cpu_placement()),
+      Error);
   opt.blend = "constant";
-  EXPECT_THROW(sliding_window_probs(volume, 3, predict, opt), Error);
-  EXPECT_THROW(sliding_window_probs(volume[0], 2, predict, opt), Error);
+  EXPECT_THROW(
+      sliding_window_probs(volume, 3, predict, opt, test::cpu_placement()),
+      Error);
+  EXPECT_THROW(
+      sliding_window_probs(volume[0], 2, predict, opt, test::cpu_placement()),
+      Error);
   EXPECT_EQ(
-      sliding_window_probs(volume, 2, predict, opt).sizes(),
+      sliding_window_probs(volume, 2, predict, opt, test::cpu_placement())
+          .sizes(),
       torch::IntArrayRef({2, 4, 4, 4}));
 }
 
@@ -158,7 +170,8 @@ Peaks measure(
   memory::reset_peak();
   const memory::Stats before = memory::stats();
   Peaks p;
-  p.probs = sliding_window_probs(volume, classes, predict, opt);
+  p.probs = sliding_window_probs(
+      volume, classes, predict, opt, test::cpu_placement());
   const memory::Stats after = memory::stats();
   p.device = after.peak_allocated - before.allocated;
   p.host = after.host_peak - before.host_allocated;

@@ -71,6 +71,9 @@ struct TrainingConfig {
   std::string amp = "off";                     // off | fp16 | bf16
   double amp_init_scale = 65536.0;             // fp16 loss scale to start from
   int64_t amp_growth_interval = 2000;  // finite steps before the scale grows
+  // Dropout and other random draws: each rank draws from its own stream
+  // derived from (seed, rank).
+  int64_t seed = 0;
 };
 
 struct MemoryConfig {
@@ -82,6 +85,7 @@ struct MemoryConfig {
   double leak_warn_mib = 8.0;          // growth per epoch that counts as a leak
   int64_t leak_epochs = 3;             // ... for this many epochs in a row
   int64_t test_leak_kib_per_window = 0;  // tests only: leak this much
+  int64_t test_oom_rank = -1;            // tests only: this rank runs out once
   // CUDA caching allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax),
   // applied before the first CUDA allocation.
   std::string allocator_conf = "expandable_segments:True";
@@ -92,8 +96,8 @@ struct DistConfig {
   std::string device = "auto";  // auto | cpu | cuda
   // auto: nccl for CUDA tensors on a CUDA build, mpi otherwise.
   std::string backend = "auto";  // auto | mpi | nccl
-  double timeout_s = 600.0;  // a collective taking longer ends the job
-  double bucket_mib = 25.0;  // gradient bucket size
+  double timeout_s = 600.0;      // a collective taking longer ends the job
+  double bucket_mib = 25.0;      // gradient bucket size
   std::string check_replicas = "epoch";  // off | epoch | window
 };
 

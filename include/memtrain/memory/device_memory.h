@@ -1,17 +1,26 @@
 #pragma once
 // Device memory: what the budget, the monitor, the planner and the OOM guard
-// read and control, whatever the build.
+// read and control, whatever the device. One interface, two
+// implementations, chosen once per process by the placement
+// (device/placement.h) before the first tensor:
 //
-// CPU build: `install_cpu_accounting()` replaces LibTorch's CPU allocator by
-// an accounting allocator (see Note [CPU accounting allocator] in
-// accounting_allocator.cpp). Allocations made while a DeviceScope is open
-// (and no HostScope on the calling thread) belong to the "device" domain:
-// they are counted, cached like CUDA's caching allocator caches blocks, and
-// capped; passing the cap throws LibTorch's c10::OutOfMemoryError, as a CUDA
-// out-of-memory does. Everything else is the "host" domain: counted only.
-// That makes every memory behaviour testable without a GPU.
+// - CPU device: `install_cpu_accounting()` replaces LibTorch's CPU allocator
+//   by an accounting allocator (see Note [CPU accounting allocator] in
+//   accounting_allocator.cpp). Allocations made while a DeviceScope is open
+//   (and no HostScope on the calling thread) belong to the "device" domain:
+//   they are counted, cached like CUDA's caching allocator caches blocks,
+//   and capped; passing the cap throws LibTorch's c10::OutOfMemoryError, as
+//   a CUDA out-of-memory does. Everything else is the "host" domain: counted
+//   only. That makes every memory behaviour testable without a GPU.
+// - CUDA device (MEMTRAIN_CUDA builds): `use_cuda_allocator()` routes the
+//   same calls to LibTorch's CUDA caching allocator of the rank's GPU (see
+//   Note [CUDA memory backend] in cuda_memory.cpp): the cap is the
+//   per-process memory fraction, the stats are the allocator's own.
+//   DeviceScope and HostScope change nothing there: device memory is the
+//   GPU's.
 
 #include <cstdint>
+#include <string>
 
 namespace memtrain::memory {
 
@@ -24,14 +33,31 @@ struct Stats {
   int64_t host_allocated = 0;  // host domain
   int64_t host_peak = 0;
   int64_t num_ooms = 0;        // out-of-memory errors thrown
+  int64_t alloc_retries = 0;   // CUDA: allocations retried after a flush
   int64_t cache_releases = 0;  // release_cache() calls that freed something
   double cache_release_seconds = 0.0;
 };
 
-// Installs the accounting allocator (idempotent; before the first tensor
-// that should be counted). Without it, stats() returns zeros.
+// Installs the accounting allocator and makes it the backend (idempotent;
+// before the first tensor that should be counted).
 void install_cpu_accounting();
 bool accounting_installed();
+
+// CUDA builds: makes CUDA's caching allocator of GPU `device_index` the
+// backend, after applying `allocator_conf` (PYTORCH_CUDA_ALLOC_CONF syntax,
+// "" for LibTorch's defaults) -- which must happen before the process's
+// first CUDA allocation, so call it first thing. Throws memtrain::Error on
+// a build without CUDA or when settings cannot be applied.
+void use_cuda_allocator(int device_index, const std::string& allocator_conf);
+
+// "cpu-accounting", "cuda-caching", or "none" (nothing installed: stats()
+// returns zeros and the cap does nothing).
+std::string backend_name();
+
+// Writes what the allocator holds (segments, blocks, sizes) as JSON into
+// `dir`, for an out-of-memory post-mortem; returns the file's path, or ""
+// where the backend has no snapshot (the CPU accounting allocator).
+std::string write_snapshot(const std::string& dir);
 
 Stats stats();
 // Starts a new peak: peak_* become the current values.
@@ -41,6 +67,7 @@ void reset_peak();
 int64_t release_cache();
 // Caps the device domain's reserved bytes (0: no cap). A request that would
 // pass the cap first releases the cache, then throws c10::OutOfMemoryError.
+// CUDA: the per-process memory fraction cap / total (0: the whole GPU).
 void set_cap(int64_t bytes);
 
 // While at least one DeviceScope is alive (any thread), allocations belong

@@ -32,6 +32,8 @@ struct Checkpoint {
   NamedTensors params;          // "fc1.weight", ... (host, float32)
   std::string optimizer;        // LibTorch's optimizer archive, as bytes
   std::vector<at::Tensor> rng;  // one CPU generator state per rank
+  // One device (CUDA) generator state per rank; empty for CPU runs.
+  std::vector<at::Tensor> rng_device;
 };
 
 // Writes atomically (temporary file, fsync, rename). Throws memtrain::Error.

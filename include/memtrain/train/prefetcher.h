@@ -18,8 +18,13 @@ namespace memtrain {
 class Prefetcher {
  public:
   // `depth`: micro-batches read ahead (0: none; load() reads in place).
-  // `threads`: background readers (with depth > 0).
-  Prefetcher(const SampleSource& source, int64_t depth, int64_t threads);
+  // `threads`: background readers (with depth > 0). `pinned`: page-lock
+  // the host buffers (Placement::pinned_host_buffers()).
+  Prefetcher(
+      const SampleSource& source,
+      int64_t depth,
+      int64_t threads,
+      bool pinned = false);
   ~Prefetcher();
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;

@@ -14,6 +14,8 @@
 
 namespace memtrain {
 
+class Placement;
+
 struct SlidingWindowOptions {
   std::array<int64_t, 3> roi{64, 64, 64};  // window (rd, rh, rw)
   double overlap = 0.25;                   // [0, 1)
@@ -44,7 +46,7 @@ at::Tensor importance_map(const SlidingWindowOptions& opt);
 // softmax probabilities of every window covering it. An axis shorter than
 // its roi is zero-padded to the roi and the result cropped back.
 // Runs with grad off and blocks until done. Patches are gathered on the host
-// sw_batch at a time, moved to the device (memory::DeviceScope), predicted,
+// sw_batch at a time, moved to `placement`'s device, predicted,
 // softmaxed and weighted there, and added into aggregation buffers that live
 // in host memory (offload_cpu) or device memory; each batch's device
 // tensors are released before the next batch. Throws memtrain::Error for
@@ -54,6 +56,7 @@ at::Tensor sliding_window_probs(
     const at::Tensor& volume,
     int64_t num_classes,
     const PatchPredictor& predict,
-    const SlidingWindowOptions& opt);
+    const SlidingWindowOptions& opt,
+    const Placement& placement);
 
 }  // namespace memtrain

@@ -16,6 +16,7 @@
 namespace memtrain {
 
 class Communicator;
+class Placement;
 
 struct WindowResult {
   int64_t epoch = 0;
@@ -29,16 +30,28 @@ struct WindowResult {
   double seconds = 0.0;
   double data_wait_s = 0.0;
   int64_t micro_batch = 0;     // this rank's micro-batch when the window ended
-  int64_t oom_retries = 0;     // window replays after out-of-memory
+  int64_t oom_retries = 0;     // this rank's window replays after OOM
   int64_t cache_releases = 0;  // cached-block releases so far in this run
   bool skipped = false;  // non-finite loss or gradients: no optimizer step
   bool stop_requested = false;  // a rank got SIGTERM/SIGUSR1/SIGINT
   double loss_scale = 1.0;
-  // Device memory (see memory/monitor.h).
+  // What every rank saw, from the window's all-reduce (window_totals.h):
+  // the largest value over ranks and the lowest rank that had it. Device
+  // bytes at the boundary, and peaks since the previous boundary (the
+  // previous window's optimizer step, then this window's micro-steps).
   int64_t mem_allocated = 0;
   int64_t mem_reserved = 0;
+  int mem_reserved_rank = 0;
   int64_t mem_peak = 0;
+  int mem_peak_rank = 0;
   int64_t mem_peak_reserved = 0;
+  int64_t oom_retries_max = 0;
+  int oom_retries_rank = 0;
+  int64_t oom_retries_total = 0;
+  // Seconds: the micro-steps (forward, backward, data waits included), and
+  // the wait for the boundary's collectives after backward ended.
+  double compute_s = 0.0;
+  double comm_exposed_s = 0.0;
   // Device bytes allocated at the start of each micro-step (the last try).
   std::vector<int64_t> micro_step_start_bytes;
 };
@@ -78,10 +91,13 @@ class Trainer {
     // Rank 0's progress stream; null for none.
     std::FILE* progress = nullptr;
     bool progress_is_tty = false;
+    // Where this rank trains (device/placement.h); null: the CPU, with the
+    // accounting allocator (tests).
+    const Placement* placement = nullptr;
   };
 
   // Opens and checks the data, builds model, optimizer, sampler and gradient
-  // buckets inside the device scope, caps device memory at memory.budget;
+  // buckets on the placement's device, caps device memory at memory.budget;
   // rank 0 creates output.dir. No collective: a memtrain::Error thrown here
   // is local, and callers agree on failure across ranks before going on.
   Trainer(const TrainConfig& cfg, Communicator& comm, Options options);

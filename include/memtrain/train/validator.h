@@ -19,6 +19,7 @@ namespace memtrain {
 
 class Communicator;
 class H5Dataset;
+class Placement;
 
 struct VolumeValResult {
   // Mean over volumes of (cross-entropy + 1 - mean soft Dice) of the
@@ -41,7 +42,8 @@ class Validator {
       const ValidationConfig& cfg,
       const std::array<int64_t, 3>& roi,
       int64_t num_classes,
-      Communicator& comm);
+      Communicator& comm,
+      const Placement& placement);
 
   // Collective. `predict` maps a device batch of windows to logits.
   VolumeValResult run(const PatchPredictor& predict);
@@ -56,6 +58,7 @@ class Validator {
   std::array<int64_t, 3> roi_;
   int64_t num_classes_;
   Communicator& comm_;
+  const Placement& placement_;
   int64_t sw_batch_;
 };
 

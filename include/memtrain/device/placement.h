@@ -1,0 +1,92 @@
+#pragma once
+// Placement: the device a rank trains on, chosen once per process from
+// dist.device and carried everywhere. It owns what differs between a CPU
+// and a CUDA device: where the model, optimizer state, gradient buckets and
+// batches live; the host-to-device copy; the autocast device type; the
+// random generators; and which device-memory backend (memory/
+// device_memory.h) answers the budget, the monitor and the OOM guard. The
+// CLI, the trainer, the validator and the planner ask it; nobody writes a
+// device literal. See Note [Placement] in placement.cpp.
+
+#include <c10/core/Device.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace memtrain {
+
+// The generators a training step draws from: the CPU's and, on a CUDA
+// device, the GPU's (dropout runs where the tensors are). Host tensors of
+// bytes, as Generator::get_state() returns them; `device` is undefined on
+// a CPU placement.
+struct RngState {
+  at::Tensor cpu;
+  at::Tensor device;
+};
+
+class Placement {
+ public:
+  virtual ~Placement() = default;
+
+  // dist.device: "cpu", "cuda" (GPU <local_rank> modulo the GPUs visible)
+  // or "auto" (cuda when this build has CUDA and LibTorch sees a GPU, else
+  // cpu). Activates the device-memory backend (CPU accounting allocator,
+  // or the CUDA caching allocator with `allocator_conf`): call it once,
+  // before the process's first tensor. Throws memtrain::Error naming the
+  // build and what it found when cuda is asked for where there is none.
+  static std::unique_ptr<Placement> choose(
+      const std::string& spec,
+      int local_rank,
+      const std::string& allocator_conf);
+
+  // A CPU placement with the accounting allocator (tests, benchmarks).
+  static std::unique_ptr<Placement> cpu();
+
+  const c10::Device& device() const {
+    return device_;
+  }
+  bool is_cuda() const {
+    return device_.is_cuda();
+  }
+  // "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3, 79.1 GiB)", for the banner,
+  // environment.json and the rank logs.
+  virtual std::string describe() const = 0;
+
+  // Whether host batch buffers should be page-locked (so copies can be
+  // asynchronous).
+  virtual bool pinned_host_buffers() const = 0;
+
+  // The host-to-device copy of a batch tensor. CPU: a copy into the device
+  // memory domain (memory::DeviceScope), as a transfer to a GPU would
+  // allocate there. CUDA: a non-blocking copy on the placement's copy
+  // stream, which the current stream then waits for through an event; it
+  // returns once the copy is done with `host`, so the caller may reuse the
+  // host buffer at once. Either way the result is this device's.
+  virtual at::Tensor to_device(const at::Tensor& host) const = 0;
+
+  // A device tensor's copy in host memory (memory::HostScope), for sums
+  // kept on the host; blocks until it is there.
+  at::Tensor to_host(const at::Tensor& t) const;
+
+  // Makes every generator this rank draws from start from a stream of its
+  // own, derived from (seed, rank): dropout and other random draws differ
+  // between ranks and repeat between runs.
+  void seed_rng(uint64_t seed, int rank) const;
+  RngState rng_state() const;
+  void set_rng_state(const RngState& state) const;
+
+ protected:
+  explicit Placement(c10::Device device) : device_(device) {}
+
+ private:
+  c10::Device device_;
+};
+
+// The seed of rank `rank`'s stream: SplitMix64 of (seed, rank), so nearby
+// seeds and ranks give unrelated streams.
+uint64_t rank_seed(uint64_t seed, int rank);
+
+}  // namespace memtrain

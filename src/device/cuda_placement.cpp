@@ -1,0 +1,79 @@
+// Built only with MEMTRAIN_CUDA=ON (LibTorch 2.x with CUDA).
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <torch/torch.h>
+
+#include <sstream>
+
+#include "memtrain/device/placement.h"
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+namespace {
+
+// A CUDA device: batches come from page-locked host buffers over a copy
+// stream of their own. The compute (current) stream waits for a copy
+// through an event, never through a host sync; the host waits only for
+// the copy itself before it hands the buffer back for reuse, which the
+// GPU overlaps with the kernels already queued on the compute stream.
+class CudaPlacement final : public Placement {
+ public:
+  explicit CudaPlacement(int index)
+      : Placement(
+            c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index))),
+        copy_stream_(c10::cuda::getStreamFromPool(
+            /*isHighPriority=*/false, static_cast<c10::DeviceIndex>(index))) {}
+
+  std::string describe() const override {
+    cudaDeviceProp prop{};
+    const cudaError_t rc = cudaGetDeviceProperties(&prop, device().index());
+    std::ostringstream out;
+    out << "cuda:" << static_cast<int>(device().index());
+    if (rc == cudaSuccess) {
+      out << " (" << prop.name << ", "
+          << format_bytes(static_cast<double>(prop.totalGlobalMem)) << ")";
+    }
+    return out.str();
+  }
+
+  bool pinned_host_buffers() const override {
+    return true;
+  }
+
+  at::Tensor to_device(const at::Tensor& host) const override {
+    c10::cuda::CUDAGuard guard(device());
+    const c10::cuda::CUDAStream compute =
+        c10::cuda::getCurrentCUDAStream(device().index());
+    at::Tensor out;
+    at::cuda::CUDAEvent copied;
+    {
+      // The result is allocated for, and first used on, the compute
+      // stream: record it there so the caching allocator does not hand
+      // its block to another stream while the copy writes it.
+      c10::cuda::CUDAStreamGuard on_copy(copy_stream_);
+      out = host.to(device(), /*non_blocking=*/host.is_pinned(), /*copy=*/true);
+      copied.record(copy_stream_);
+    }
+    c10::cuda::CUDACachingAllocator::recordStream(
+        out.storage().data_ptr(), compute);
+    copied.block(compute);  // the compute stream waits, the host does not
+    copied.synchronize();   // the host buffer may be reused on return
+    return out;
+  }
+
+ private:
+  c10::cuda::CUDAStream copy_stream_;
+};
+
+}  // namespace
+
+std::unique_ptr<Placement> make_cuda_placement(
+    int index, const std::string& allocator_conf) {
+  memory::use_cuda_allocator(index, allocator_conf);
+  return std::make_unique<CudaPlacement>(index);
+}
+
+}  // namespace memtrain

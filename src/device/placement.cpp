@@ -1,0 +1,138 @@
+#include "memtrain/device/placement.h"
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+
+// Note [Placement]
+// One object decides where a rank's tensors live, so that no code path
+// has to guess: the model, its gradients (the gradient buckets), the
+// optimizer state and each batch are on placement.device(); host buffers
+// are page-locked only for a CUDA device; autocast uses the device's type;
+// the generators are the device's. The CPU placement is also what makes
+// memory observable without a GPU: its device memory is the accounted
+// domain of the CPU allocator (Note [CPU accounting allocator]). On CUDA
+// the same calls reach the CUDA caching allocator (Note [CUDA memory
+// backend]) and copies run on a stream of their own (cuda_placement.cpp).
+
+uint64_t rank_seed(uint64_t seed, int rank) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(rank) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (z ^ (z >> 31)) & 0x7FFFFFFFFFFFFFFFull;  // LibTorch seeds are < 2^63
+}
+
+namespace {
+
+class CpuPlacement final : public Placement {
+ public:
+  CpuPlacement() : Placement(c10::Device(c10::kCPU)) {}
+  std::string describe() const override {
+    return "cpu";
+  }
+  bool pinned_host_buffers() const override {
+    return false;
+  }
+  at::Tensor to_device(const at::Tensor& host) const override {
+    memory::DeviceScope scope;
+    return host.to(device(), /*non_blocking=*/false, /*copy=*/true);
+  }
+};
+
+}  // namespace
+
+#if MEMTRAIN_CUDA
+// cuda_placement.cpp
+std::unique_ptr<Placement> make_cuda_placement(
+    int index, const std::string& allocator_conf);
+#endif
+
+std::unique_ptr<Placement> Placement::cpu() {
+  memory::install_cpu_accounting();
+  return std::make_unique<CpuPlacement>();
+}
+
+std::unique_ptr<Placement> Placement::choose(
+    const std::string& spec,
+    int local_rank,
+    const std::string& allocator_conf) {
+  MT_CHECK(
+      spec == "auto" || spec == "cpu" || spec == "cuda",
+      "dist.device=",
+      spec,
+      ": use auto, cpu or cuda");
+  if (spec == "cpu")
+    return cpu();
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  if (spec == "auto" && (!MEMTRAIN_CUDA || gpus == 0))
+    return cpu();
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  MT_CHECK(
+      MEMTRAIN_CUDA,
+      "dist.device=cuda, but this memtrain is a CPU build (MEMTRAIN_CUDA=0, "
+      "LibTorch ",
+      TORCH_VERSION,
+      "): rebuild with -DMEMTRAIN_CUDA=ON against a CUDA LibTorch "
+      "(README: the CUDA configuration), or use dist.device=cpu");
+  MT_CHECK(
+      gpus > 0,
+      "dist.device=cuda, but LibTorch ",
+      TORCH_VERSION,
+      " (CUDA build) sees no CUDA device on this machine "
+      "(CUDA_VISIBLE_DEVICES=",
+      visible ? visible : "(unset)",
+      "; check nvidia-smi and the driver), or use dist.device=cpu");
+#if MEMTRAIN_CUDA
+  return make_cuda_placement(local_rank % gpus, allocator_conf);
+#else
+  (void)local_rank;
+  (void)allocator_conf;
+  MT_INTERNAL_ASSERT(false, "unreachable");
+#endif
+}
+
+at::Tensor Placement::to_host(const at::Tensor& t) const {
+  memory::HostScope host;
+  return t.to(c10::Device(c10::kCPU), /*non_blocking=*/false, /*copy=*/true);
+}
+
+void Placement::seed_rng(uint64_t seed, int rank) const {
+  const uint64_t s = rank_seed(seed, rank);
+  at::Generator cpu = at::globalContext().defaultGenerator(c10::kCPU);
+  {
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    cpu.set_current_seed(s);
+  }
+  if (is_cuda()) {
+    at::Generator gpu = at::globalContext().defaultGenerator(device());
+    std::lock_guard<std::mutex> lock(gpu.mutex());
+    gpu.set_current_seed(s);
+  }
+}
+
+RngState Placement::rng_state() const {
+  memory::HostScope host;  // bookkeeping, not device memory
+  RngState r;
+  r.cpu = at::globalContext().defaultGenerator(c10::kCPU).get_state();
+  if (is_cuda())
+    r.device = at::globalContext().defaultGenerator(device()).get_state();
+  return r;
+}
+
+void Placement::set_rng_state(const RngState& state) const {
+  at::Generator cpu = at::globalContext().defaultGenerator(c10::kCPU);
+  cpu.set_state(state.cpu);
+  if (is_cuda() && state.device.defined()) {
+    at::Generator gpu = at::globalContext().defaultGenerator(device());
+    gpu.set_state(state.device);
+  }
+}
+
+}  // namespace memtrain

@@ -1,0 +1,212 @@
+#include "records.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(
+      buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+nlohmann::json window_record(
+    const RunState& run, const RunCounters& counters, const WindowResult& r) {
+  const memory::Stats s = memory::stats();
+  nlohmann::json j = {
+      {"type", "window"},
+      {"epoch", r.epoch},
+      {"window", r.window},
+      {"step", r.step},
+      {"loss", r.loss},
+      {"lr", run.cfg.training.lr},
+      {"micro_batch", r.micro_batch},
+      {"accum_steps", r.micro_steps},
+      {"effective_batch", run.shape.effective_batch},
+      {"samples", r.samples},
+      {"samples_per_s", r.samples / std::max(r.seconds, 1e-9)},
+      {"allreduce_calls", r.allreduce_calls},
+      {"allreduce_bytes", r.allreduce_bytes},
+      {"data_wait_s", r.data_wait_s},
+      {"t_data_s", r.data_wait_s},
+      {"t_compute_s", r.compute_s},
+      {"t_comm_exposed_s", r.comm_exposed_s},
+      {"window_s", r.seconds},
+      {"mem_allocated", r.mem_allocated},
+      {"mem_reserved", r.mem_reserved},
+      {"mem_reserved_rank", r.mem_reserved_rank},
+      {"mem_peak", r.mem_peak},
+      {"mem_peak_rank", r.mem_peak_rank},
+      {"mem_peak_reserved", r.mem_peak_reserved},
+      {"oom_retries", r.oom_retries_max},
+      {"oom_retries_rank", r.oom_retries_rank},
+      {"oom_retries_total", r.oom_retries_total},
+      {"cache_releases", r.cache_releases},
+      {"cache_release_s", s.cache_release_seconds}};
+  j["skipped_steps"] = run.scaler->enabled() ? run.scaler->skipped_steps()
+                                             : counters.nonfinite_skips;
+  if (run.scaler->enabled())
+    j["loss_scale"] = r.loss_scale;
+  return j;
+}
+
+nlohmann::json validation_record(
+    const RunState& run,
+    const ValResult& v,
+    nlohmann::json& rec,
+    std::string& line) {
+  rec["val_loss"] = v.loss;
+  rec["val_samples"] = v.samples;
+  rec["val_device_peak"] = v.device_peak;
+  rec["val_oom_retries"] = v.oom_retries;
+  rec["val_batch"] = v.batch;
+  rec["val_seconds"] = v.seconds;
+  nlohmann::json vrec = {
+      {"type", "validation"},
+      {"epoch", v.epoch},
+      {"val_loss", v.loss},
+      {"val_device_peak", v.device_peak},
+      {"val_seconds", v.seconds}};
+  std::ostringstream out;
+  out << ", val loss " << v.loss;
+  if (run.volumes()) {
+    // NaN (a class in no volume) is written as null.
+    auto num = [](double d) {
+      return std::isnan(d) ? nlohmann::json(nullptr) : nlohmann::json(d);
+    };
+    nlohmann::json per_class = nlohmann::json::array();
+    for (double d : v.dice_per_class)
+      per_class.push_back(num(d));
+    rec["val_dice"] = num(v.dice);
+    vrec["val_dice"] = num(v.dice);
+    vrec["val_dice_per_class"] = per_class;
+    vrec["val_volumes"] = v.samples;
+    vrec["val_sw_batch"] = v.batch;
+    vrec["val_offload"] = run.cfg.validation.offload;
+    out << ", val Dice " << v.dice;
+  } else {
+    rec["val_accuracy"] = v.accuracy;
+    vrec["val_accuracy"] = v.accuracy;
+    vrec["val_samples"] = v.samples;
+    out << ", val accuracy " << v.accuracy;
+  }
+  vrec["val_oom_retries"] = v.oom_retries;
+  line += out.str();
+  return vrec;
+}
+
+nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
+  const MemoryPlan& plan = run.plan;
+  nlohmann::json probes = nlohmann::json::array();
+  for (const auto& p : plan.probes) {
+    probes.push_back(
+        {{"micro_batch", p.micro},
+         {"checkpointed_segments", p.segments},
+         {"fits", p.fits},
+         {"peak_bytes", p.peak}});
+  }
+  std::vector<std::string> segments(
+      run.model->segment_names().begin(),
+      run.model->segment_names().begin() + plan.checkpointed_segments);
+  return {
+      {"budget", run.budget.spec},
+      {"budget_bytes", run.budget.bytes},
+      {"headroom", run.budget.headroom},
+      {"usable_bytes", run.budget.limited() ? run.budget.usable() : 0},
+      {"device", run.placement.describe()},
+      {"memory_backend", memory::backend_name()},
+      {"world_size", run.comm.size()},
+      {"effective_batch", run.shape.effective_batch},
+      {"micro_batch", plan.micro_batch},
+      {"accumulation_steps", plan.accumulation_steps},
+      {"gradient_checkpointing", run.cfg.training.gradient_checkpointing},
+      {"checkpointed_segments", segments},
+      {"amp", run.cfg.training.amp},
+      {"predicted_peak_bytes", plan.predicted_peak},
+      {"measured_peak_bytes", counters.measured_peak},
+      {"note", plan.note},
+      {"probes", probes}};
+}
+
+std::string describe_run(const RunState& m) {
+  const DatasetInfo& ti = m.train_data->info();
+  std::ostringstream out;
+  auto shape = [](const std::vector<int64_t>& s) {
+    std::string t = "[";
+    for (size_t i = 0; i < s.size(); ++i) {
+      t += (i ? "," : "") + std::to_string(s[i]);
+    }
+    return t + "]";
+  };
+  out << "data: train '" << ti.path << "' " << ti.num_samples << " x "
+      << to_string(ti.kind) << " " << shape(ti.sample_shape) << " "
+      << ti.sample_dtype << ", " << ti.num_classes << " classes";
+  if (ti.context_features > 0)
+    out << ", context features " << ti.context_features;
+  if (m.patches) {
+    const auto& p = m.cfg.data.patch_size;
+    out << "; patches " << p[0] << "x" << p[1] << "x" << p[2] << ", "
+        << m.cfg.data.patches_per_volume << " per volume, flip "
+        << m.cfg.data.flip << ", pos_fraction " << m.cfg.data.pos_fraction;
+  }
+  out << "; prefetch " << m.cfg.data.prefetch << " batches on "
+      << (m.cfg.data.prefetch > 0 ? m.cfg.data.read_threads : 0)
+      << " reader thread(s)";
+  if (m.val_data) {
+    out << "; val '" << m.val_data->info().path << "' "
+        << m.val_data->info().num_samples;
+    if (m.patches) {
+      const auto r = m.roi();
+      out << " volume(s) " << shape(m.val_data->info().sample_shape)
+          << ", sliding window " << r[0] << "x" << r[1] << "x" << r[2]
+          << " overlap " << m.cfg.validation.overlap << " "
+          << m.cfg.validation.blend << ", sums on " << m.cfg.validation.offload;
+    }
+  }
+  int64_t numel = 0;
+  for (const auto& p : m.params)
+    numel += p.numel();
+  out << "\nmodel: " << m.cfg.model.name << " ("
+      << (m.patches ? "feature_size " : "hidden ")
+      << (m.patches ? m.cfg.model.feature_size : m.cfg.model.hidden)
+      << ", depth " << m.cfg.model.depth << ", norm " << m.cfg.model.norm
+      << ", " << m.num_classes << " classes), " << numel << " parameters ("
+      << format_bytes(numel * 4.0) << " fp32), optimizer "
+      << m.cfg.training.optimizer << " lr " << m.cfg.training.lr << ", amp "
+      << m.cfg.training.amp << "\nwindow: effective batch "
+      << m.shape.effective_batch << " = " << m.comm.size() << " ranks x "
+      << m.shape.accumulation_steps << " micro-steps x " << m.shape.micro_batch;
+  if (m.shape.last_micro_smaller()) {
+    out << " (last micro-batch smaller)";
+  }
+  out << "; " << m.sampler->windows_per_epoch()
+      << " windows/epoch; gradient sync: " << m.grad_sync->num_buckets()
+      << " bucket(s), "
+      << format_bytes(static_cast<double>(m.grad_sync->bytes_per_sync()))
+      << " per window over " << m.comm.backend() << " on "
+      << m.placement.describe();
+  out << "\nmemory plan: budget ";
+  if (m.budget.limited()) {
+    out << m.budget.spec << " = "
+        << format_bytes(static_cast<double>(m.budget.bytes)) << " (usable "
+        << format_bytes(static_cast<double>(m.budget.usable())) << ")";
+  } else {
+    out << "none";
+  }
+  out << "; checkpointing " << m.cfg.training.gradient_checkpointing << ": "
+      << m.plan.checkpointed_segments << "/" << m.model->num_segments()
+      << " segments; predicted peak "
+      << (m.plan.predicted_peak > 0
+              ? format_bytes(static_cast<double>(m.plan.predicted_peak))
+              : std::string("not measured"))
+      << "; " << m.plan.note;
+  return out.str();
+}
+
+}  // namespace memtrain

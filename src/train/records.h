@@ -1,0 +1,36 @@
+#pragma once
+// Private to src/train/: the run's records -- the metrics.jsonl schema of
+// windows, validations and epochs, memory_plan.json, and the launch
+// banner's description of the run. Each takes what it reports.
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "memtrain/train/trainer.h"
+#include "run_state.h"
+
+namespace memtrain {
+
+// A `type: "window"` record.
+nlohmann::json window_record(
+    const RunState& run, const RunCounters& counters, const WindowResult& r);
+
+// A `type: "validation"` record, and the validation fields of the epoch
+// record `epoch_rec`; `line` gets the progress line's part.
+nlohmann::json validation_record(
+    const RunState& run,
+    const ValResult& v,
+    nlohmann::json& epoch_rec,
+    std::string& line);
+
+// memory_plan.json.
+nlohmann::json plan_json(const RunState& run, const RunCounters& counters);
+
+// Data, model, window shape and memory plan, for the banner and the logs.
+std::string describe_run(const RunState& run);
+
+// "00000000deadbeef"
+std::string hex(uint64_t v);
+
+}  // namespace memtrain

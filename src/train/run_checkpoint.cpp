@@ -1,0 +1,274 @@
+#include "run_checkpoint.h"
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/train/checkpoint.h"
+#include "memtrain/util/atomic_file.h"
+#include "memtrain/util/error.h"
+#include "memtrain/util/rank_log.h"
+
+namespace memtrain {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t)
+      .count();
+}
+
+// Every rank's `row` (a host tensor of bytes, the same length on every
+// rank), as a [world, length] int32 table on every rank: each rank fills
+// its own row of a zero table, and one all-reduce sums them.
+at::Tensor gather_rows(Communicator& comm, const at::Tensor& row) {
+  auto table = torch::zeros({comm.size(), row.numel()}, torch::kInt32);
+  table[comm.rank()].copy_(row.to(torch::kInt32));
+  comm.all_reduce_sum(table);
+  return table;
+}
+
+}  // namespace
+
+void save_run_checkpoint(
+    RunState& m,
+    const RunCounters& counters,
+    bool writer,
+    MetricsLog& metrics,
+    int64_t step,
+    int64_t epoch,
+    int64_t samples_done,
+    double loss_sum) {
+  const auto start = std::chrono::steady_clock::now();
+  memory::HostScope host;  // checkpoint buffers are host memory
+  // Every rank's RNG states travel to rank 0 (one all-reduce of a
+  // [world, state] table in which each rank fills its own row).
+  const RngState mine = m.placement.rng_state();
+  const at::Tensor cpu = gather_rows(m.comm, mine.cpu);
+  const at::Tensor device =
+      mine.device.defined() ? gather_rows(m.comm, mine.device) : at::Tensor();
+  if (!writer)
+    return;
+  Checkpoint c;
+  CheckpointState& st = c.state;
+  st.step = step;
+  st.epoch = epoch;
+  st.epoch_samples = samples_done;
+  st.epoch_loss_sum = loss_sum;
+  st.world_size = m.comm.size();
+  st.effective_batch = m.shape.effective_batch;
+  st.model = m.cfg.model.name;
+  st.config_yaml = m.cfg.to_yaml();
+  st.loss_scale = m.scaler->scale();
+  st.scaler_good_steps = m.scaler->good_steps();
+  st.scaler_skipped = m.scaler->enabled() ? m.scaler->skipped_steps()
+                                          : counters.nonfinite_skips;
+  st.nonfinite_in_a_row = counters.nonfinite_in_a_row;
+  for (const auto& item : m.model->named_parameters()) {
+    c.params.emplace_back(
+        item.key(), m.placement.to_host(item.value().detach()));
+  }
+  torch::serialize::OutputArchive archive;
+  m.optimizer->save(archive);
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  c.optimizer = bytes.str();
+  for (int r = 0; r < m.comm.size(); ++r) {
+    c.rng.push_back(cpu[r].to(torch::kUInt8));
+    if (device.defined())
+      c.rng_device.push_back(device[r].to(torch::kUInt8));
+  }
+  make_directories(m.cfg.output.dir + "/checkpoints");
+  const std::string path = checkpoint_path(m.cfg.output.dir, step);
+  save_checkpoint(path, c);
+  prune_checkpoints(m.cfg.output.dir, m.cfg.training.keep_checkpoints, step);
+  log_event("checkpoint written: " + path);
+  metrics.write(
+      {{"type", "checkpoint"},
+       {"step", step},
+       {"epoch", epoch},
+       {"path", path},
+       {"seconds", seconds_since(start)}});
+}
+
+// A resumed run's metrics.jsonl reads as one run: the records the
+// checkpoint's step covers are kept, later ones (windows run after the
+// checkpoint by the run that stopped) are dropped.
+void trim_metrics(const std::string& path, const ResumePoint& from) {
+  std::ifstream in(path);
+  if (!in.good())
+    return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty())
+      continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      continue;  // a line cut short by a crash
+    }
+    const std::string type = j.value("type", "");
+    const bool keep = type == "window" || type == "checkpoint"
+                          ? j.value("step", int64_t{0}) <= from.step
+                          : j.value("epoch", int64_t{0}) < from.epoch;
+    if (keep)
+      kept += line + "\n";
+  }
+  write_file_atomically(path, kept);
+}
+
+ResumePoint resume_run(
+    RunState& m,
+    RunCounters& counters,
+    const std::string& spec,
+    std::string& what) {
+  std::vector<std::string> candidates;
+  const bool automatic = spec == "auto";
+  struct stat st {};
+  const bool folder =
+      automatic || (::stat(spec.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
+  if (folder) {
+    const std::string dir = automatic ? m.cfg.output.dir : spec;
+    candidates = list_checkpoints(dir);
+    if (candidates.empty()) {
+      MT_CHECK(
+          automatic,
+          "--resume ",
+          spec,
+          ": no checkpoint (ckpt-*.safetensors) in that folder");
+      what = "--resume auto: no checkpoint in " + dir +
+             "/checkpoints; starting from the beginning";
+      return {};
+    }
+  } else {
+    MT_CHECK(
+        ::stat(spec.c_str(), &st) == 0,
+        "--resume ",
+        spec,
+        ": no such file or folder (give a checkpoint file, a folder "
+        "holding checkpoints, or auto)");
+    candidates = {spec};
+  }
+  std::optional<Checkpoint> ck;
+  std::string skipped;
+  for (const auto& path : candidates) {
+    try {
+      ck = load_checkpoint(path);
+      break;
+    } catch (const Error& e) {
+      if (!folder)
+        throw;
+      skipped += std::string(skipped.empty() ? "" : "; ") + e.what();
+    }
+  }
+  MT_CHECK(
+      ck.has_value(), "--resume ", spec, ": no valid checkpoint: ", skipped);
+  const CheckpointState& s = ck->state;
+  const std::string& path = ck->path;
+  MT_CHECK(
+      s.model == m.cfg.model.name,
+      "checkpoint '",
+      path,
+      "' is from model '",
+      s.model,
+      "' but model.name is '",
+      m.cfg.model.name,
+      "'; resume with the model it was trained with");
+  NamedTensors mine;
+  for (const auto& item : m.model->named_parameters())
+    mine.emplace_back(item.key(), item.value());
+  MT_CHECK(
+      mine.size() == ck->params.size(),
+      "checkpoint '",
+      path,
+      "' has ",
+      ck->params.size(),
+      " parameter tensors, this model has ",
+      mine.size(),
+      " (model.depth or another shape key differs?)");
+  for (size_t i = 0; i < mine.size(); ++i) {
+    MT_CHECK(
+        mine[i].first == ck->params[i].first &&
+            mine[i].second.sizes() == ck->params[i].second.sizes(),
+        "checkpoint '",
+        path,
+        "' holds '",
+        ck->params[i].first,
+        "' ",
+        ck->params[i].second.sizes(),
+        " where this model has '",
+        mine[i].first,
+        "' ",
+        mine[i].second.sizes(),
+        " (model.hidden, model.depth or the data's shape differs)");
+  }
+  const int64_t batch = m.shape.effective_batch;
+  MT_CHECK(
+      s.epoch_samples % batch == 0,
+      "checkpoint '",
+      path,
+      "' stopped after ",
+      s.epoch_samples,
+      " samples of epoch ",
+      s.epoch + 1,
+      ", not a window boundary of this run's effective "
+      "batch ",
+      batch,
+      "; set training.effective_batch_size=",
+      s.effective_batch,
+      " (the checkpoint's)");
+  {
+    memory::DeviceScope device;  // optimizer state is device memory
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      m.params[i].copy_(ck->params[i].second);  // to the device
+    }
+    try {
+      torch::serialize::InputArchive archive;
+      archive.load_from(ck->optimizer.data(), ck->optimizer.size());
+      m.optimizer->load(archive);
+    } catch (const c10::Error& e) {
+      throw Error(
+          "checkpoint '" + path +
+          "': its optimizer state does not fit training.optimizer=" +
+          m.cfg.training.optimizer + " (" + e.what_without_backtrace() + ")");
+    }
+  }
+  m.scaler->restore(s.loss_scale, s.scaler_good_steps, s.scaler_skipped);
+  if (!m.scaler->enabled())
+    counters.nonfinite_skips = s.scaler_skipped;
+  counters.nonfinite_in_a_row = s.nonfinite_in_a_row;
+  std::string note;
+  if (s.world_size == m.comm.size() &&
+      static_cast<int64_t>(ck->rng.size()) == s.world_size) {
+    RngState rng;
+    rng.cpu = ck->rng[m.comm.rank()];
+    if (static_cast<int64_t>(ck->rng_device.size()) == s.world_size)
+      rng.device = ck->rng_device[m.comm.rank()];
+    m.placement.set_rng_state(rng);
+  } else {
+    note = " (written by " + std::to_string(s.world_size) +
+           " ranks: random states not restored)";
+  }
+  ResumePoint at;
+  at.resumed = true;
+  at.step = s.step;
+  at.epoch = s.epoch;
+  at.window = s.epoch_samples / batch;
+  at.epoch_loss = s.epoch_loss_sum;
+  what = "resumed from " + path + " at step " + std::to_string(s.step) +
+         ", epoch " + std::to_string(s.epoch + 1) + ", window " +
+         std::to_string(at.window + 1) + note +
+         (skipped.empty() ? "" : "; skipped: " + skipped);
+  return at;
+}
+
+}  // namespace memtrain

@@ -1,0 +1,107 @@
+#include <torch/torch.h>
+
+#include "memtrain/train/oom_guard.h"
+#include "memtrain/train/validator.h"
+#include "memtrain/util/error.h"
+#include "run_state.h"
+
+namespace memtrain {
+namespace {
+
+// Whole volumes by sliding window (Note [Whole-volume validation]).
+ValResult validate_volumes(RunState& run) {
+  Validator validator(
+      *run.val_data,
+      run.cfg.validation,
+      run.roi(),
+      run.num_classes,
+      run.comm,
+      run.placement);
+  const VolumeValResult v = validator.run([&run](const at::Tensor& windows) {
+    return forward(run, windows, at::Tensor());
+  });
+  ValResult r;
+  r.loss = v.loss;
+  r.samples = v.volumes;
+  r.oom_retries = v.oom_retries;
+  r.batch = v.sw_batch;
+  r.dice = v.dice;
+  r.dice_per_class = v.dice_per_class;
+  return r;
+}
+
+// Rows: this rank's contiguous share, in batches of counters.val_micro.
+ValResult validate_rows(RunState& run, RunCounters& counters) {
+  const int64_t n = run.val_data->info().num_samples;
+  const int64_t begin = n * run.comm.rank() / run.comm.size();
+  const int64_t end = n * (run.comm.rank() + 1) / run.comm.size();
+  const RowSource val_source(*run.val_data);
+  Prefetcher val_loader(val_source, /*depth=*/0, /*threads=*/0);
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  int64_t retries = 0;
+  OomRetry how;
+  how.what = "validation batch";
+  how.where = "validation";
+  how.replay = "the batch";
+  how.rank = run.comm.rank();
+  how.give_up = [&run](int64_t, int64_t, int64_t peak) {
+    return detail::concat(
+        "out of device memory in validation even at batch 1 within "
+        "memory.budget=",
+        run.budget.spec,
+        " (measured peak ",
+        format_bytes(static_cast<double>(peak)),
+        ")");
+  };
+  for (int64_t s = begin; s < end;) {
+    retries += retry_on_oom(how, counters.val_micro, [&](int64_t micro) {
+      std::vector<int64_t> idx;
+      for (int64_t i = s; i < std::min(end, s + micro); ++i)
+        idx.push_back(i);
+      const Batch b = load_batch(run, val_loader, 0, idx);
+      const at::Tensor logits = forward(run, b.x, b.context);
+      const double batch_loss =
+          torch::nn::functional::cross_entropy(
+              logits,
+              b.y,
+              torch::nn::functional::CrossEntropyFuncOptions().reduction(
+                  torch::kSum))
+              .item<double>();
+      const int64_t batch_correct =
+          logits.argmax(1).eq(b.y).sum().item<int64_t>();
+      // Counted only once the whole batch succeeded: a retry after an OOM
+      // must not count it twice.
+      loss_sum += batch_loss;
+      correct += batch_correct;
+      s += static_cast<int64_t>(idx.size());
+    });
+  }
+  auto totals = torch::tensor(
+      {loss_sum,
+       static_cast<double>(correct),
+       static_cast<double>(end - begin)},
+      torch::kFloat64);
+  run.comm.all_reduce_sum(totals);
+  const double count = totals[2].item<double>();
+  ValResult r;
+  r.loss = totals[0].item<double>() / count;
+  r.accuracy = totals[1].item<double>() / count;
+  r.samples = static_cast<int64_t>(count);
+  r.oom_retries = retries;
+  r.batch = counters.val_micro;
+  return r;
+}
+
+}  // namespace
+
+ValResult validate(RunState& run, RunCounters& counters) {
+  torch::NoGradGuard no_grad;
+  run.model->eval();
+  ValResult r =
+      run.volumes() ? validate_volumes(run) : validate_rows(run, counters);
+  run.model->train();
+  return r;
+}
+
+}  // namespace memtrain

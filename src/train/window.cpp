@@ -1,0 +1,256 @@
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "memtrain/compat.h"
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/train/oom_guard.h"
+#include "memtrain/train/stop_request.h"
+#include "memtrain/train/window_totals.h"
+#include "memtrain/util/error.h"
+#include "memtrain/util/rank_log.h"
+#include "run_state.h"
+
+namespace memtrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// 1. This rank's micro-steps: forward and backward on each micro-batch of
+//    its share, gradients accumulating locally; no communication (see
+//    Note [All-reduce only at the accumulation boundary]). An OOM replays
+//    the whole share at a smaller micro-batch (Note [OOM recovery]).
+//    Returns the share's loss sum.
+double accumulate(
+    RunState& run,
+    RunCounters& c,
+    const WindowPlan& wp,
+    const WindowPlan* next,
+    WindowResult& r) {
+  const double weight = 1.0 / static_cast<double>(wp.global_samples);
+  double loss = 0.0;
+  OomRetry how;
+  how.what = "micro-batch";
+  how.where =
+      detail::concat("epoch ", wp.epoch + 1, ", window ", wp.window + 1);
+  how.replay = "the window";
+  how.rank = run.comm.rank();
+  how.max_retries = run.cfg.memory.max_oom_retries;
+  how.in_use_cap = std::max<int64_t>(1, wp.rank_indices.size());
+  how.snapshot_dir = run.cfg.output.dir;
+  how.cleanup = [&] { compat::zero_grad_to_none(*run.optimizer); };
+  how.give_up = [&](int64_t micro, int64_t retries, int64_t peak) {
+    return detail::concat(
+        "out of device memory: the window does not fit memory.budget=",
+        run.budget.spec,
+        " (",
+        format_bytes(static_cast<double>(run.budget.bytes)),
+        ") even at micro-batch ",
+        micro,
+        " after ",
+        retries,
+        " retries (memory.max_oom_retries=",
+        run.cfg.memory.max_oom_retries,
+        "); measured peak ",
+        format_bytes(static_cast<double>(peak)),
+        ". Raise memory.budget, set training.gradient_checkpointing=all or "
+        "training.amp=bf16, or use a smaller model");
+  };
+  int64_t micro = run.shape.micro_batch;
+  r.oom_retries = retry_on_oom(how, micro, [&](int64_t m) {
+    loss = 0.0;
+    r.micro_steps = 0;
+    r.micro_step_start_bytes.clear();
+    run.grad_sync->attach();
+    const auto batches = split_micro_batches(wp.rank_indices, m);
+    run.loader->expect(wp.epoch, batches);
+    for (const auto& indices : batches) {
+      r.micro_step_start_bytes.push_back(memory::stats().allocated);
+      if (run.cfg.memory.test_oom_rank == run.comm.rank() && !c.test_oom_done) {
+        c.test_oom_done = true;
+        TORCH_CHECK_WITH(
+            OutOfMemoryError, false, "memory.test_oom_rank: injected");
+      }
+      loss += micro_step(run, wp.epoch, indices, weight);
+      ++r.micro_steps;
+    }
+  });
+  if (micro != run.shape.micro_batch)
+    run.shape = run.shape.with_micro(micro);  // for the rest of the run
+  // Read the next window while this one's gradient is all-reduced.
+  if (next) {
+    run.loader->expect_more(
+        next->epoch,
+        split_micro_batches(next->rank_indices, run.shape.micro_batch));
+  }
+  return loss;
+}
+
+// 2. The boundary: one bucketed all-reduce of the gradient, with the
+//    window's totals riding in the last bucket. Memory is read here, so
+//    every rank's figures travel with it.
+WindowTotals exchange(
+    RunState& run,
+    RunCounters& c,
+    const WindowPlan& wp,
+    double loss,
+    const WindowResult& r) {
+  const memory::WindowMemory m = c.monitor.end_window();
+  c.monitor.begin_window();  // the optimizer step counts in the next window
+  const RankWindowMemory mine{
+      m.allocated, m.reserved, m.peak, m.peak_reserved, r.oom_retries};
+  std::vector<float> packed = WindowTotals::pack(
+      loss,
+      static_cast<int64_t>(wp.rank_indices.size()),
+      stop_signal() != 0,
+      mine,
+      run.comm.rank(),
+      run.comm.size());
+  run.grad_sync->sync(packed);
+  WindowTotals t = WindowTotals::unpack(packed, run.comm.size());
+  MT_INTERNAL_ASSERT(
+      t.samples == wp.global_samples, "ranks disagree on the window's samples");
+  return t;
+}
+
+// 3. The update, unless a loss or gradient is inf/NaN (fp16: the scaler's
+//    check); then the gradients are dropped.
+void update(
+    RunState& run,
+    RunCounters& c,
+    const WindowPlan& wp,
+    const WindowTotals& t,
+    WindowResult& r) {
+  LossScaler& scaler = *run.scaler;
+  r.loss_scale = scaler.scale();
+  const bool finite = scaler.enabled() ? scaler.unscale_and_check(run.params)
+                                       : std::isfinite(t.loss_sum) &&
+                                             run.grad_sync->all_finite();
+  if (finite) {
+    if (run.cfg.training.grad_clip_norm > 0) {
+      torch::nn::utils::clip_grad_norm_(
+          run.params, run.cfg.training.grad_clip_norm);
+    }
+    run.optimizer->step();
+  }
+  r.skipped = !finite;
+  scaler.update(finite);
+  c.nonfinite_in_a_row = finite ? 0 : c.nonfinite_in_a_row + 1;
+  if (!finite) {
+    log_event(detail::concat(
+        "non-finite loss or gradient in epoch ",
+        wp.epoch + 1,
+        ", window ",
+        wp.window + 1,
+        ": update skipped"));
+  }
+  if (!scaler.enabled() && !finite) {
+    ++c.nonfinite_skips;
+    MT_CHECK(
+        run.cfg.training.nonfinite == "skip" &&
+            c.nonfinite_in_a_row <= run.cfg.training.max_nonfinite_skips,
+        "non-finite loss or gradient (NaN/Inf) in epoch ",
+        wp.epoch + 1,
+        ", window ",
+        wp.window + 1,
+        " (",
+        c.nonfinite_in_a_row,
+        " window(s) in a row; training.nonfinite=",
+        run.cfg.training.nonfinite,
+        ", max_nonfinite_skips=",
+        run.cfg.training.max_nonfinite_skips,
+        "). The parameters were not updated; the last checkpoint in ",
+        run.cfg.output.dir,
+        "/checkpoints is the resume point. Check the data "
+        "for NaN/Inf values and the learning rate.");
+  }
+  compat::zero_grad_to_none(*run.optimizer);
+}
+
+// The window's record of what every rank saw.
+void note_totals(const WindowTotals& t, WindowResult& r) {
+  r.loss = t.loss_sum / static_cast<double>(t.samples);
+  r.stop_requested = t.stop_requests > 0;  // the same on every rank
+  r.mem_allocated = t.max_of(&RankWindowMemory::allocated).value;
+  const auto reserved = t.max_of(&RankWindowMemory::reserved);
+  r.mem_reserved = reserved.value;
+  r.mem_reserved_rank = reserved.rank;
+  const auto peak = t.max_of(&RankWindowMemory::peak);
+  r.mem_peak = peak.value;
+  r.mem_peak_rank = peak.rank;
+  r.mem_peak_reserved = t.max_of(&RankWindowMemory::peak_reserved).value;
+  const auto retries = t.max_of(&RankWindowMemory::oom_retries);
+  r.oom_retries_max = retries.value;
+  r.oom_retries_rank = retries.rank;
+  r.oom_retries_total = t.sum_of(&RankWindowMemory::oom_retries);
+}
+
+// Note [Cache policy]
+// Cached blocks are what makes the next window's allocations cheap, and
+// releasing them synchronises a CUDA device: so no unconditional
+// empty_cache() in the loop. With memory.release_cache=auto they are
+// released only when the cached bytes (reserved - allocated) pass
+// memory.release_threshold x the budget, and before validation (which
+// allocates differently shaped tensors). Count and time are recorded.
+void release_cache_if_due(const RunState& run) {
+  if (run.cfg.memory.release_cache != "auto")
+    return;
+  const memory::Stats s = memory::stats();
+  if (run.budget.limited() && static_cast<double>(s.reserved - s.allocated) >
+                                  run.cfg.memory.release_threshold *
+                                      static_cast<double>(run.budget.bytes)) {
+    memory::release_cache();
+  }
+}
+
+}  // namespace
+
+WindowResult run_window(
+    RunState& run,
+    RunCounters& counters,
+    const WindowPlan& wp,
+    const WindowPlan* next) {
+  const auto start = Clock::now();
+  const CommStats before = run.comm.stats();
+  WindowResult r;
+  r.epoch = wp.epoch;
+  r.window = wp.window;
+  r.samples = wp.global_samples;
+
+  const double loss = accumulate(run, counters, wp, next, r);  // 1.
+  r.compute_s = seconds_since(start);
+  const auto boundary = Clock::now();
+  const WindowTotals totals = exchange(run, counters, wp, loss, r);  // 2.
+  r.comm_exposed_s = seconds_since(boundary);
+  note_totals(totals, r);
+  update(run, counters, wp, totals, r);  // 3.
+
+  if (run.cfg.memory.test_leak_kib_per_window > 0) {
+    counters.test_leak.push_back(torch::empty(
+        {run.cfg.memory.test_leak_kib_per_window * 256},
+        torch::TensorOptions().device(run.placement.device())));
+  }
+  release_cache_if_due(run);
+  counters.measured_peak =
+      std::max(counters.measured_peak, r.mem_peak_reserved);
+  r.micro_batch = run.shape.micro_batch;
+  r.cache_releases =
+      memory::stats().cache_releases - counters.releases_at_start;
+  r.allreduce_calls = run.comm.stats().allreduce_calls - before.allreduce_calls;
+  r.allreduce_bytes = run.comm.stats().allreduce_bytes - before.allreduce_bytes;
+  r.data_wait_s = run.loader->take_wait_seconds();
+  r.seconds = seconds_since(start);
+  return r;
+}
+
+void release_cache_before_validation(const RunState& run) {
+  if (run.cfg.memory.release_cache == "auto")
+    memory::release_cache();
+}
+
+}  // namespace memtrain
