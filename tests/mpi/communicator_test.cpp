@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <string>
+
+#include "memtrain/dist/environment.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/dist/replica_check.h"
 
@@ -32,6 +35,27 @@ TEST(MpiCommunicator, BroadcastCopiesRootEverywhere) {
   EXPECT_TRUE(torch::equal(t, torch::full({4, 2}, float(root))));
   EXPECT_EQ(comm.stats().broadcast_bytes, 32);
   EXPECT_EQ(comm.stats().allreduce_calls, 0);
+}
+
+// Environment's start-up collectives, now polled against a timeout: the
+// same answers as before.
+TEST(Environment, AllOkAndAllGatherWithinTheCollectiveTimeout) {
+  Environment env(nullptr, nullptr);  // MPI is already initialised
+  EXPECT_EQ(env.collective_timeout(), 600.0);
+  env.set_collective_timeout(30);
+  EXPECT_EQ(env.collective_timeout(), 30.0);
+  const int w = env.world_size();
+  int first = -1;
+  EXPECT_TRUE(env.all_ok(true, &first));
+  EXPECT_EQ(first, w);
+  // Ranks w-1 and (for w > 2) 1 fail: the lowest failing rank is reported.
+  const bool ok = !(env.rank() == w - 1 || (w > 2 && env.rank() == 1));
+  EXPECT_FALSE(env.all_ok(ok, &first));
+  EXPECT_EQ(first, w > 2 ? 1 : w - 1);
+  const auto all = env.all_gather("rank " + std::to_string(env.rank()));
+  ASSERT_EQ(static_cast<int>(all.size()), w);
+  for (int r = 0; r < w; ++r)
+    EXPECT_EQ(all[static_cast<size_t>(r)], "rank " + std::to_string(r));
 }
 
 TEST(ReplicaCheck, DetectsOneDivergentRank) {

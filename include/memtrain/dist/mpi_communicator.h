@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include "memtrain/dist/communicator.h"
+#include "memtrain/dist/mpi_wait.h"
 
 namespace memtrain {
 
@@ -32,13 +33,7 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
 
  private:
-  // Waits for `request` (a non-blocking collective), within the timeout.
-  void wait(MPI_Request* request, const char* what);
-  [[noreturn]] void timed_out(const char* what);
-
-  MPI_Comm comm_;
-  double timeout_s_ = 0.0;
-  int64_t sequence_ = 0;  // collectives so far, the same on every rank
+  MpiWaiter waiter_;
   int rank_ = 0;
   int size_ = 1;
 };
