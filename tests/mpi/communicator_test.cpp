@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "memtrain/dist/environment.h"
 #include "memtrain/dist/mpi_communicator.h"
@@ -35,6 +37,88 @@ TEST(MpiCommunicator, BroadcastCopiesRootEverywhere) {
   EXPECT_TRUE(torch::equal(t, torch::full({4, 2}, float(root))));
   EXPECT_EQ(comm.stats().broadcast_bytes, 32);
   EXPECT_EQ(comm.stats().allreduce_calls, 0);
+}
+
+// Several all-reduces in flight at once, completed in three patterns (wait
+// in issue order, wait in reverse order, poll test() round-robin until all
+// are done). Each rank uses a different pattern in each round, so ranks mix
+// patterns; the sums must be exact whatever the pattern.
+TEST(MpiCommunicator, AsyncAllReducesInFlightSumExactlyInAnyPollingPattern) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int64_t w = comm.size();
+  const int64_t r1 = comm.rank() + 1;
+  const int64_t tri = w * (w + 1) / 2;  // sum over ranks of (rank + 1)
+  int64_t calls = 0;
+  int64_t bytes = 0;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<at::Tensor> ts = {
+        torch::arange(7, torch::kFloat64) * r1,
+        torch::arange(1 << 18, torch::kInt64) * r1,  // 2 MiB: takes a while
+        torch::arange(3, torch::kFloat32) * r1,
+        torch::full({4}, static_cast<int32_t>(r1), torch::kInt32),
+        torch::full({2}, static_cast<float>(r1)),
+    };
+    const ReduceOp ops[] = {
+        ReduceOp::kSum,
+        ReduceOp::kSum,
+        ReduceOp::kSum,
+        ReduceOp::kMin,
+        ReduceOp::kMax};
+    std::vector<std::unique_ptr<CollectiveWork>> works;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      works.push_back(comm.all_reduce_async(ts[i], ops[i]));
+      calls += 1;
+      bytes += ts[i].numel() * ts[i].element_size();
+    }
+    // Counted when issued, before anything completed.
+    EXPECT_EQ(comm.stats().allreduce_calls, calls);
+    EXPECT_EQ(comm.stats().allreduce_bytes, bytes);
+
+    switch ((comm.rank() + round) % 3) {
+      case 0:
+        for (auto& work : works)
+          work->wait();
+        break;
+      case 1:
+        for (auto it = works.rbegin(); it != works.rend(); ++it)
+          (*it)->wait();
+        break;
+      default:
+        for (size_t done = 0; done < works.size();) {
+          done = 0;
+          for (auto& work : works)
+            done += work->test() ? 1 : 0;
+        }
+        for (auto& work : works)
+          work->wait();  // after test() said done: returns at once
+        break;
+    }
+    for (auto& work : works)
+      EXPECT_TRUE(work->test());
+
+    EXPECT_TRUE(
+        torch::equal(ts[0], torch::arange(7, torch::kFloat64) * double(tri)));
+    EXPECT_TRUE(
+        torch::equal(ts[1], torch::arange(1 << 18, torch::kInt64) * tri));
+    EXPECT_TRUE(
+        torch::equal(ts[2], torch::arange(3, torch::kFloat32) * float(tri)));
+    EXPECT_TRUE(torch::equal(ts[3], torch::full({4}, 1, torch::kInt32)));
+    EXPECT_TRUE(torch::equal(ts[4], torch::full({2}, float(w))));
+  }
+  // all_reduce is all_reduce_async + wait: counted the same way.
+  auto t = torch::full({3}, static_cast<double>(r1), torch::kFloat64);
+  comm.all_reduce_sum(t);
+  EXPECT_TRUE(torch::equal(t, torch::full({3}, double(tri), torch::kFloat64)));
+  EXPECT_EQ(comm.stats().allreduce_calls, calls + 1);
+  EXPECT_EQ(comm.stats().allreduce_bytes, bytes + 3 * 8);
+}
+
+TEST(MpiCommunicator, DestroyingAnUnwaitedWorkWaitsForIt) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int64_t w = comm.size();
+  auto t = torch::full({1000}, static_cast<float>(comm.rank()));
+  comm.all_reduce_async(t, ReduceOp::kSum).reset();
+  EXPECT_TRUE(torch::equal(t, torch::full({1000}, w * (w - 1) / 2.0f)));
 }
 
 // Environment's start-up collectives, now polled against a timeout: the

@@ -15,8 +15,9 @@ class MpiCommunicator final : public Communicator {
   // Uses (does not own or free) `comm`; MPI_COMM_WORLD for the job,
   // MPI_COMM_SELF for a world of one inside one process (tests). Errors from
   // MPI are raised as memtrain::Error with MPI's message and this rank.
-  // `timeout_s` > 0: a collective that has not completed after that many
-  // seconds ends the job (see Note [Collective timeouts]); 0 waits forever.
+  // `timeout_s` > 0: a collective whose wait has lasted that many seconds
+  // ends the job (see Note [Collective timeouts]); 0 waits forever. Local:
+  // no communication.
   explicit MpiCommunicator(MPI_Comm comm, double timeout_s = 0.0);
 
   int rank() const override {
@@ -28,7 +29,10 @@ class MpiCommunicator final : public Communicator {
   std::string backend() const override {
     return "mpi";
   }
-  void all_reduce(at::Tensor& t, ReduceOp op) override;
+  // MPI_Iallreduce in pieces of at most INT_MAX elements (MPI counts are
+  // int), all issued at once; the work's wait() polls them all.
+  std::unique_ptr<CollectiveWork> all_reduce_async(
+      at::Tensor& t, ReduceOp op) override;
   void broadcast(at::Tensor& t, int root) override;
   void barrier() override;
 

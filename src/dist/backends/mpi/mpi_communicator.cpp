@@ -3,7 +3,11 @@
 #include <torch/torch.h>
 
 #include <climits>
+#include <cstdio>
+#include <exception>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "memtrain/util/error.h"
 
@@ -46,6 +50,58 @@ void check_tensor(const at::Tensor& t) {
       "MpiCommunicator needs a contiguous host tensor");
 }
 
+// A collective in flight: its MPI requests (one per piece) and its number.
+// It refers to its communicator's waiter, so it must not outlive the
+// communicator.
+class MpiWork final : public CollectiveWork {
+ public:
+  MpiWork(
+      const MpiWaiter& waiter,
+      std::vector<MPI_Request> requests,
+      const char* what,
+      int64_t sequence)
+      : waiter_(waiter),
+        requests_(std::move(requests)),
+        what_(what),
+        sequence_(sequence) {}
+
+  ~MpiWork() override {
+    if (done_ || waited_)
+      return;
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      // A destructor must not throw; the error is MPI's, and the next
+      // collective will meet it too.
+      std::fprintf(stderr, "memtrain: error: %s\n", e.what());
+    }
+  }
+
+  void wait() override {
+    if (done_)
+      return;
+    waited_ = true;  // if it throws, the destructor does not try again
+    waiter_.wait(
+        requests_.data(), static_cast<int>(requests_.size()), what_, sequence_);
+    done_ = true;
+  }
+
+  bool test() override {
+    if (!done_)
+      done_ =
+          waiter_.test(requests_.data(), static_cast<int>(requests_.size()));
+    return done_;
+  }
+
+ private:
+  const MpiWaiter& waiter_;
+  std::vector<MPI_Request> requests_;
+  const char* what_;
+  int64_t sequence_;
+  bool done_ = false;
+  bool waited_ = false;
+};
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s)
@@ -55,16 +111,16 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s)
   MPI_Comm_size(comm, &size_);
 }
 
-void MpiCommunicator::all_reduce(at::Tensor& t, ReduceOp op) {
+std::unique_ptr<CollectiveWork> MpiCommunicator::all_reduce_async(
+    at::Tensor& t, ReduceOp op) {
   check_tensor(t);
   const MPI_Datatype type = mpi_type(t);
   char* data = static_cast<char*>(t.data_ptr());
   const int64_t elem = t.element_size();
-  const int64_t seq = waiter_.next_sequence();
-  // MPI counts are int: reduce in pieces of at most INT_MAX elements.
+  std::vector<MPI_Request> requests;
   for (int64_t done = 0; done < t.numel();) {
-    MPI_Request request;
     const int64_t n = std::min<int64_t>(t.numel() - done, INT_MAX);
+    requests.push_back(MPI_REQUEST_NULL);
     MT_MPI_CHECK(
         MPI_Iallreduce(
             MPI_IN_PLACE,
@@ -73,23 +129,24 @@ void MpiCommunicator::all_reduce(at::Tensor& t, ReduceOp op) {
             type,
             mpi_op(op),
             waiter_.comm(),
-            &request),
+            &requests.back()),
         rank_);
-    waiter_.wait(&request, 1, "all-reduce", seq);
     done += n;
   }
   stats_.allreduce_calls += 1;
   stats_.allreduce_bytes += t.numel() * elem;
+  return std::make_unique<MpiWork>(
+      waiter_, std::move(requests), "all-reduce", waiter_.next_sequence());
 }
 
 void MpiCommunicator::broadcast(at::Tensor& t, int root) {
   check_tensor(t);
   const int64_t bytes = t.numel() * t.element_size();
   char* data = static_cast<char*>(t.data_ptr());
-  const int64_t seq = waiter_.next_sequence();
+  std::vector<MPI_Request> requests;
   for (int64_t done = 0; done < bytes;) {
-    MPI_Request request;
     const int64_t n = std::min<int64_t>(bytes - done, INT_MAX);
+    requests.push_back(MPI_REQUEST_NULL);
     MT_MPI_CHECK(
         MPI_Ibcast(
             data + done,
@@ -97,19 +154,21 @@ void MpiCommunicator::broadcast(at::Tensor& t, int root) {
             MPI_BYTE,
             root,
             waiter_.comm(),
-            &request),
+            &requests.back()),
         rank_);
-    waiter_.wait(&request, 1, "broadcast", seq);
     done += n;
   }
   stats_.broadcast_calls += 1;
   stats_.broadcast_bytes += bytes;
+  MpiWork(waiter_, std::move(requests), "broadcast", waiter_.next_sequence())
+      .wait();
 }
 
 void MpiCommunicator::barrier() {
-  MPI_Request request;
-  MT_MPI_CHECK(MPI_Ibarrier(waiter_.comm(), &request), rank_);
-  waiter_.wait(&request, 1, "barrier", waiter_.next_sequence());
+  std::vector<MPI_Request> requests(1, MPI_REQUEST_NULL);
+  MT_MPI_CHECK(MPI_Ibarrier(waiter_.comm(), &requests[0]), rank_);
+  MpiWork(waiter_, std::move(requests), "barrier", waiter_.next_sequence())
+      .wait();
 }
 
 }  // namespace memtrain
