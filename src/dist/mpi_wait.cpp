@@ -20,13 +20,14 @@ namespace memtrain {
 // non-blocking form, polled by MpiWaiter::wait until it completes or the
 // timeout passes: the start-up agreement and gathers in Environment
 // (all_ok, all_gather; 600 s, dist.timeout_s's default, until cmd_train
-// sets dist.timeout_s once the config is agreed), every MpiCommunicator
-// collective (dist.timeout_s; the clock starts when the caller waits, not
-// when an asynchronous collective is issued), and the MPI steps of
-// NcclCommunicator's start (the device table, the ncclUniqueId broadcast).
-// NcclCommunicator polls its start, its enqueues and its collectives'
-// completion events together with NCCL's asynchronous error against the
-// same timeout; on timeout it aborts the NCCL communicator and comes here.
+// sets dist.timeout_s once the config is agreed), make_communicator's
+// backend agreement and every MpiCommunicator collective (dist.timeout_s;
+// the clock starts when the caller waits, not when an asynchronous
+// collective is issued), and the MPI steps of NcclCommunicator's start (the
+// device table, the ncclUniqueId broadcast). NcclCommunicator polls its
+// start, its enqueues and its collectives' completion events together with
+// NCCL's asynchronous error against the same timeout; on timeout it aborts
+// the NCCL communicator and comes here.
 //
 // On timeout each waiting rank sends rank 0 the number of the collective it
 // is stuck in (point-to-point on the same communicator, tag kArrivalTag) and

@@ -6,11 +6,19 @@
 #include <vector>
 
 #include "memtrain/dist/environment.h"
+#include "memtrain/dist/make_communicator.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/dist/replica_check.h"
+#include "memtrain/util/error.h"
 
 namespace memtrain {
 namespace {
+
+int world() {
+  int w = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &w);
+  return w;
+}
 
 TEST(MpiCommunicator, AllReduceSumsRankValuedTensorsExactly) {
   MpiCommunicator comm(MPI_COMM_WORLD);
@@ -119,6 +127,89 @@ TEST(MpiCommunicator, DestroyingAnUnwaitedWorkWaitsForIt) {
   auto t = torch::full({1000}, static_cast<float>(comm.rank()));
   comm.all_reduce_async(t, ReduceOp::kSum).reset();
   EXPECT_TRUE(torch::equal(t, torch::full({1000}, w * (w - 1) / 2.0f)));
+}
+
+TEST(ResolveBackend, AutoIsMpiOnTheCpuAndNcclOnACudaDeviceOfACudaBuild) {
+  CommunicatorSpec cpu;
+  EXPECT_EQ(resolve_backend(cpu), "mpi");
+  CommunicatorSpec gpu;
+  gpu.cuda_device = true;
+  gpu.device_index = 0;
+  EXPECT_EQ(resolve_backend(gpu), MEMTRAIN_CUDA ? "nccl" : "mpi");
+  gpu.backend = "mpi";
+  EXPECT_EQ(resolve_backend(gpu), "mpi");
+}
+
+std::string refusal(const CommunicatorSpec& spec) {
+  try {
+    resolve_backend(spec);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ResolveBackend, NcclWithACpuDeviceIsRefused) {
+  CommunicatorSpec spec;
+  spec.backend = "nccl";
+  const std::string why = refusal(spec);
+  EXPECT_NE(why.find("this rank's device is the CPU"), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("use dist.backend=mpi"), std::string::npos) << why;
+}
+
+TEST(ResolveBackend, NcclOnACpuBuildIsRefusedNamingTheBuild) {
+  if (MEMTRAIN_CUDA)
+    GTEST_SKIP() << "a CUDA build has NCCL";
+  CommunicatorSpec spec;
+  spec.backend = "nccl";
+  spec.cuda_device = true;
+  spec.device_index = 0;
+  const std::string why = refusal(spec);
+  EXPECT_NE(why.find("built with MEMTRAIN_CUDA=0"), std::string::npos) << why;
+  EXPECT_NE(why.find("-DMEMTRAIN_CUDA=ON"), std::string::npos) << why;
+}
+
+TEST(ResolveBackend, UnknownBackendIsRefused) {
+  CommunicatorSpec spec;
+  spec.backend = "gloo";
+  EXPECT_NE(refusal(spec).find("'gloo' is not a backend"), std::string::npos);
+}
+
+TEST(MakeCommunicator, BuildsTheResolvedBackendOverTheGivenCommunicator) {
+  CommunicatorSpec spec;
+  spec.timeout_s = 60;
+  auto comm = make_communicator(MPI_COMM_WORLD, spec);
+  EXPECT_EQ(comm->backend(), "mpi");
+  EXPECT_EQ(comm->size(), world());
+  const int64_t w = comm->size();
+  auto t = torch::full({2}, static_cast<float>(comm->rank() + 1));
+  comm->all_reduce_sum(t);
+  EXPECT_TRUE(torch::equal(t, torch::full({2}, w * (w + 1) / 2.0f)));
+}
+
+// One rank's spec is refused: it throws its own Error and every other rank
+// a PeerError, all from the same agreement, so nobody waits for a peer.
+TEST(MakeCommunicator, OneRefusedRankFailsEveryRankAlike) {
+  CommunicatorSpec spec;
+  spec.timeout_s = 60;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const bool refused = rank == world() - 1;
+  if (refused)
+    spec.backend = "nccl";  // with a CPU device
+  std::string kind = "none";
+  try {
+    make_communicator(MPI_COMM_WORLD, spec);
+  } catch (const PeerError&) {
+    kind = "peer";
+  } catch (const Error& e) {
+    kind = "own";
+    EXPECT_NE(
+        std::string(e.what()).find("this rank's device is the CPU"),
+        std::string::npos);
+  }
+  EXPECT_EQ(kind, refused ? "own" : "peer");
 }
 
 // Environment's start-up collectives, now polled against a timeout: the

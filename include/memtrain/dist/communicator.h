@@ -1,9 +1,10 @@
 #pragma once
 // Communicator: how ranks exchange tensors. One interface, two backends:
 // MpiCommunicator (host tensors, any build) and NcclCommunicator (CUDA
-// tensors, MEMTRAIN_CUDA builds; its ncclUniqueId travels over MPI). Every
-// collective is counted, so tests and metrics can see exactly how many calls
-// and bytes moved. No LibTorch or MPI headers here.
+// tensors, MEMTRAIN_CUDA builds; its ncclUniqueId travels over MPI), made by
+// make_communicator (make_communicator.h). Every collective is counted, so
+// tests and metrics can see exactly how many calls and bytes moved. No
+// LibTorch or MPI headers here.
 
 #include <cstdint>
 #include <memory>
