@@ -6,6 +6,12 @@
 // asynchronous errors and dist.timeout_s end the job instead of hanging it
 // (Note [Collective timeouts]). No nccl.h or CUDA header here.
 //
+// Threads: one thread at a time per communicator; autograd's device thread
+// may issue and the main thread wait. MPI (thread level FUNNELED) is called
+// by the start and barrier(), by wait() and test() only to end the job, and
+// by all_reduce_async only when its enqueue fails or times out, which then
+// ends the job from the issuing thread.
+//
 // Compiled (g++ -fsyntax-only against CUDA 13's nccl.h and Debian's c10/cuda
 // headers), never run: no GPU was lent to the tasks that wrote it.
 
