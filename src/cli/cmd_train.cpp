@@ -142,6 +142,7 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
       })) {
     return kExitUsage;
   }
+  env.set_collective_timeout(cfg.dist.timeout_s);
   if (args.print_config) {
     if (env.rank() == 0)
       std::fputs(cfg.to_yaml().c_str(), stdout);

@@ -114,10 +114,15 @@ void Environment::abort(int status) const {
   std::_Exit(status);
 }
 
+void Environment::set_collective_timeout(double seconds) {
+  waiter_.set_timeout(seconds);
+}
+
+// Both collectives below are polled against the timeout: a rank stuck
+// before them (opening a file on a hung file system, say) must not hang
+// the start-up. See Note [Collective timeouts].
 bool Environment::all_ok(bool ok, int* first_failing_rank) const {
-  int mine = ok ? world_size_ : rank_;
-  int lowest = mine;
-  MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  const int lowest = waiter_.first_failing_rank(ok, "start-up check");
   if (first_failing_rank)
     *first_failing_rank = lowest;
   return lowest == world_size_;
@@ -130,14 +135,19 @@ std::vector<std::string> Environment::all_gather(
   std::copy_n(
       text.begin(), std::min<size_t>(text.size(), kWidth - 1), mine.begin());
   std::vector<char> all(static_cast<size_t>(kWidth) * world_size_);
-  MPI_Allgather(
-      mine.data(),
-      kWidth,
-      MPI_CHAR,
-      all.data(),
-      kWidth,
-      MPI_CHAR,
-      MPI_COMM_WORLD);
+  MPI_Request request;
+  MT_MPI_CHECK(
+      MPI_Iallgather(
+          mine.data(),
+          kWidth,
+          MPI_CHAR,
+          all.data(),
+          kWidth,
+          MPI_CHAR,
+          MPI_COMM_WORLD,
+          &request),
+      rank_);
+  waiter_.wait(&request, 1, "start-up all-gather", waiter_.next_sequence());
   std::vector<std::string> out;
   for (int r = 0; r < world_size_; ++r)
     out.emplace_back(&all[r * kWidth]);

@@ -1,11 +1,24 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memtrain/dist/environment.h"
+#include "memtrain/dist/make_communicator.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/dist/replica_check.h"
+#include "memtrain/util/error.h"
 
 namespace memtrain {
 namespace {
+
+int world() {
+  int w = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &w);
+  return w;
+}
 
 TEST(MpiCommunicator, AllReduceSumsRankValuedTensorsExactly) {
   MpiCommunicator comm(MPI_COMM_WORLD);
@@ -32,6 +45,192 @@ TEST(MpiCommunicator, BroadcastCopiesRootEverywhere) {
   EXPECT_TRUE(torch::equal(t, torch::full({4, 2}, float(root))));
   EXPECT_EQ(comm.stats().broadcast_bytes, 32);
   EXPECT_EQ(comm.stats().allreduce_calls, 0);
+}
+
+// Several all-reduces in flight at once, completed in three patterns (wait
+// in issue order, wait in reverse order, poll test() round-robin until all
+// are done). Each rank uses a different pattern in each round, so ranks mix
+// patterns; the sums must be exact whatever the pattern.
+TEST(MpiCommunicator, AsyncAllReducesInFlightSumExactlyInAnyPollingPattern) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int64_t w = comm.size();
+  const int64_t r1 = comm.rank() + 1;
+  const int64_t tri = w * (w + 1) / 2;  // sum over ranks of (rank + 1)
+  int64_t calls = 0;
+  int64_t bytes = 0;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<at::Tensor> ts = {
+        torch::arange(7, torch::kFloat64) * r1,
+        torch::arange(1 << 18, torch::kInt64) * r1,  // 2 MiB: takes a while
+        torch::arange(3, torch::kFloat32) * r1,
+        torch::full({4}, static_cast<int32_t>(r1), torch::kInt32),
+        torch::full({2}, static_cast<float>(r1)),
+    };
+    const ReduceOp ops[] = {
+        ReduceOp::kSum,
+        ReduceOp::kSum,
+        ReduceOp::kSum,
+        ReduceOp::kMin,
+        ReduceOp::kMax};
+    std::vector<std::unique_ptr<CollectiveWork>> works;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      works.push_back(comm.all_reduce_async(ts[i], ops[i]));
+      calls += 1;
+      bytes += ts[i].numel() * ts[i].element_size();
+    }
+    // Counted when issued, before anything completed.
+    EXPECT_EQ(comm.stats().allreduce_calls, calls);
+    EXPECT_EQ(comm.stats().allreduce_bytes, bytes);
+
+    switch ((comm.rank() + round) % 3) {
+      case 0:
+        for (auto& work : works)
+          work->wait();
+        break;
+      case 1:
+        for (auto it = works.rbegin(); it != works.rend(); ++it)
+          (*it)->wait();
+        break;
+      default:
+        for (size_t done = 0; done < works.size();) {
+          done = 0;
+          for (auto& work : works)
+            done += work->test() ? 1 : 0;
+        }
+        for (auto& work : works)
+          work->wait();  // after test() said done: returns at once
+        break;
+    }
+    for (auto& work : works)
+      EXPECT_TRUE(work->test());
+
+    EXPECT_TRUE(
+        torch::equal(ts[0], torch::arange(7, torch::kFloat64) * double(tri)));
+    EXPECT_TRUE(
+        torch::equal(ts[1], torch::arange(1 << 18, torch::kInt64) * tri));
+    EXPECT_TRUE(
+        torch::equal(ts[2], torch::arange(3, torch::kFloat32) * float(tri)));
+    EXPECT_TRUE(torch::equal(ts[3], torch::full({4}, 1, torch::kInt32)));
+    EXPECT_TRUE(torch::equal(ts[4], torch::full({2}, float(w))));
+  }
+  // all_reduce is all_reduce_async + wait: counted the same way.
+  auto t = torch::full({3}, static_cast<double>(r1), torch::kFloat64);
+  comm.all_reduce_sum(t);
+  EXPECT_TRUE(torch::equal(t, torch::full({3}, double(tri), torch::kFloat64)));
+  EXPECT_EQ(comm.stats().allreduce_calls, calls + 1);
+  EXPECT_EQ(comm.stats().allreduce_bytes, bytes + 3 * 8);
+}
+
+TEST(MpiCommunicator, DestroyingAnUnwaitedWorkWaitsForIt) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int64_t w = comm.size();
+  auto t = torch::full({1000}, static_cast<float>(comm.rank()));
+  comm.all_reduce_async(t, ReduceOp::kSum).reset();
+  EXPECT_TRUE(torch::equal(t, torch::full({1000}, w * (w - 1) / 2.0f)));
+}
+
+TEST(ResolveBackend, AutoIsMpiOnTheCpuAndNcclOnACudaDeviceOfACudaBuild) {
+  CommunicatorSpec cpu;
+  EXPECT_EQ(resolve_backend(cpu), "mpi");
+  CommunicatorSpec gpu;
+  gpu.cuda_device = true;
+  gpu.device_index = 0;
+  EXPECT_EQ(resolve_backend(gpu), MEMTRAIN_CUDA ? "nccl" : "mpi");
+  gpu.backend = "mpi";
+  EXPECT_EQ(resolve_backend(gpu), "mpi");
+}
+
+std::string refusal(const CommunicatorSpec& spec) {
+  try {
+    resolve_backend(spec);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ResolveBackend, NcclWithACpuDeviceIsRefused) {
+  CommunicatorSpec spec;
+  spec.backend = "nccl";
+  const std::string why = refusal(spec);
+  EXPECT_NE(why.find("this rank's device is the CPU"), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("use dist.backend=mpi"), std::string::npos) << why;
+}
+
+TEST(ResolveBackend, NcclOnACpuBuildIsRefusedNamingTheBuild) {
+  if (MEMTRAIN_CUDA)
+    GTEST_SKIP() << "a CUDA build has NCCL";
+  CommunicatorSpec spec;
+  spec.backend = "nccl";
+  spec.cuda_device = true;
+  spec.device_index = 0;
+  const std::string why = refusal(spec);
+  EXPECT_NE(why.find("built with MEMTRAIN_CUDA=0"), std::string::npos) << why;
+  EXPECT_NE(why.find("-DMEMTRAIN_CUDA=ON"), std::string::npos) << why;
+}
+
+TEST(ResolveBackend, UnknownBackendIsRefused) {
+  CommunicatorSpec spec;
+  spec.backend = "gloo";
+  EXPECT_NE(refusal(spec).find("'gloo' is not a backend"), std::string::npos);
+}
+
+TEST(MakeCommunicator, BuildsTheResolvedBackendOverTheGivenCommunicator) {
+  CommunicatorSpec spec;
+  spec.timeout_s = 60;
+  auto comm = make_communicator(MPI_COMM_WORLD, spec);
+  EXPECT_EQ(comm->backend(), "mpi");
+  EXPECT_EQ(comm->size(), world());
+  const int64_t w = comm->size();
+  auto t = torch::full({2}, static_cast<float>(comm->rank() + 1));
+  comm->all_reduce_sum(t);
+  EXPECT_TRUE(torch::equal(t, torch::full({2}, w * (w + 1) / 2.0f)));
+}
+
+// One rank's spec is refused: it throws its own Error and every other rank
+// a PeerError, all from the same agreement, so nobody waits for a peer.
+TEST(MakeCommunicator, OneRefusedRankFailsEveryRankAlike) {
+  CommunicatorSpec spec;
+  spec.timeout_s = 60;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const bool refused = rank == world() - 1;
+  if (refused)
+    spec.backend = "nccl";  // with a CPU device
+  std::string kind = "none";
+  try {
+    make_communicator(MPI_COMM_WORLD, spec);
+  } catch (const PeerError&) {
+    kind = "peer";
+  } catch (const Error& e) {
+    kind = "own";
+    EXPECT_NE(
+        std::string(e.what()).find("this rank's device is the CPU"),
+        std::string::npos);
+  }
+  EXPECT_EQ(kind, refused ? "own" : "peer");
+}
+
+// Environment's start-up collectives, now polled against a timeout: the
+// same answers as before.
+TEST(Environment, AllOkAndAllGatherWithinTheCollectiveTimeout) {
+  Environment env(nullptr, nullptr);  // MPI is already initialised
+  EXPECT_EQ(env.collective_timeout(), 600.0);
+  env.set_collective_timeout(30);
+  EXPECT_EQ(env.collective_timeout(), 30.0);
+  const int w = env.world_size();
+  int first = -1;
+  EXPECT_TRUE(env.all_ok(true, &first));
+  EXPECT_EQ(first, w);
+  // Ranks w-1 and (for w > 2) 1 fail: the lowest failing rank is reported.
+  const bool ok = !(env.rank() == w - 1 || (w > 2 && env.rank() == 1));
+  EXPECT_FALSE(env.all_ok(ok, &first));
+  EXPECT_EQ(first, w > 2 ? 1 : w - 1);
+  const auto all = env.all_gather("rank " + std::to_string(env.rank()));
+  ASSERT_EQ(static_cast<int>(all.size()), w);
+  for (int r = 0; r < w; ++r)
+    EXPECT_EQ(all[static_cast<size_t>(r)], "rank " + std::to_string(r));
 }
 
 TEST(ReplicaCheck, DetectsOneDivergentRank) {

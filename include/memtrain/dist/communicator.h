@@ -1,11 +1,13 @@
 #pragma once
 // Communicator: how ranks exchange tensors. One interface, two backends:
 // MpiCommunicator (host tensors, any build) and NcclCommunicator (CUDA
-// tensors, MEMTRAIN_CUDA builds; its ncclUniqueId travels over MPI). Every
-// collective is counted, so tests and metrics can see exactly how many calls
-// and bytes moved. No LibTorch or MPI headers here.
+// tensors, MEMTRAIN_CUDA builds; its ncclUniqueId travels over MPI), made by
+// make_communicator (make_communicator.h). Every collective is counted, so
+// tests and metrics can see exactly how many calls and bytes moved. No
+// LibTorch or MPI headers here.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace at {
@@ -23,6 +25,32 @@ struct CommStats {
 
 enum class ReduceOp { kSum, kMin, kMax };
 
+// One collective in flight, returned by Communicator::all_reduce_async.
+class CollectiveWork {
+ public:
+  // Destroying a work that was not waited for waits for it first: a
+  // collective cannot be cancelled, and until it completes it writes into
+  // the caller's tensor.
+  virtual ~CollectiveWork();
+
+  // Blocks the calling host thread until the collective is complete, or
+  // until dist.timeout_s has passed since this call; then the job ends,
+  // naming the ranks that did not arrive (Note [Collective timeouts]).
+  // Afterwards the tensor holds the result. MPI: polls the request. NCCL:
+  // makes the caller's current CUDA stream wait on the collective's
+  // completion event (later work on that stream is ordered after it without
+  // a host sync), then polls the event and NCCL's asynchronous error; on an
+  // NCCL error or the timeout it aborts the NCCL communicator and ends the
+  // job, naming this rank and host. Calling it again returns at once.
+  virtual void wait() = 0;
+
+  // Non-blocking: true once the collective is complete (for NCCL: its
+  // completion event has fired; the caller must still wait() to order its
+  // stream after it). MPI: also drives MPI's progress, so polling test()
+  // between pieces of other work lets the collective advance.
+  virtual bool test() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -32,22 +60,40 @@ class Communicator {
   // "mpi" or "nccl", for logs.
   virtual std::string backend() const = 0;
 
-  // Reduces `t` element-wise over all ranks with `op`, in place; every rank
-  // must call it with a tensor of the same shape and dtype. `t` must be
-  // contiguous. MPI: host tensors, float32/float64/int32/int64; blocks until
-  // done. NCCL: CUDA tensors; enqueued on the current CUDA stream, returns
-  // when enqueued.
-  virtual void all_reduce(at::Tensor& t, ReduceOp op) = 0;
+  // Starts reducing `t` element-wise over all ranks with `op`, in place, and
+  // returns without waiting for it; the result is in `t` after the work's
+  // wait(). Counted in stats() when issued.
+  // - Every rank must issue the same collectives in the same order (all
+  //   communicator calls, asynchronous or not), each with a tensor of the
+  //   same shape and dtype. Several works may be in flight at once and may
+  //   be waited for in any order.
+  // - The caller keeps `t` alive, and neither reads nor writes it, until
+  //   wait() has returned.
+  // - `t` must be contiguous. MPI: host tensors, float32/float64/int32/
+  //   int64; call from the thread that initialised MPI (CPU autograd runs
+  //   hooks on the thread that called backward()). NCCL: CUDA tensors on the
+  //   communicator's device, float32/float64/float16/bfloat16/int32/int64;
+  //   the collective runs on the communicator's own stream, after the work
+  //   already queued on the caller's current stream (an event, no host
+  //   sync), so `t` may be the output of kernels still in flight.
+  virtual std::unique_ptr<CollectiveWork> all_reduce_async(
+      at::Tensor& t, ReduceOp op) = 0;
+
+  // all_reduce_async(t, op)->wait(): collective, blocking.
+  void all_reduce(at::Tensor& t, ReduceOp op) {
+    all_reduce_async(t, op)->wait();
+  }
 
   void all_reduce_sum(at::Tensor& t) {
     all_reduce(t, ReduceOp::kSum);
   }
 
-  // Copies `t` from rank `root` to every rank, in place. Same rules as
-  // all_reduce_sum.
+  // Collective, blocking: copies `t` from rank `root` to every rank, in
+  // place. Same rules as all_reduce_async; returns when done, as wait().
   virtual void broadcast(at::Tensor& t, int root) = 0;
 
-  // Blocks until every rank has called it.
+  // Collective, blocking (within dist.timeout_s): returns once every rank
+  // has called it. NCCL: also waits for this rank's current stream.
   virtual void barrier() = 0;
 
   const CommStats& stats() const {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "memtrain/dist/mpi_wait.h"
+
 namespace memtrain {
 
 struct LocalRank {
@@ -57,16 +59,32 @@ class Environment {
   // started exchanging data, so no peer waits forever.
   [[noreturn]] void abort(int status) const;
 
-  // Collective over MPI_COMM_WORLD: true on every rank when every rank passed
-  // `ok`. `first_failing_rank` receives the lowest rank that failed (the
-  // world size when none did), so one rank can print the job's one error
-  // line and the others exit quietly with the same status.
+  // Seconds a collective of all_ok / all_gather may wait for its peers
+  // before the job ends, naming the ranks that did not arrive (Note
+  // [Collective timeouts]); 0 waits forever. Until set: 600 s, the default
+  // of dist.timeout_s, which is not known before the config is read.
+  void set_collective_timeout(double seconds);
+  double collective_timeout() const {
+    return waiter_.timeout_s();
+  }
+
+  // Collective over MPI_COMM_WORLD, blocking within the collective timeout:
+  // true on every rank when every rank passed `ok`. `first_failing_rank`
+  // receives the lowest rank that failed (the world size when none did), so
+  // one rank can print the job's one error line and the others exit quietly
+  // with the same status.
   bool all_ok(bool ok, int* first_failing_rank) const;
 
-  // Collective: every rank's `text` (at most 255 bytes kept), by rank.
+  // Collective, blocking within the collective timeout: every rank's `text`
+  // (at most 255 bytes kept), by rank.
   std::vector<std::string> all_gather(const std::string& text) const;
 
  private:
+  static constexpr double kDefaultTimeoutS = 600.0;
+
+  // Mutable: the collectives are const (a question to the job), but they
+  // number themselves for the timeout messages.
+  mutable MpiWaiter waiter_{MPI_COMM_WORLD, kDefaultTimeoutS};
   bool owns_mpi_ = false;
   int rank_ = 0;
   int world_size_ = 1;

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include "memtrain/dist/communicator.h"
+#include "memtrain/dist/mpi_wait.h"
 
 namespace memtrain {
 
@@ -14,8 +15,9 @@ class MpiCommunicator final : public Communicator {
   // Uses (does not own or free) `comm`; MPI_COMM_WORLD for the job,
   // MPI_COMM_SELF for a world of one inside one process (tests). Errors from
   // MPI are raised as memtrain::Error with MPI's message and this rank.
-  // `timeout_s` > 0: a collective that has not completed after that many
-  // seconds ends the job (see Note [Collective timeouts]); 0 waits forever.
+  // `timeout_s` > 0: a collective whose wait has lasted that many seconds
+  // ends the job (see Note [Collective timeouts]); 0 waits forever. Local:
+  // no communication.
   explicit MpiCommunicator(MPI_Comm comm, double timeout_s = 0.0);
 
   int rank() const override {
@@ -27,18 +29,15 @@ class MpiCommunicator final : public Communicator {
   std::string backend() const override {
     return "mpi";
   }
-  void all_reduce(at::Tensor& t, ReduceOp op) override;
+  // MPI_Iallreduce in pieces of at most INT_MAX elements (MPI counts are
+  // int), all issued at once; the work's wait() polls them all.
+  std::unique_ptr<CollectiveWork> all_reduce_async(
+      at::Tensor& t, ReduceOp op) override;
   void broadcast(at::Tensor& t, int root) override;
   void barrier() override;
 
  private:
-  // Waits for `request` (a non-blocking collective), within the timeout.
-  void wait(MPI_Request* request, const char* what);
-  [[noreturn]] void timed_out(const char* what);
-
-  MPI_Comm comm_;
-  double timeout_s_ = 0.0;
-  int64_t sequence_ = 0;  // collectives so far, the same on every rank
+  MpiWaiter waiter_;
   int rank_ = 0;
   int size_ = 1;
 };

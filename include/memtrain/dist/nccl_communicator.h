@@ -1,9 +1,19 @@
 #pragma once
 // NcclCommunicator: the Communicator over NCCL for CUDA tensors
-// (MEMTRAIN_CUDA builds only). The ncclUniqueId is made on rank 0 and
-// broadcast over MPI. Collectives are enqueued on the current CUDA stream of
-// the tensor's device and return once enqueued: order later work after them
-// with stream semantics, not host syncs. No nccl.h or CUDA header here.
+// (MEMTRAIN_CUDA builds only). Collectives run on the communicator's own
+// CUDA stream, ordered after the caller's current stream with an event, and
+// complete through CollectiveWork::wait() (see communicator.h); NCCL's
+// asynchronous errors and dist.timeout_s end the job instead of hanging it
+// (Note [Collective timeouts]). No nccl.h or CUDA header here.
+//
+// Threads: one thread at a time per communicator; autograd's device thread
+// may issue and the main thread wait. MPI (thread level FUNNELED) is called
+// by the start and barrier(), by wait() and test() only to end the job, and
+// by all_reduce_async only when its enqueue fails or times out, which then
+// ends the job from the issuing thread.
+//
+// Compiled (g++ -fsyntax-only against CUDA 13's nccl.h and Debian's c10/cuda
+// headers), never run: no GPU was lent to the tasks that wrote it.
 
 #include <mpi.h>
 
@@ -15,10 +25,17 @@ namespace memtrain {
 
 class NcclCommunicator final : public Communicator {
  public:
-  // Collective over `comm` (every rank calls it). Binds this rank to CUDA
-  // device `device`. Throws memtrain::Error with NCCL's message, the rank
-  // and the host when NCCL cannot start (two ranks on one GPU, say).
-  NcclCommunicator(MPI_Comm comm, int device);
+  // Collective over `comm` (every rank calls it), blocking within
+  // `timeout_s` (0: wait forever). Binds this rank to CUDA device `device`,
+  // gathers every rank's GPU over MPI and refuses two ranks on one GPU (a
+  // memtrain::Error on every rank), makes the ncclUniqueId on rank 0 and
+  // broadcasts it over MPI, then starts a non-blocking NCCL communicator and
+  // polls it. An NCCL error during the start ends the job with NCCL's
+  // message, this rank and host; a start that has not finished after
+  // `timeout_s` ends it naming the ranks that did not arrive.
+  NcclCommunicator(MPI_Comm comm, int device, double timeout_s = 0.0);
+  // Finalizes the NCCL communicator together with the peers (within the
+  // timeout; aborted after it) and frees it.
   ~NcclCommunicator() override;
 
   int rank() const override;
@@ -26,10 +43,13 @@ class NcclCommunicator final : public Communicator {
   std::string backend() const override {
     return "nccl";
   }
-  // CUDA tensors; float32/float64/float16/bfloat16/int32/int64.
-  void all_reduce(at::Tensor& t, ReduceOp op) override;
+  // CUDA tensors on `device`; float32/float64/float16/bfloat16/int32/int64.
+  // The returned work refers to this communicator: it must not outlive it.
+  std::unique_ptr<CollectiveWork> all_reduce_async(
+      at::Tensor& t, ReduceOp op) override;
   void broadcast(at::Tensor& t, int root) override;
-  // Waits for this rank's current stream, then an MPI barrier.
+  // Waits (host) for this rank's current stream, then an MPI barrier; both
+  // within the timeout.
   void barrier() override;
 
  private:

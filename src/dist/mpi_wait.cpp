@@ -1,0 +1,191 @@
+#include "memtrain/dist/mpi_wait.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace memtrain {
+
+// Note [Collective timeouts]
+// MPI has no timeout on a collective: a rank that died or hangs (stuck in a
+// read from a hung file system, stopped, spinning) leaves its peers waiting
+// forever, unless mpirun notices first, as it does for a killed process.
+// So every collective memtrain issues over MPI (but the node split in
+// Environment's constructor, before anything could hang) is the
+// non-blocking form, polled by MpiWaiter::wait until it completes or the
+// timeout passes: the start-up agreement and gathers in Environment
+// (all_ok, all_gather; 600 s, dist.timeout_s's default, until cmd_train
+// sets dist.timeout_s once the config is agreed), make_communicator's
+// backend agreement and every MpiCommunicator collective (dist.timeout_s;
+// the clock starts when the caller waits, not when an asynchronous
+// collective is issued), and the MPI steps of NcclCommunicator's start (the
+// device table, the ncclUniqueId broadcast). NcclCommunicator polls its
+// start, its enqueues and its collectives' completion events together with
+// NCCL's asynchronous error against the same timeout; on timeout it aborts
+// the NCCL communicator and comes here.
+//
+// On timeout each waiting rank sends rank 0 the number of the collective it
+// is stuck in (point-to-point on the same communicator, tag kArrivalTag) and
+// prints its own line; rank 0 collects reports for kReportSeconds, names
+// the ranks that never reported (dead or hung: they are not waiting in any
+// collective), and calls MPI_Abort; the other ranks give it
+// 2 x kReportSeconds to do so, then call MPI_Abort themselves. A rank that
+// reaches its timeout more than kReportSeconds after rank 0 (it entered the
+// collective that much later) is named too. If rank 0 is the stuck one,
+// nobody collects: the other ranks' lines say so. The last complete
+// checkpoint is untouched: checkpoints are written whole or not at all.
+
+namespace {
+
+constexpr int kArrivalTag = 7401;
+constexpr double kReportSeconds = 3.0;
+
+std::string hostname() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+MpiWaiter::MpiWaiter(MPI_Comm comm, double timeout_s)
+    : comm_(comm), timeout_s_(timeout_s) {
+  MT_INTERNAL_ASSERT(timeout_s >= 0, "a timeout is >= 0 s (0: none)");
+}
+
+void MpiWaiter::set_timeout(double seconds) {
+  MT_INTERNAL_ASSERT(seconds >= 0, "a timeout is >= 0 s (0: none)");
+  timeout_s_ = seconds;
+}
+
+int MpiWaiter::rank() const {
+  int r = 0;
+  MPI_Comm_rank(comm_, &r);
+  return r;
+}
+
+bool MpiWaiter::test(MPI_Request* requests, int count) const {
+  int done = 0;
+  MT_MPI_CHECK(
+      MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), rank());
+  return done != 0;
+}
+
+void MpiWaiter::wait(
+    MPI_Request* requests,
+    int count,
+    const char* what,
+    int64_t sequence) const {
+  const auto start = std::chrono::steady_clock::now();
+  for (int spins = 0;; ++spins) {
+    if (test(requests, count))
+      return;
+    // Spin briefly (collectives of a window take microseconds to
+    // milliseconds), then poll gently.
+    if (spins > 1000)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (timeout_s_ > 0 && spins % 256 == 0 &&
+        seconds_since(start) > timeout_s_) {
+      timed_out(what, sequence);
+    }
+  }
+}
+
+void MpiWaiter::timed_out(const char* what, int64_t sequence) const {
+  const std::string host = hostname();
+  const int me = rank();
+  int size = 1;
+  MPI_Comm_size(comm_, &size);
+  const long long seq = static_cast<long long>(sequence);
+  if (me != 0) {
+    // Tell rank 0 where this rank is stuck; give it time to name the
+    // missing ranks before the job ends.
+    MPI_Request r;
+    MPI_Isend(&seq, 1, MPI_LONG_LONG, 0, kArrivalTag, comm_, &r);
+    std::fprintf(
+        stderr,
+        "memtrain: [rank %d, %s] error: %s #%lld did not complete "
+        "within dist.timeout_s=%g s; rank 0 names the rank(s) that "
+        "did not arrive (if rank 0 itself is gone, it is the one)\n",
+        me,
+        host.c_str(),
+        what,
+        seq,
+        timeout_s_);
+    std::fflush(stderr);
+    const auto start = std::chrono::steady_clock::now();
+    while (seconds_since(start) < 2 * kReportSeconds) {
+      int sent = 0;
+      MPI_Test(&r, &sent, MPI_STATUS_IGNORE);  // progress for the report
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  } else {
+    std::vector<bool> reported(static_cast<size_t>(size), false);
+    reported[0] = true;
+    const auto start = std::chrono::steady_clock::now();
+    while (seconds_since(start) < kReportSeconds) {
+      int flag = 0;
+      MPI_Status status;
+      MPI_Iprobe(MPI_ANY_SOURCE, kArrivalTag, comm_, &flag, &status);
+      if (flag) {
+        long long theirs = 0;
+        MPI_Recv(
+            &theirs,
+            1,
+            MPI_LONG_LONG,
+            status.MPI_SOURCE,
+            kArrivalTag,
+            comm_,
+            MPI_STATUS_IGNORE);
+        reported[static_cast<size_t>(status.MPI_SOURCE)] = true;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    std::string missing;
+    for (int r = 0; r < size; ++r) {
+      if (!reported[static_cast<size_t>(r)])
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    std::fprintf(
+        stderr,
+        "memtrain: [rank 0, %s] error: %s #%lld did not complete "
+        "within dist.timeout_s=%g s: rank(s) %s did not arrive (dead, "
+        "or hung: stopped, or stuck in I/O such as a hung file system). "
+        "Aborting the job; if a checkpoint was written, continue with "
+        "--resume auto.\n",
+        host.c_str(),
+        what,
+        seq,
+        timeout_s_,
+        missing.empty() ? "(none identified)" : missing.c_str());
+    std::fflush(stderr);
+  }
+  MPI_Abort(comm_, kExitFailure);
+  std::_Exit(kExitFailure);
+}
+
+int MpiWaiter::first_failing_rank(bool ok, const char* what) {
+  int size = 1;
+  MPI_Comm_size(comm_, &size);
+  const int mine = ok ? size : rank();
+  int lowest = mine;
+  MPI_Request request;
+  MT_MPI_CHECK(
+      MPI_Iallreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm_, &request),
+      rank());
+  wait(&request, 1, what, next_sequence());
+  return lowest;
+}
+
+}  // namespace memtrain
