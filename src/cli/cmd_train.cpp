@@ -12,7 +12,7 @@
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/dist/environment.h"
-#include "memtrain/dist/mpi_communicator.h"
+#include "memtrain/dist/make_communicator.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/stop_request.h"
 #include "memtrain/train/trainer.h"
@@ -190,7 +190,19 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
       torch::get_num_threads(),
       " threads, config ",
       args.config.empty() ? "(built-in)" : args.config));
-  MpiCommunicator comm(MPI_COMM_WORLD, cfg.dist.timeout_s);
+  // The communicator for the device (dist.backend), agreed on by every
+  // rank before any backend starts.
+  std::unique_ptr<Communicator> comm;
+  if (!agreed(env, "dist.backend", [&] {
+        CommunicatorSpec spec;
+        spec.backend = cfg.dist.backend;
+        spec.cuda_device = placement->is_cuda();
+        spec.device_index = placement->device().index();
+        spec.timeout_s = cfg.dist.timeout_s;
+        comm = make_communicator(MPI_COMM_WORLD, spec);
+      })) {
+    return kExitUsage;
+  }
   Trainer::Options options;
   options.placement = placement.get();
   options.progress = stdout;
@@ -203,7 +215,7 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
   }
   std::unique_ptr<Trainer> trainer;
   if (!agreed(env, "start-up", [&] {
-        trainer = std::make_unique<Trainer>(cfg, comm, options);
+        trainer = std::make_unique<Trainer>(cfg, *comm, options);
       })) {
     return kExitUsage;
   }
@@ -230,7 +242,7 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
     std::printf(
         "memtrain 0.1.0: %d rank(s), backend %s, local rank from %s\n",
         env.world_size(),
-        comm.backend().c_str(),
+        comm->backend().c_str(),
         env.local_rank_source().c_str());
     for (const auto& r : ranks)
       std::printf("  %s\n", r.c_str());

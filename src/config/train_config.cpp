@@ -503,6 +503,13 @@ const std::vector<Key>& keys() {
           1e6,
           "for tests only: this rank runs out of device memory once, in the "
           "first micro-step of the run's first window (-1: none)"),
+      choice_key(
+          "memory.test_oom_in",
+          [](TrainConfig& c) { return &c.memory.test_oom_in; },
+          {"micro_step", "boundary_backward"},
+          "for tests only: where memory.test_oom_rank runs out -- the first "
+          "micro-step, or the last micro-step's backward once a gradient "
+          "bucket's all-reduce is in flight"),
       string_key(
           "memory.allocator_conf",
           [](TrainConfig& c) { return &c.memory.allocator_conf; },
@@ -536,6 +543,11 @@ const std::vector<Key>& keys() {
           false,
           4096,
           "gradient all-reduce bucket size in MiB"),
+      bool_key(
+          "dist.overlap",
+          [](TrainConfig& c) { return &c.dist.overlap; },
+          "start each gradient bucket's all-reduce during the last "
+          "micro-step's backward, as soon as its gradients are final"),
       choice_key(
           "dist.check_replicas",
           [](TrainConfig& c) { return &c.dist.check_replicas; },
@@ -964,10 +976,6 @@ void TrainConfig::validate() const {
       MEMTRAIN_CUDA || training.amp != "fp16",
       "config: training.amp=fp16 needs a CUDA build (fp16 autocast runs "
       "on CUDA devices); on this CPU build use training.amp=bf16");
-  MT_CHECK(
-      dist.backend != "nccl" || dist.device != "cpu",
-      "config: dist.backend=nccl reduces CUDA tensors, but dist.device=cpu; "
-      "use dist.backend=mpi (or auto) on the CPU");
   resolve_budget(memory.budget, memory.headroom);  // throws with the profiles
   MT_CHECK(
       training.optimizer == "sgd" || training.momentum == 0.0 ||

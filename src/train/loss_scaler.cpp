@@ -26,14 +26,27 @@ bool LossScaler::unscale_and_check(const std::vector<at::Tensor>& params) {
   if (!enabled_)
     return true;
   torch::NoGradGuard no_grad;
-  const double inv = 1.0 / scale_;
-  bool finite = true;
+  std::vector<at::Tensor> grads;
   for (const auto& p : params) {
-    if (!p.grad().defined())
-      continue;
-    at::Tensor g = p.grad();
-    // One fused pass would be _amp_foreach_non_finite_check_and_unscale_,
-    // which LibTorch 1.13 has for CUDA only; these ops run everywhere.
+    if (p.grad().defined())
+      grads.push_back(p.grad());
+  }
+  if (grads.empty())
+    return true;
+  const double inv = 1.0 / scale_;
+  if (grads.front().is_cuda()) {
+    // One fused pass on the GPU (GradScaler's own kernel): unscale and
+    // flag any inf/NaN, with one host sync for the verdict.
+    const auto opts = grads.front().options().dtype(torch::kFloat32);
+    at::Tensor found_inf = torch::zeros({1}, opts);
+    const at::Tensor inv_scale = torch::full({1}, inv, opts);
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale);
+    return found_inf.item<float>() == 0.0f;
+  }
+  // CPU: LibTorch 1.13 has the fused kernel for CUDA only; these ops run
+  // everywhere.
+  bool finite = true;
+  for (auto& g : grads) {
     if (finite && !torch::isfinite(g).all().item<bool>())
       finite = false;
     g.mul_(inv);

@@ -37,6 +37,7 @@ nlohmann::json window_record(
       {"t_data_s", r.data_wait_s},
       {"t_compute_s", r.compute_s},
       {"t_comm_exposed_s", r.comm_exposed_s},
+      {"buckets_early", r.buckets_early},
       {"window_s", r.seconds},
       {"mem_allocated", r.mem_allocated},
       {"mem_reserved", r.mem_reserved},

@@ -297,10 +297,10 @@ void Trainer::Impl::end_epoch(
     counters.monitor.note_peak();  // the last window's step
     memory::reset_peak();
     ValResult v = validate(r, counters);
+    v.device_peak = memory::stats().peak_allocated;
     counters.monitor.note_peak();
     counters.monitor.begin_window();  // the next window starts afresh
     v.epoch = e.index;
-    v.device_peak = memory::stats().peak_allocated;
     v.seconds = seconds_since(val_start);
     summary.validations.push_back(v);
     metrics->write(validation_record(r, v, rec, line));

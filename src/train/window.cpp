@@ -21,6 +21,19 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// memory.test_oom_rank: that rank runs out once, in its first micro-step
+// or in the last micro-step's backward with a bucket in flight.
+void inject_test_oom(RunState& run, RunCounters& c) {
+  if (run.cfg.memory.test_oom_rank != run.comm.rank() || c.test_oom_done)
+    return;
+  c.test_oom_done = true;
+  if (run.cfg.memory.test_oom_in == "boundary_backward") {
+    run.grad_sync->inject_oom_after_launches(1);
+    return;
+  }
+  TORCH_CHECK_WITH(OutOfMemoryError, false, "memory.test_oom_rank: injected");
+}
+
 // 1. This rank's micro-steps: forward and backward on each micro-batch of
 //    its share, gradients accumulating locally; no communication (see
 //    Note [All-reduce only at the accumulation boundary]). An OOM replays
@@ -69,14 +82,14 @@ double accumulate(
     run.grad_sync->attach();
     const auto batches = split_micro_batches(wp.rank_indices, m);
     run.loader->expect(wp.epoch, batches);
-    for (const auto& indices : batches) {
+    for (size_t k = 0; k < batches.size(); ++k) {
       r.micro_step_start_bytes.push_back(memory::stats().allocated);
-      if (run.cfg.memory.test_oom_rank == run.comm.rank() && !c.test_oom_done) {
-        c.test_oom_done = true;
-        TORCH_CHECK_WITH(
-            OutOfMemoryError, false, "memory.test_oom_rank: injected");
-      }
-      loss += micro_step(run, wp.epoch, indices, weight);
+      inject_test_oom(run, c);
+      // The last micro-step's backward starts the buckets' all-reduces
+      // (Note [Overlapping the boundary all-reduce]).
+      if (k + 1 == batches.size() && run.cfg.dist.overlap)
+        run.grad_sync->arm();
+      loss += micro_step(run, wp.epoch, batches[k], weight);
       ++r.micro_steps;
     }
   });
@@ -227,6 +240,7 @@ WindowResult run_window(
   const auto boundary = Clock::now();
   const WindowTotals totals = exchange(run, counters, wp, loss, r);  // 2.
   r.comm_exposed_s = seconds_since(boundary);
+  r.buckets_early = run.grad_sync->launched_early();
   note_totals(totals, r);
   update(run, counters, wp, totals, r);  // 3.
 

@@ -93,6 +93,34 @@ TEST(MemorySemantics, OomOnOneRankIsSeenByEveryRank) {
   EXPECT_LT(max_abs_diff(r.params, clean.params), 1e-5);
 }
 
+// The device issue, point 5: an OOM in the last micro-step's backward on
+// one rank, after one of its buckets' all-reduce is in flight, leaves every
+// rank with the same sequence of collectives (each bucket once) and the
+// update of the run without it.
+TEST(MemorySemantics, OomInTheBoundaryBackwardKeepsTheCollectivesInStep) {
+  SharedDir dir("oom_boundary");
+  make_features(dir, "train.h5", 256, 16);
+  const int w = world_size();
+  TrainConfig c = deep_config(dir.file("train.h5"));
+  c.data.batch_size = 8;
+  c.training.effective_batch_size = 16 * w;
+  c.training.max_windows = 3;
+  c.dist.bucket_mib = 16.0 / 1024;  // 16 KiB: several buckets
+  const RunResult clean = train(c, MPI_COMM_WORLD);
+  c.memory.test_oom_rank = w - 1;
+  c.memory.test_oom_in = "boundary_backward";
+  const RunResult r = train(c, MPI_COMM_WORLD);
+  const int64_t buckets = clean.summary.window_results.front().allreduce_calls;
+  ASSERT_GE(buckets, 3);
+  EXPECT_EQ(r.summary.window_results.front().oom_retries_total, 1);
+  EXPECT_EQ(r.summary.window_results.front().oom_retries_rank, w - 1);
+  for (const auto& win : r.summary.window_results) {
+    EXPECT_EQ(win.allreduce_calls, buckets) << "window " << win.step;
+    EXPECT_GT(win.buckets_early, 0) << "window " << win.step;
+  }
+  EXPECT_LT(max_abs_diff(r.params, clean.params), 1e-5);
+}
+
 // Issue check: nothing from micro-step k (batch, outputs, graph) is alive
 // during micro-step k+1: device bytes at the start of every micro-step of a
 // window are the same.

@@ -216,3 +216,38 @@ TEST(TrainerSemantics, EachRankDrawsFromItsOwnStream) {
 
 }  // namespace
 }  // namespace memtrain
+
+namespace memtrain {
+namespace {
+
+// The device issue, point 5: with overlap, buckets start during the last
+// micro-step's backward; micro-steps before it move nothing; the update is
+// the one without overlap.
+TEST(TrainerSemantics, OverlapStartsBucketsInBackwardWithTheSameUpdate) {
+  SharedDir dir("overlap");
+  make_features(dir, "train.h5", 256);
+  TrainConfig c = base_config(dir.file("train.h5"));
+  c.data.batch_size = 4;
+  c.model.depth = 3;
+  c.training.gradient_accumulation_steps = 3;
+  c.training.max_windows = 3;
+  c.training.lr = 0.01;
+  c.dist.bucket_mib = 4.0 / 1024;  // 4 KiB
+  c.dist.overlap = false;
+  const RunResult off = train(c, MPI_COMM_WORLD);
+  c.dist.overlap = true;
+  const RunResult on = train(c, MPI_COMM_WORLD);
+  for (size_t i = 0; i < on.summary.window_results.size(); ++i) {
+    const WindowResult& a = off.summary.window_results[i];
+    const WindowResult& b = on.summary.window_results[i];
+    EXPECT_GE(a.allreduce_calls, 3);
+    EXPECT_EQ(a.buckets_early, 0);
+    EXPECT_EQ(b.buckets_early, b.allreduce_calls - 1) << "all but the last";
+    EXPECT_EQ(a.allreduce_bytes, b.allreduce_bytes);
+    EXPECT_EQ(a.loss, b.loss);
+  }
+  EXPECT_LT(max_abs_diff(on.params, off.params), 1e-6);
+}
+
+}  // namespace
+}  // namespace memtrain

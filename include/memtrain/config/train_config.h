@@ -86,6 +86,7 @@ struct MemoryConfig {
   int64_t leak_epochs = 3;             // ... for this many epochs in a row
   int64_t test_leak_kib_per_window = 0;  // tests only: leak this much
   int64_t test_oom_rank = -1;            // tests only: this rank runs out once
+  std::string test_oom_in = "micro_step";  // ... micro_step | boundary_backward
   // CUDA caching allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax),
   // applied before the first CUDA allocation.
   std::string allocator_conf = "expandable_segments:True";
@@ -98,6 +99,9 @@ struct DistConfig {
   std::string backend = "auto";  // auto | mpi | nccl
   double timeout_s = 600.0;      // a collective taking longer ends the job
   double bucket_mib = 25.0;      // gradient bucket size
+  // Start a bucket\'s all-reduce in the last micro-step\'s backward, as soon
+  // as its gradients are final.
+  bool overlap = true;
   std::string check_replicas = "epoch";  // off | epoch | window
 };
 

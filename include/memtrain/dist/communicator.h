@@ -3,8 +3,11 @@
 // MpiCommunicator (host tensors, any build) and NcclCommunicator (CUDA
 // tensors, MEMTRAIN_CUDA builds; its ncclUniqueId travels over MPI), made by
 // make_communicator (make_communicator.h). Every collective is counted, so
-// tests and metrics can see exactly how many calls and bytes moved. No
-// LibTorch or MPI headers here.
+// tests and metrics can see exactly how many calls and bytes moved. A tensor
+// of the other kind of device is staged through a copy (staged_all_reduce).
+// No LibTorch or MPI headers here (c10's Device only).
+
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <memory>
@@ -103,6 +106,16 @@ class Communicator {
  protected:
   CommStats stats_;
 };
+
+// For backends, on a tensor of the other kind of device than theirs (a host
+// tensor given to NCCL, a GPU tensor given to MPI): reduces (broadcasts) a
+// copy on `device` and copies the result back into `t` -- at the work's
+// wait() for the asynchronous form. The small control collectives of a
+// run (agreements, totals, checks) are host tensors whatever the backend.
+std::unique_ptr<CollectiveWork> staged_all_reduce(
+    Communicator& comm, at::Tensor& t, ReduceOp op, const c10::Device& device);
+void staged_broadcast(
+    Communicator& comm, at::Tensor& t, int root, const c10::Device& device);
 
 // Collective: true on every rank iff `ok` is true on every rank. For
 // agreeing on a check before anyone proceeds, so no rank is left waiting in a

@@ -52,6 +52,8 @@ struct WindowResult {
   // the wait for the boundary's collectives after backward ended.
   double compute_s = 0.0;
   double comm_exposed_s = 0.0;
+  // Gradient buckets whose all-reduce started during backward (overlap).
+  int64_t buckets_early = 0;
   // Device bytes allocated at the start of each micro-step (the last try).
   std::vector<int64_t> micro_step_start_bytes;
 };

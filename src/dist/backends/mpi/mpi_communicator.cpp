@@ -113,6 +113,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s)
 
 std::unique_ptr<CollectiveWork> MpiCommunicator::all_reduce_async(
     at::Tensor& t, ReduceOp op) {
+  if (t.defined() && !t.device().is_cpu())  // a GPU tensor: through the host
+    return staged_all_reduce(*this, t, op, c10::Device(c10::kCPU));
   check_tensor(t);
   const MPI_Datatype type = mpi_type(t);
   char* data = static_cast<char*>(t.data_ptr());
@@ -140,6 +142,8 @@ std::unique_ptr<CollectiveWork> MpiCommunicator::all_reduce_async(
 }
 
 void MpiCommunicator::broadcast(at::Tensor& t, int root) {
+  if (t.defined() && !t.device().is_cpu())
+    return staged_broadcast(*this, t, root, c10::Device(c10::kCPU));
   check_tensor(t);
   const int64_t bytes = t.numel() * t.element_size();
   char* data = static_cast<char*>(t.data_ptr());

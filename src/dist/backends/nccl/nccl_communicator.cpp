@@ -469,6 +469,12 @@ int NcclCommunicator::size() const {
 std::unique_ptr<CollectiveWork> NcclCommunicator::all_reduce_async(
     at::Tensor& t, ReduceOp op) {
   Impl& m = *impl_;
+  if (t.defined() && !t.is_cuda())  // a host tensor: through the GPU
+    return staged_all_reduce(
+        *this,
+        t,
+        op,
+        c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(m.device)));
   auto work = m.launch(t, "all-reduce", [&](cudaStream_t stream) {
     return ncclAllReduce(
         t.data_ptr(),
@@ -486,6 +492,12 @@ std::unique_ptr<CollectiveWork> NcclCommunicator::all_reduce_async(
 
 void NcclCommunicator::broadcast(at::Tensor& t, int root) {
   Impl& m = *impl_;
+  if (t.defined() && !t.is_cuda())
+    return staged_broadcast(
+        *this,
+        t,
+        root,
+        c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(m.device)));
   auto work = m.launch(t, "broadcast", [&](cudaStream_t stream) {
     return ncclBroadcast(
         t.data_ptr(),
