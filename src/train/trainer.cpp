@@ -29,6 +29,14 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// The model's parameters by name, copied to host memory.
+NamedTensors host_parameters(const RunState& run) {
+  NamedTensors out;
+  for (const auto& item : run.model->named_parameters())
+    out.emplace_back(item.key(), run.placement.to_host(item.value()));
+  return out;
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -53,6 +61,13 @@ struct Trainer::Impl {
   };
 
   void start_run();
+  // A window's bookkeeping: totals, its record, the progress line, the
+  // replica check. Returns whether a stop was requested.
+  bool record_window(
+      WindowResult r, Epoch& e, int64_t total, TrainSummary& summary);
+  // After the last window: the final replica check, model.safetensors,
+  // memory_plan.json with the measured peak.
+  void finish_run(int64_t step, bool checked_last, TrainSummary& summary);
   void check_replicas(const char* when, uint64_t* checksum);
   // The epoch's end: record, validation, replica check, checkpoint, memory
   // line and leak warning. Collective.
@@ -150,6 +165,54 @@ void Trainer::Impl::start_run() {
   counters.monitor.begin_window();
 }
 
+bool Trainer::Impl::record_window(
+    WindowResult r, Epoch& e, int64_t total, TrainSummary& summary) {
+  const RunState& rs = *run;
+  ++summary.windows;
+  summary.oom_retries += r.oom_retries;
+  e.ooms += r.oom_retries_max;
+  summary.skipped_steps += r.skipped ? 1 : 0;
+  e.loss += r.loss * r.samples;
+  e.samples += r.samples;
+  metrics->write(window_record(rs, counters, r));
+  progress->window(
+      e.index,
+      rs.cfg.training.epochs,
+      r.window,
+      rs.sampler->windows_per_epoch(),
+      r.loss,
+      r.samples / std::max(r.seconds, 1e-9),
+      summary.windows,
+      total - start.step);
+  const bool stop = r.stop_requested;
+  summary.window_results.push_back(std::move(r));
+  if (rs.cfg.dist.check_replicas == "window")
+    check_replicas("after a window", &summary.checksum);
+  return stop;
+}
+
+void Trainer::Impl::finish_run(
+    int64_t step, bool checked_last, TrainSummary& summary) {
+  const RunState& rs = *run;
+  if (rs.cfg.dist.check_replicas != "off" && !checked_last) {
+    check_replicas("at the end of training", &summary.checksum);
+  } else if (rs.cfg.dist.check_replicas == "off") {
+    summary.checksum = parameter_checksum(rs.params);
+  }
+  if (!writer)
+    return;
+  save_safetensors(
+      rs.cfg.output.dir + "/model.safetensors",
+      host_parameters(rs),
+      {{"format", "pt"},
+       {"producer", "memtrain"},
+       {"model", rs.cfg.model.name},
+       {"windows", std::to_string(step)}});
+  write_file_atomically(
+      rs.cfg.output.dir + "/memory_plan.json",
+      plan_json(rs, counters).dump(2) + "\n");
+}
+
 void Trainer::Impl::check_replicas(const char* when, uint64_t* checksum) {
   if (!replicas_identical(run->comm, run->params, checksum)) {
     throw InternalError(
@@ -199,27 +262,8 @@ TrainSummary Trainer::run() {
       WindowResult r =
           run_window(run, m.counters, plan, next ? &*next : nullptr);
       r.step = ++step;
-      ++summary.windows;
-      summary.oom_retries += r.oom_retries;
-      e.ooms += r.oom_retries_max;
-      summary.skipped_steps += r.skipped ? 1 : 0;
-      e.loss += r.loss * r.samples;
-      e.samples += r.samples;
-      m.metrics->write(window_record(run, m.counters, r));
-      m.progress->window(
-          epoch,
-          epochs,
-          w,
-          wpe,
-          r.loss,
-          r.samples / std::max(r.seconds, 1e-9),
-          summary.windows,
-          total - m.start.step);
-      const bool stop = r.stop_requested;
-      summary.window_results.push_back(std::move(r));
+      const bool stop = m.record_window(std::move(r), e, total, summary);
       checked_last = run.cfg.dist.check_replicas == "window";
-      if (checked_last)
-        m.check_replicas("after a window", &summary.checksum);
       if (stop) {
         // Every rank saw the request in the same all-reduce: checkpoint and
         // stop; on the epoch's last window the epoch's end comes first.
@@ -248,23 +292,7 @@ TrainSummary Trainer::run() {
     if (summary.stopped)
       break;
   }
-  if (run.cfg.dist.check_replicas != "off" && !checked_last) {
-    m.check_replicas("at the end of training", &summary.checksum);
-  } else if (run.cfg.dist.check_replicas == "off") {
-    summary.checksum = parameter_checksum(run.params);
-  }
-  if (m.writer) {
-    save_safetensors(
-        run.cfg.output.dir + "/model.safetensors",
-        named_parameters(),
-        {{"format", "pt"},
-         {"producer", "memtrain"},
-         {"model", run.cfg.model.name},
-         {"windows", std::to_string(step)}});
-    write_file_atomically(
-        run.cfg.output.dir + "/memory_plan.json",
-        plan_json(run, m.counters).dump(2) + "\n");
-  }
+  m.finish_run(step, checked_last, summary);
   // No rank returns (and maybe exits) before rank 0 has written the model.
   run.comm.barrier();
   return summary;
@@ -356,11 +384,7 @@ std::string Trainer::describe() const {
 }
 
 NamedTensors Trainer::named_parameters() const {
-  NamedTensors out;
-  for (const auto& item : impl_->run->model->named_parameters()) {
-    out.emplace_back(item.key(), impl_->run->placement.to_host(item.value()));
-  }
-  return out;
+  return host_parameters(*impl_->run);
 }
 
 int64_t Trainer::windows_per_epoch() const {
