@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -89,9 +90,7 @@ Environment::Environment(int* argc, char*** argv) {
     MPI_Comm_free(&node);
     local_.source = "mpi-shared-memory";
   }
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  hostname_ = host;
+  hostname_ = host_name();
 }
 
 Environment::~Environment() {

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "memtrain/util/clock.h"
+
 namespace memtrain {
 
 // Note [Collective timeouts]
@@ -44,17 +46,6 @@ namespace {
 
 constexpr int kArrivalTag = 7401;
 constexpr double kReportSeconds = 3.0;
-
-std::string hostname() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return host;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-      .count();
-}
 
 }  // namespace
 
@@ -102,7 +93,7 @@ void MpiWaiter::wait(
 }
 
 void MpiWaiter::timed_out(const char* what, int64_t sequence) const {
-  const std::string host = hostname();
+  const std::string host = host_name();
   const int me = rank();
   int size = 1;
   MPI_Comm_size(comm_, &size);

@@ -14,16 +14,12 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/checkpoint.h"
 #include "memtrain/util/atomic_file.h"
+#include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
 
 namespace memtrain {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t)
-      .count();
-}
 
 // Every rank's `row` (a host tensor of bytes, the same length on every
 // rank), as a [world, length] int32 table on every rank: each rank fills

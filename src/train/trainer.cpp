@@ -15,6 +15,7 @@
 #include "memtrain/train/metrics.h"
 #include "memtrain/train/progress.h"
 #include "memtrain/util/atomic_file.h"
+#include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
 #include "records.h"
 #include "run_checkpoint.h"
@@ -22,12 +23,6 @@
 
 namespace memtrain {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // The model's parameters by name, copied to host memory.
 NamedTensors host_parameters(const RunState& run) {

@@ -8,18 +8,13 @@
 #include "memtrain/train/oom_guard.h"
 #include "memtrain/train/stop_request.h"
 #include "memtrain/train/window_totals.h"
+#include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
 #include "run_state.h"
 
 namespace memtrain {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // memory.test_oom_rank: that rank runs out once, in its first micro-step
 // or in the last micro-step's backward with a bucket in flight.

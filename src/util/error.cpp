@@ -1,10 +1,18 @@
 #include "memtrain/util/error.h"
 
+#include "memtrain/util/clock.h"
+
 #include <unistd.h>
 
 #include <cstdio>
 
 namespace memtrain {
+
+std::string host_name() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
 
 void throw_library_error(
     int rank,
@@ -12,13 +20,11 @@ void throw_library_error(
     const char* file,
     int line,
     const std::string& message) {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
   throw Error(detail::concat(
       "[rank ",
       rank,
       ", ",
-      host,
+      host_name(),
       "] ",
       call,
       " failed at ",

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "memtrain/dist/mpi_wait.h"
+#include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -79,17 +80,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
       return ncclMax;
   }
   return ncclSum;
-}
-
-std::string hostname() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return host;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-      .count();
 }
 
 // One rank's GPU, gathered over MPI before NCCL starts. Plain bytes.
@@ -167,7 +157,7 @@ struct NcclCommunicator::Impl {
         "NCCL's view). Aborting the job; if a checkpoint was written, "
         "continue with --resume auto.\n",
         rank,
-        hostname().c_str(),
+        host_name().c_str(),
         what,
         static_cast<long long>(seq),
         ncclGetErrorString(rc),
@@ -323,7 +313,7 @@ struct NcclCommunicator::Impl {
           "[rank ",
           rank,
           ", ",
-          hostname(),
+          host_name(),
           "] cannot use CUDA device ",
           device,
           ": ",
@@ -331,7 +321,7 @@ struct NcclCommunicator::Impl {
           " (is the device index below the GPUs this rank sees? check "
           "CUDA_VISIBLE_DEVICES and the ranks per node)");
     }
-    std::strncpy(mine.host, hostname().c_str(), sizeof(mine.host) - 1);
+    std::strncpy(mine.host, host_name().c_str(), sizeof(mine.host) - 1);
     std::vector<DeviceRecord> all(static_cast<size_t>(size));
     MPI_Request request;
     MT_MPI_CHECK(
