@@ -46,6 +46,8 @@ namespace {
 
 using torch::autograd::variable_list;
 
+constexpr int64_t kTailBucketBytes = int64_t{1} << 20;
+
 }  // namespace
 
 GradientSync::GradientSync(
@@ -61,23 +63,42 @@ GradientSync::GradientSync(
                            ? torch::TensorOptions().dtype(torch::kFloat32)
                            : params_[0].options().dtype(torch::kFloat32);
   bucket_of_.resize(params_.size());
+  // The last bucket starts only after backward (it carries the totals), so
+  // its all-reduce is what overlap cannot hide: it holds the first
+  // parameters up to kTailBucketBytes at most (c10d keeps its first bucket
+  // small for the mirror reason).
+  const int64_t tail_elems =
+      std::min(bucket_elems, std::max<int64_t>(1, kTailBucketBytes / 4));
+  size_t tail_end = 0;  // parameters [0, tail_end) go to the last bucket
+  for (int64_t n = 0; tail_end < params_.size();) {
+    n += params_[tail_end].numel();
+    if (tail_end > 0 && n > tail_elems)
+      break;
+    ++tail_end;
+  }
   Bucket current;
   int64_t filled = 0;
+  auto add = [&](size_t k) {
+    current.params.push_back(k);
+    current.offsets.push_back(filled);
+    bucket_of_[k] = buckets_.size();
+    filled += params_[k].numel();
+  };
   auto close = [&](int64_t extra) {
     current.flat = torch::zeros({filled + extra}, options);
     buckets_.push_back(std::move(current));
     current = Bucket();
     filled = 0;
   };
-  for (size_t k = params_.size(); k-- > 0;) {  // reverse registration order
-    const int64_t n = params_[k].numel();
-    if (filled > 0 && filled + n > bucket_elems)
+  for (size_t k = params_.size(); k-- > tail_end;) {  // reverse order
+    if (filled > 0 && filled + params_[k].numel() > bucket_elems)
       close(0);
-    current.params.push_back(k);
-    current.offsets.push_back(filled);
-    bucket_of_[k] = buckets_.size();
-    filled += n;
+    add(k);
   }
+  if (filled > 0)
+    close(0);
+  for (size_t k = tail_end; k-- > 0;)
+    add(k);
   close(num_extras_);  // the last bucket (possibly only extras)
   works_.resize(buckets_.size());
   pending_.assign(buckets_.size(), 0);

@@ -7,8 +7,9 @@
 // gradients first); a parameter larger than a bucket gets its own. Each
 // bucket is all-reduced with one call. A few float "extras" (the window's
 // totals) ride in the tail of the last bucket -- the one holding the
-// first-registered parameters, whose gradients are ready last -- so the
-// boundary needs no collective beyond the gradient's own.
+// first-registered parameters (at most 1 MiB of them), whose gradients are
+// ready last -- so the boundary needs no collective beyond the gradient's
+// own.
 //
 // Overlap (Note [Overlapping the boundary all-reduce]): after arm(), the
 // backward of the window's last micro-step all-reduces each bucket, except
