@@ -6,15 +6,14 @@
 namespace memtrain::compat {
 
 void zero_grad_to_none(torch::optim::Optimizer& optimizer) {
-#if MEMTRAIN_TORCH_AT_LEAST(2, 0)
-  optimizer.zero_grad(/*set_to_none=*/true);
-#else
+  // Not 2.x's Optimizer::zero_grad(true): it calls detach_() on each
+  // gradient first, which throws for a view -- and gradients here are views
+  // into GradientSync's buckets.
   for (auto& group : optimizer.param_groups()) {
     for (auto& p : group.params()) {
       p.mutable_grad() = torch::Tensor();
     }
   }
-#endif
 }
 
 AutocastState autocast_state() {

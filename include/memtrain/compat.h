@@ -1,9 +1,11 @@
 #pragma once
 // The one place where LibTorch versions differ for memtrain: Debian's
-// LibTorch 1.13 (CPU: development machines, CI) and LibTorch 2.x from a
-// PyTorch install (CUDA: GPU machines and clusters). Nothing else in the tree
+// LibTorch 1.13 (the CPU build: development machines, CI) and LibTorch 2.11
+// from the torch wheel (the CUDA build, -DMEMTRAIN_CUDA=ON: GPU machines and
+// clusters; CI builds it and runs its CPU tests). Nothing else in the tree
 // tests TORCH_VERSION_*.
 
+#include <c10/core/Allocator.h>
 #include <c10/core/ScalarType.h>
 #include <torch/version.h>
 
@@ -17,15 +19,46 @@
 #define MEMTRAIN_CUDA 0
 #endif
 
+// The CUDA build compiles against the torch wheel's LibTorch (2.11); an
+// older version here means Debian's LibTorch 1.13 headers in /usr/include
+// were found instead.
+static_assert(
+    !MEMTRAIN_CUDA || MEMTRAIN_TORCH_AT_LEAST(2, 4),
+    "MEMTRAIN_CUDA builds need LibTorch >= 2.4 (the torch wheel)");
+
 namespace torch::optim {
 class Optimizer;
 }
 
 namespace memtrain::compat {
 
+// A c10::Allocator whose allocation is allocate_block(). 1.13 declares
+// `allocate(size_t) const` and nothing else to implement; 2.11 declares a
+// non-const allocate() and a pure virtual copy_data() (here c10's
+// default_copy_data, a memcpy). The gate is the CUDA build's minimum version.
+class Allocator : public c10::Allocator {
+ public:
+#if MEMTRAIN_TORCH_AT_LEAST(2, 4)
+  c10::DataPtr allocate(size_t nbytes) override {
+    return allocate_block(nbytes);
+  }
+  void copy_data(void* dest, const void* src, size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#else
+  c10::DataPtr allocate(size_t nbytes) const override {
+    return const_cast<Allocator*>(this)->allocate_block(nbytes);
+  }
+#endif
+
+ protected:
+  virtual c10::DataPtr allocate_block(size_t nbytes) = 0;
+};
+
 // Drops every parameter's gradient (set to none, not zero): the memory is
-// released and the next backward allocates fresh. 2.x does this in
-// Optimizer::zero_grad(); 1.13's zero_grad() only zeroes in place.
+// released and the next backward allocates fresh. 1.13's
+// Optimizer::zero_grad() only zeroes in place; 2.11's zero_grad(true)
+// refuses gradients that are views (GradientSync's buckets).
 void zero_grad_to_none(torch::optim::Optimizer& optimizer);
 
 // Autocast's thread-local state for CPU and CUDA. 1.13 has per-device

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "memory_backend.h"
+#include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/util/error.h"
 
@@ -46,13 +47,13 @@ Domain current_domain() {
              : Domain::kHost;
 }
 
-class AccountingAllocator final : public c10::Allocator {
+class AccountingAllocator final : public compat::Allocator {
  public:
-  c10::DataPtr allocate(size_t nbytes) const override {
+  c10::DataPtr allocate_block(size_t nbytes) override {
     if (nbytes == 0) {
       return {nullptr, nullptr, &raw_free, c10::Device(c10::DeviceType::CPU)};
     }
-    void* p = const_cast<AccountingAllocator*>(this)->take(nbytes);
+    void* p = take(nbytes);
     return {p, p, &raw_free, c10::Device(c10::DeviceType::CPU)};
   }
 

@@ -1,12 +1,15 @@
 // main for tests run under mpirun: every rank runs every test; rank 0 prints
 // gtest's report, other ranks print only their failures (tagged with the
 // rank); the exit status is the same on every rank (any failure anywhere
-// fails all), so mpirun and ctest see one verdict.
+// fails all), so mpirun and ctest see one verdict. As in the unit tests'
+// main, the device is the CPU (accounting allocator) on every build, and
+// *_CUDA tests are skipped without a GPU.
 
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include "gpu_tests.h"
 #include "memtrain/memory/device_memory.h"
 
 #include <cstdio>
@@ -41,6 +44,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   torch::set_num_threads(1);
   ::testing::InitGoogleTest(&argc, argv);
+  memtrain::test::filter_gpu_tests(/*report=*/rank == 0);
   if (rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
