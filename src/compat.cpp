@@ -3,6 +3,14 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#if MEMTRAIN_CUDA
+#if MEMTRAIN_TORCH_AT_LEAST(2, 9)
+#include <c10/core/AllocatorConfig.h>
+#else
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+#endif
+
 namespace memtrain::compat {
 
 void zero_grad_to_none(torch::optim::Optimizer& optimizer) {
@@ -71,5 +79,15 @@ AutocastGuard::AutocastGuard(bool enabled, bool cuda, c10::ScalarType dtype) {
   }
   region_.emplace(s);
 }
+
+#if MEMTRAIN_CUDA
+void set_cuda_allocator_settings(const std::string& conf) {
+#if MEMTRAIN_TORCH_AT_LEAST(2, 9)
+  c10::CachingAllocator::setAllocatorSettings(conf);
+#else
+  c10::cuda::CUDACachingAllocator::setAllocatorSettings(conf);
+#endif
+}
+#endif
 
 }  // namespace memtrain::compat

@@ -10,6 +10,7 @@
 #include <torch/version.h>
 
 #include <optional>
+#include <string>
 
 #define MEMTRAIN_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||           \
@@ -99,5 +100,12 @@ class AutocastGuard {
  private:
   std::optional<AutocastStateGuard> region_;
 };
+
+#if MEMTRAIN_CUDA
+// Applies CUDA caching allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax)
+// before the first CUDA allocation. 2.9 moved the parser from
+// c10::cuda::CUDACachingAllocator to c10::CachingAllocator.
+void set_cuda_allocator_settings(const std::string& conf);
+#endif
 
 }  // namespace memtrain::compat

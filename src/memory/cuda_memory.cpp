@@ -1,5 +1,4 @@
 // Built only with MEMTRAIN_CUDA=ON (LibTorch 2.x with CUDA).
-#include <c10/core/AllocatorConfig.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime.h>
@@ -178,7 +177,7 @@ void use_cuda_allocator(int device_index, const std::string& allocator_conf) {
   // allocation of the process, which nothing has made yet (the placement is
   // chosen before any tensor exists).
   if (!allocator_conf.empty())
-    c10::CachingAllocator::setAllocatorSettings(allocator_conf);
+    compat::set_cuda_allocator_settings(allocator_conf);
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_index));
   static CudaCachingBackend* backend = new CudaCachingBackend(device_index);
   activate_backend(backend);
