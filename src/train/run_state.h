@@ -124,6 +124,10 @@ WindowResult run_window(
     const WindowPlan& plan,
     const WindowPlan* next);
 
+// Note [Cache policy]: releases cached device blocks before validation, or
+// when the cached bytes pass memory.release_threshold x the budget.
+void release_cache_if_due(const RunState& run, bool before_validation);
+
 // --- validation (validate.cpp)
 // -------------------------------------------------
 

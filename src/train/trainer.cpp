@@ -315,8 +315,7 @@ void Trainer::Impl::end_epoch(
   if (r.val_data && ((e.index + 1) % r.cfg.validation.every_epochs == 0 ||
                      e.index + 1 == epochs)) {
     const auto val_start = Clock::now();
-    if (r.cfg.memory.release_cache == "auto")
-      memory::release_cache();     // Note [Cache policy]
+    release_cache_if_due(r, /*before_validation=*/true);
     counters.monitor.note_peak();  // the last window's step
     memory::reset_peak();
     ValResult v = validate(r, counters);

@@ -198,6 +198,8 @@ void note_totals(const WindowTotals& t, WindowResult& r) {
   r.oom_retries_total = t.sum_of(&RankWindowMemory::oom_retries);
 }
 
+}  // namespace
+
 // Note [Cache policy]
 // Cached blocks are what makes the next window's allocations cheap, and
 // releasing them synchronises a CUDA device: so no unconditional
@@ -205,18 +207,17 @@ void note_totals(const WindowTotals& t, WindowResult& r) {
 // released only when the cached bytes (reserved - allocated) pass
 // memory.release_threshold x the budget, and before validation (which
 // allocates differently shaped tensors). Count and time are recorded.
-void release_cache_if_due(const RunState& run) {
+void release_cache_if_due(const RunState& run, bool before_validation) {
   if (run.cfg.memory.release_cache != "auto")
     return;
   const memory::Stats s = memory::stats();
-  if (run.budget.limited() && static_cast<double>(s.reserved - s.allocated) >
-                                  run.cfg.memory.release_threshold *
-                                      static_cast<double>(run.budget.bytes)) {
+  if (before_validation ||
+      (run.budget.limited() && static_cast<double>(s.reserved - s.allocated) >
+                                   run.cfg.memory.release_threshold *
+                                       static_cast<double>(run.budget.bytes))) {
     memory::release_cache();
   }
 }
-
-}  // namespace
 
 WindowResult run_window(
     RunState& run,
@@ -244,7 +245,7 @@ WindowResult run_window(
         {run.cfg.memory.test_leak_kib_per_window * 256},
         torch::TensorOptions().device(run.placement.device())));
   }
-  release_cache_if_due(run);
+  release_cache_if_due(run, /*before_validation=*/false);
   counters.measured_peak =
       std::max(counters.measured_peak, r.mem_peak_reserved);
   r.micro_batch = run.shape.micro_batch;
@@ -255,11 +256,6 @@ WindowResult run_window(
   r.data_wait_s = run.loader->take_wait_seconds();
   r.seconds = seconds_since(start);
   return r;
-}
-
-void release_cache_before_validation(const RunState& run) {
-  if (run.cfg.memory.release_cache == "auto")
-    memory::release_cache();
 }
 
 }  // namespace memtrain
