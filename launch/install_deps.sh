@@ -5,6 +5,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ccache pkg-config    # toolchain; ccache for rebuilds
   libtorch-dev                               # LibTorch 1.13 (CPU)
+  libopenblas0-pthread                       # optimised BLAS behind LibTorch's
+                                             # fp32 matmuls (libblas.so.3)
   libopenmpi-dev openmpi-bin                 # MPI: ranks and host collectives
   libhdf5-dev                                # HDF5 C API: datasets
   libyaml-cpp-dev                            # YAML configs
@@ -14,6 +16,7 @@ packages=(
   mricron-data                               # MNI templates: the brain dataset
   libgtest-dev                               # tests
   python3                                    # e2e checks (standard library only)
+  gnuplot-nox                                # benchmarks' PNG plots
 )
 missing=()
 for p in "${packages[@]}"; do
