@@ -279,7 +279,8 @@ void report_sizes(
       "mt_busbw",
       "mt/raw");
   std::ofstream out(csv);
-  out << "bytes,iters,raw_call,raw_us,raw_algbw_gbs,raw_busbw_gbs,memtrain_"
+  out << "ranks,bytes,iters,raw_call,raw_us,raw_algbw_gbs,raw_busbw_gbs,"
+         "memtrain_"
          "path,memtrain_us,memtrain_algbw_gbs,memtrain_busbw_gbs,memtrain_"
          "over_raw_busbw\n";
   for (const auto& r : rows) {
@@ -294,8 +295,9 @@ void report_sizes(
         ra * bf,
         ma * bf,
         ratio);
-    out << r.bytes << "," << r.iters << "," << bench::csv_field(s.raw_name)
-        << "," << r.raw_s * 1e6 << "," << ra << "," << ra * bf << ","
+    out << s.world << "," << r.bytes << "," << r.iters << ","
+        << bench::csv_field(s.raw_name) << "," << r.raw_s * 1e6 << "," << ra
+        << "," << ra * bf << ","
         << (s.cuda ? "Communicator(nccl)" : "Communicator(MPI_Iallreduce)")
         << "," << r.mt_s * 1e6 << "," << ma << "," << ma * bf << "," << ratio
         << "\n";
@@ -309,8 +311,8 @@ void report_sizes(
           "left\nset xlabel 'message bytes'\nset ylabel 'bus bandwidth "
           "(GB/s)'\nset title 'all-reduce, " +
           std::to_string(s.world) + " ranks'\nplot '" + csv +
-          "' every ::1 using 1:6 with linespoints title 'raw " + s.raw_name +
-          "', '' every ::1 using 1:10 with linespoints title 'memtrain'\n"))
+          "' every ::1 using 2:7 with linespoints title 'raw " + s.raw_name +
+          "', '' every ::1 using 2:11 with linespoints title 'memtrain'\n"))
     std::printf("# plot %s\n", png.c_str());
 }
 
