@@ -23,6 +23,8 @@
 #include <thread>
 
 #include "memtrain/data/synthetic.h"
+#include "memtrain/dist/cpu_threads.h"
+#include "memtrain/dist/environment.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/trainer.h"
@@ -119,8 +121,10 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return rc;
   }
-  torch::set_num_threads(
-      std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+  {  // threads per rank as the trainer sets them (Note [Threads per rank])
+    Environment env(nullptr, nullptr);  // MPI is initialised: not owned
+    configure_cpu_threads(env);
+  }
   int rc = 0;
   try {
     char dir[] = "/tmp/bench_memory-XXXXXX";

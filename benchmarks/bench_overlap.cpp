@@ -24,6 +24,8 @@
 #include <string>
 
 #include "memtrain/data/synthetic.h"
+#include "memtrain/dist/cpu_threads.h"
+#include "memtrain/dist/environment.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/trainer.h"
@@ -98,7 +100,10 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return rc;
   }
-  torch::set_num_threads(1);
+  {  // threads per rank as the trainer sets them (Note [Threads per rank])
+    Environment env(nullptr, nullptr);  // MPI is initialised: not owned
+    configure_cpu_threads(env);
+  }
   const int64_t features = 64;
   const std::string dir =
       (std::filesystem::temp_directory_path() / "bench_overlap").string();
