@@ -85,7 +85,7 @@ for pc in $(find "$prefix" -name '*.pc'); do
 done
 # HDF5's compiler wrapper: its own prefix; no static-link libraries (the
 # shared libhdf5 names what it needs; their -dev links are not in the kit).
-for w in "$L"/hdf5/serial/bin/h5cc "$prefix"/usr/bin/h5cc; do
+for w in "$prefix"/usr/bin/h5cc "$prefix"/usr/bin/h5c++; do
   [ -f "$w" ] && [ ! -L "$w" ] || continue
   sed -i "s|^prefix=\"/usr\"|prefix=\"$prefix/usr\"|; s|^H5BLD_LIBS=.*|H5BLD_LIBS=\"\"|" "$w"
 done
@@ -98,7 +98,6 @@ find "$prefix" -type f -name 'lib*.so.*' ! -path "$L/*" ! -path "$prefix/lib/x86
   done
 # The names Debian's alternatives would make.
 for n in mpirun mpiexec mpicc; do ln -sfn "$n.openmpi" "$prefix/usr/bin/$n"; done
-[ -x "$prefix/usr/bin/h5cc" ] || ln -sfn "$L/hdf5/serial/bin/h5cc" "$prefix/usr/bin/h5cc"
 
 cat >"$prefix/env.sh" <<EOF
 # Written by launch/gpu/build_offline.sh: the relocated Open MPI and HDF5 of
@@ -153,7 +152,8 @@ case "$libmpi" in "$prefix"/*) ;; *) die "mpi_check loaded $libmpi, not the kit'
 # 4. PyTorch, CUDA, NCCL as this node has them.
 py=$(command -v "$python" || true)
 [ -n "$py" ] || die "no $python: give the Python that holds PyTorch with --python"
-probe=$(torch_probe "$py" 2>&1) || die "$py: $probe (install PyTorch 2.x for CUDA in it, or pass --python)"
+probe=$(torch_probe "$py" 2>"$prefix/torch-probe.err") ||
+  die "$py: $(tail -1 "$prefix/torch-probe.err") (install PyTorch 2.x for CUDA in it, or pass --python)"
 IFS=';' read -r tv tcmake tcuda tabi site <<<"$probe"
 version_ge "$tv" 2.4 || die "$py has torch $tv; the CUDA build needs torch >= 2.4 (LibTorch 2.x)"
 [ "$tcuda" != None ] || die "$py has torch $tv without CUDA (a CPU wheel): install a CUDA build of torch"
@@ -176,7 +176,7 @@ args=(-DMEMTRAIN_CUDA=ON -DMEMTRAIN_TORCH_VENV="$venv" -DMEMTRAIN_TORCH_PYTHON="
       -DCMAKE_PREFIX_PATH="$prefix/usr"
       -DMPI_C_COMPILER="$prefix/usr/bin/mpicc.openmpi"
       -DMPIEXEC_EXECUTABLE="$MEMTRAIN_MPIEXEC"
-      -DHDF5_C_COMPILER_EXECUTABLE="$L/hdf5/serial/bin/h5cc"
+      -DHDF5_C_COMPILER_EXECUTABLE="$prefix/usr/bin/h5cc"
       -DMEMTRAIN_PYTHON="$(command -v python3 || echo "$py")"
       -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG")
 [ "$hide" = 0 ] || args+=("-DCMAKE_IGNORE_PREFIX_PATH=/usr;/")

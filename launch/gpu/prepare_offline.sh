@@ -49,7 +49,7 @@ codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-unknown}")
 [ "$codename" = bookworm ] ||
   echo "prepare_offline.sh: warning: made and tested on Debian bookworm; this is $codename" >&2
 
-ROOTS=(libopenmpi-dev openmpi-bin openmpi-common libhdf5-dev libyaml-cpp-dev
+ROOTS=(libopenmpi-dev openmpi-bin openmpi-common libhdf5-dev hdf5-helpers libyaml-cpp-dev
        libcli11-dev nlohmann-json3-dev libgtest-dev libnifti2-dev libniftiio-dev
        libznz-dev zlib1g-dev)
 [ "$toolchain" = 0 ] || ROOTS+=(cmake cmake-data make ninja-build)
