@@ -180,6 +180,11 @@ args=(-DMEMTRAIN_CUDA=ON -DMEMTRAIN_TORCH_VENV="$venv" -DMEMTRAIN_TORCH_PYTHON="
       -DMEMTRAIN_PYTHON="$(command -v python3 || echo "$py")"
       -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG")
 [ "$hide" = 0 ] || args+=("-DCMAKE_IGNORE_PREFIX_PATH=/usr;/")
+# A node without make: ninja (pip's, the node's, or the kit's --with-toolchain).
+if [ ! -f "$build/CMakeCache.txt" ] && ! command -v make >/dev/null; then
+  command -v ninja >/dev/null || die "neither make nor ninja on PATH"
+  args+=(-G Ninja)
+fi
 t0=$SECONDS
 cmake -S "$src" -B "$build" "${args[@]}" >"$prefix/cmake-configure.log" 2>&1 ||
   { tail -40 "$prefix/cmake-configure.log" >&2; die "cmake configure failed (log: $prefix/cmake-configure.log)"; }

@@ -8,7 +8,8 @@ puts into gpu-report.md, and exits 1 when the check it names fails.
   windows DIR                                 a run's windows: count, loss
         first/last, micro-batch, steps, largest mem_peak_reserved, OOM retries,
         loss_scale and skipped_steps when present
-  peak DIR                                    largest mem_peak_reserved (bytes)
+  peak DIR [KEY]                              largest KEY of its windows
+        (default mem_peak_reserved; mem_peak: allocated bytes)
   plan DIR                                    memory_plan.json: budget, micro,
         steps, checkpointed segments, predicted/measured peak, probes
   env DIR                                     environment.json versions
@@ -67,6 +68,7 @@ def cmd_windows(d):
         "micro_batch": w[0].get("micro_batch"),
         "accum_steps": w[0].get("accum_steps"),
         "effective_batch": w[0].get("effective_batch"),
+        "mem_peak": max(x.get("mem_peak", 0) for x in w),
         "mem_peak_reserved": max(x.get("mem_peak_reserved", 0) for x in w),
         "oom_retries": sum(x.get("oom_retries", 0) for x in w),
         "window_s_mean": f"{sum(x['window_s'] for x in w) / len(w):.4g}",
@@ -79,8 +81,8 @@ def cmd_windows(d):
     return 0 if out["finite"] else 1
 
 
-def cmd_peak(d):
-    print(max(x.get("mem_peak_reserved", 0) for x in windows(d)))
+def cmd_peak(d, key="mem_peak_reserved"):
+    print(max(x.get(key, 0) for x in windows(d)))
     return 0
 
 
