@@ -10,23 +10,27 @@
 #                  that has a CPU form runs it at a small size; the report
 #                  says "CPU mode -- not a GPU proof" and lists what needs one
 #   --cpu-build    (a) in CPU mode: the CPU build's memtrain (default build/memtrain)
+#   --points LIST  the acceptance points to run (default a,b,c,d,e,f,g)
+#   --no-ctest     leave the test suite out (a machine that limits a command's time)
 #   MEMTRAIN_GPU_CTEST_ARGS  extra ctest arguments (e.g. "-LE e2e" to leave
 #                  the end-to-end scripts out; the report says so)
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 source "$src/launch/gpu/lib.sh"
-usage="usage: $0 [--kit DIR | --prefix P] [--cpu] [--out DIR] [--build-dir B] [--cpu-build BIN] [--python PY] [--hide-system]"
-kit= prefix= cpu=0 out= build= cpubin=$src/build/memtrain python=python3 hide=()
+usage="usage: $0 [--kit DIR | --prefix P] [--cpu] [--out DIR] [--build-dir B] [--cpu-build BIN] [--python PY] [--points a,b,..] [--no-ctest] [--hide-system]"
+kit= prefix= cpu=0 out= build= cpubin=$src/build/memtrain python=python3 hide=() points=a,b,c,d,e,f,g ctest=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    --kit | --prefix | --out | --build-dir | --cpu-build | --python)
+    --kit | --prefix | --out | --build-dir | --cpu-build | --python | --points)
       [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
       case "$1" in
         --kit) kit=$2 ;; --prefix) prefix=$2 ;; --out) out=$2 ;;
         --build-dir) build=$2 ;; --cpu-build) cpubin=$2 ;; --python) python=$2 ;;
+        --points) points=$2 ;;
       esac
       shift 2 ;;
     --cpu) cpu=1; shift ;;
+    --no-ctest) ctest=0; shift ;;
     --hide-system) hide=(--hide-system); shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
@@ -86,9 +90,17 @@ rm -rf "$W" && mkdir -p "$W" && cd "$W"
 # --- every test ------------------------------------------------------------
 t0=$SECONDS
 ctest_rc=0
-(cd "$B" && ctest --output-on-failure ${MEMTRAIN_GPU_CTEST_ARGS:-}) >"$out/ctest.log" 2>&1 || ctest_rc=$?
+# Two end-to-end scripts read Debian's mricron-data, which the kit does not carry.
+if [ ! -f /usr/share/mricron/templates/ch2.nii.gz ]; then
+  MEMTRAIN_GPU_CTEST_ARGS="${MEMTRAIN_GPU_CTEST_ARGS:-} -E e2e_(brain_mask|convert_nifti) (no mricron-data here)"
+fi
+if [ "$ctest" = 1 ]; then
+  (cd "$B" && ctest --output-on-failure ${MEMTRAIN_GPU_CTEST_ARGS%% (*}) >"$out/ctest.log" 2>&1 || ctest_rc=$?
+else
+  echo "not run (--no-ctest)" >"$out/ctest.log"
+fi
 ctest_s=$((SECONDS - t0))
-ctest_sum=$(grep -E 'tests passed|tests failed|No tests were found' "$out/ctest.log" | tail -1 || true)
+ctest_sum=$(grep -E 'tests passed|tests failed|No tests were found|not run' "$out/ctest.log" | tail -1 || true)
 { grep -hE 'skipp|_CUDA' "$out/ctest.log" | sort | uniq -c | head -20 || true; } | detail "ctest: lines about skipped *_CUDA tests"
 { grep -E '^ *[0-9]+/[0-9]+ Test' "$out/ctest.log" || true; } | detail "ctest ($ctest_sum, ${ctest_s} s, args: ${MEMTRAIN_GPU_CTEST_ARGS:-none})"
 
@@ -245,7 +257,8 @@ point_g() {
     "bench_overlap exit $rc, bench_memory exit $rc2 (tables below)"
 }
 
-for p in a b c d e f g; do
+for p in ${points//,/ }; do
+  [[ "$p" =~ ^[a-g]$ ]] || die "--points: $p is not one of a-g"
   t0=$SECONDS
   "point_$p" || row $p FAIL "the script's check itself failed (see $W)"
   echo "point $p: $((SECONDS - t0)) s"
