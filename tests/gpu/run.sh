@@ -145,7 +145,7 @@ point_a() {
   if [ "$gpu" = 1 ]; then
     local n rc2=0
     run 1 a_nccl "$M" "${UNET[@]}" "${A[@]}" --dist.device=cuda --dist.backend=nccl || rc2=$?
-if [ $rc2 = 0 ]; then
+    if [ $rc2 = 0 ]; then
       n=$($ACC absdiff a_nccl/model.safetensors a_dev/model.safetensors 0) || rc=1
     else
       n="NCCL run failed, exit $rc2: $(tail -1 a_nccl.log)" rc=1
