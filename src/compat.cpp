@@ -3,6 +3,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
+
 #if MEMTRAIN_CUDA
 #if MEMTRAIN_TORCH_AT_LEAST(2, 9)
 #include <c10/core/AllocatorConfig.h>
@@ -78,6 +80,18 @@ AutocastGuard::AutocastGuard(bool enabled, bool cuda, c10::ScalarType dtype) {
     s.cpu_dtype = dtype;
   }
   region_.emplace(s);
+}
+
+void set_deterministic(bool on) {
+  if (!on)
+    return;
+  auto& ctx = at::globalContext();
+  ctx.setDeterministicAlgorithms(true, /*warn_only=*/true);
+  ctx.setDeterministicCuDNN(true);
+  ctx.setBenchmarkCuDNN(false);
+  ctx.setAllowTF32CuBLAS(false);
+  ctx.setAllowTF32CuDNN(false);
+  setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
 }
 
 #if MEMTRAIN_CUDA

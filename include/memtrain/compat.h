@@ -101,6 +101,13 @@ class AutocastGuard {
   std::optional<AutocastStateGuard> region_;
 };
 
+// training.deterministic: LibTorch's deterministic algorithms (warning, not
+// failing, where an op has none), cuDNN deterministic and not benchmarking,
+// no TF32 in cuBLAS and cuDNN, and CUBLAS_WORKSPACE_CONFIG=:4096:8 when
+// unset (cuBLAS's condition for reproducible results). Process-wide; call
+// before the first CUDA matrix product. false leaves LibTorch's defaults.
+void set_deterministic(bool on);
+
 #if MEMTRAIN_CUDA
 // Applies CUDA caching allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax)
 // before the first CUDA allocation. 2.9 moved the parser from

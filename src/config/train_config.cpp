@@ -442,6 +442,12 @@ const std::vector<Key>& keys() {
           int64_t{1} << 62,
           "random draws in training (dropout): each rank draws from its own "
           "stream derived from (seed, rank)"),
+      bool_key(
+          "training.deterministic",
+          [](TrainConfig& c) { return &c.training.deterministic; },
+          "deterministic algorithms where LibTorch has them, cuDNN without "
+          "benchmarking, no TF32 in cuBLAS/cuDNN: reproducible, and CPU and "
+          "GPU runs comparable within rounding; slower on a GPU"),
       string_key(
           "memory.budget",
           [](TrainConfig& c) { return &c.memory.budget; },

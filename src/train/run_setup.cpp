@@ -1,5 +1,6 @@
 #include <torch/torch.h>
 
+#include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/unet3d.h"
 #include "memtrain/train/window_totals.h"
@@ -194,6 +195,7 @@ std::unique_ptr<RunState> set_up_run(
       "scaler run on GPUs), but this rank's device is ",
       placement.describe(),
       "; use training.amp=bf16 on a CPU");
+  compat::set_deterministic(cfg.training.deterministic);
   auto run = std::make_unique<RunState>(cfg, comm, placement);
   run->budget = resolve_budget(cfg.memory.budget, cfg.memory.headroom);
   run->shape = WindowShape::from_config(cfg, comm.size());

@@ -136,7 +136,8 @@ point_a() {
   else
     what="CUDA build dist.device=cpu vs dist.device=cuda, fp32"
   fi
-  local A=(--data.batch_size=2 --training.gradient_accumulation_steps=2 --training.max_windows=5 --dist.backend=mpi "${EQ[@]}")
+  # Deterministic kernels, no TF32 (training.deterministic): fp32 on both.
+  local A=(--data.batch_size=2 --training.gradient_accumulation_steps=2 --training.max_windows=5 --dist.backend=mpi --training.deterministic=true "${EQ[@]}")
   run 1 a_ref "$ref" "${UNET[@]}" "${A[@]}" --dist.device=$refdev || { row a FAIL "reference run failed (a_ref.log)"; return 0; }
   run 1 a_dev "$M" "${UNET[@]}" "${A[@]}" --dist.device=$dev || { row a FAIL "run failed (a_dev.log)"; return 0; }
   local d rc=0

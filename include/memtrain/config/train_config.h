@@ -74,6 +74,9 @@ struct TrainingConfig {
   // Dropout and other random draws: each rank draws from its own stream
   // derived from (seed, rank).
   int64_t seed = 0;
+  // Deterministic kernels where LibTorch has them, no TF32 (CUDA): the same
+  // config gives the same weights on CPU and GPU within rounding. Slower.
+  bool deterministic = false;
 };
 
 struct MemoryConfig {
