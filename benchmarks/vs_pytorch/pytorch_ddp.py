@@ -509,8 +509,6 @@ def main():
             torch.cuda.synchronize()
         window_s.append(time.perf_counter() - t0)
         local_loss.append(loss_sum)
-        if step == 0 and a.device == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
 
     # Losses and memory gathered once, after the timed windows.
     losses = torch.tensor(local_loss, dtype=torch.float64)

@@ -142,8 +142,11 @@ for m in "${model_list[@]}"; do
     "${cmd[@]}" >"$run/memtrain.log" 2>&1 || { tail -20 "$run/memtrain.log" >&2; echo "$0: memtrain failed ($run/memtrain.log)" >&2; exit 1; }
     threads=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["ranks"][0]["threads"])' "$run/memtrain/environment.json")
     mkdir -p "$run/pytorch"
-    export MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port)
-    cmd=("$mpiexec" -np "$np" -x MASTER_ADDR -x MASTER_PORT "$py" "$here/pytorch_ddp.py"
+    # The same threads per rank: LibTorch's (--threads), and OpenMP's and
+    # OpenBLAS's pools, which read these at start-up.
+    cmd=(env MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" OMP_NUM_THREADS="$threads"
+      OPENBLAS_NUM_THREADS="$threads" "$mpiexec" -np "$np" -x MASTER_ADDR -x MASTER_PORT -x OMP_NUM_THREADS
+      -x OPENBLAS_NUM_THREADS "$py" "$here/pytorch_ddp.py"
       "${py_args[@]}" --data "$h5" --init "$run/memtrain/initial.safetensors"
       --data-seed 0 --micro $micro --accum $accum --windows $windows --optimizer $opt
       --lr $lr --momentum $momentum --weight-decay $wd --threads "$threads" --device $device
