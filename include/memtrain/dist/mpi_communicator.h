@@ -46,6 +46,9 @@ class MpiCommunicator final : public Communicator {
   // Whether float32 sums go through shared memory (decided, collectively,
   // at the first one; false before it).
   bool uses_shared_memory() const;
+  bool all_reduce_overlaps() const override {
+    return !uses_shared_memory();
+  }
 
  private:
   struct Shm;
