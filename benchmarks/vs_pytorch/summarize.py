@@ -180,7 +180,8 @@ plot '{dat}' using 2:3:4:xtic(1) title 'memtrain', '' using 5:6:7 title 'PyTorch
 unset logscale y
 set style histogram clustered gap 2
 set ylabel "memtrain / PyTorch (median time per window)"
-set yrange [0:*]
+set yrange [0:{max(1.25, 1.15 * max(r['ratio'] for r in rows)):.2f}]
+set key top right
 plot '{dat}' using 8:xtic(1) title 'ratio' lc rgb '#4060a0', 1.0 title '1.0' lc rgb 'red' lw 2 with lines
 unset multiplot
 """
