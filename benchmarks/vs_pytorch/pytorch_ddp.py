@@ -510,16 +510,17 @@ def main():
         window_s.append(time.perf_counter() - t0)
         local_loss.append(loss_sum)
 
-    # Losses and memory gathered once, after the timed windows.
-    losses = torch.tensor(local_loss, dtype=torch.float64)
+    # Losses and memory gathered once, after the timed windows (on the
+    # device: NCCL reduces CUDA tensors only).
+    losses = torch.tensor(local_loss, dtype=torch.float64, device=device)
     dist.all_reduce(losses)
-    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024], dtype=torch.float64)
-    dist.all_reduce(rss, op=dist.ReduceOp.MAX)
-    peak = 0
-    if a.device == "cuda":
-        pk = torch.tensor([torch.cuda.max_memory_allocated(device)], dtype=torch.float64, device=device)
-        dist.all_reduce(pk, op=dist.ReduceOp.MAX)
-        peak = int(pk.item())
+    losses = losses.cpu()
+    peak = torch.cuda.max_memory_allocated(device) if a.device == "cuda" else 0
+    mem = torch.tensor(
+        [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, peak], dtype=torch.float64, device=device
+    )
+    dist.all_reduce(mem, op=dist.ReduceOp.MAX)
+    rss, peak = mem[0].cpu(), int(mem[1].item())
     if rank == 0:
         n_of = lambda s: min(B, data.num_samples - (s % per_epoch) * B)
         res = {
