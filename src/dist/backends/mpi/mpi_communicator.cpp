@@ -133,7 +133,8 @@ constexpr int64_t kShmSlotFloats = int64_t{1} << 20;  // 4 MiB
 // when overlapped). Set up collectively at the first such sum (after a
 // polled barrier, so a missing rank is named rather than waited for);
 // the window lives until MPI_Finalize, which frees it. MEMTRAIN_MPI_SHM=0
-// turns it off (the ranks agree on it).
+// turns it off (the ranks agree on it), and so does a window that cannot be
+// allocated on any rank.
 struct MpiCommunicator::Shm {
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Win win = MPI_WIN_NULL;
@@ -183,15 +184,23 @@ bool MpiCommunicator::shm_ready() {
   shm->node = node;
   MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
   float* base = nullptr;
+  // A window the node cannot give (a small /dev/shm in a container, say)
+  // leaves the sums on MPI's path, on every rank alike.
+  int allocated = MPI_Win_allocate_shared(
+                      static_cast<MPI_Aint>(2 * kShmSlotFloats * sizeof(float)),
+                      static_cast<int>(sizeof(float)),
+                      MPI_INFO_NULL,
+                      node,
+                      &base,
+                      &shm->win) == MPI_SUCCESS
+                      ? 1
+                      : 0;
   MT_MPI_CHECK(
-      MPI_Win_allocate_shared(
-          static_cast<MPI_Aint>(2 * kShmSlotFloats * sizeof(float)),
-          static_cast<int>(sizeof(float)),
-          MPI_INFO_NULL,
-          node,
-          &base,
-          &shm->win),
+      MPI_Allreduce(
+          MPI_IN_PLACE, &allocated, 1, MPI_INT, MPI_MIN, waiter_.comm()),
       rank_);
+  if (!allocated)
+    return false;  // the node communicator and any window stay until exit
   shm->slots.resize(static_cast<size_t>(size_));
   for (int q = 0; q < size_; ++q) {
     MPI_Aint bytes = 0;
