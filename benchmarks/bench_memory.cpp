@@ -4,13 +4,13 @@
 // budget limits). Prints a table and writes CSV.
 //
 //   bench_memory [-b 64] [-e 1024] [-f 4] [-w 1] [-n 3] [-c 1]
-//                [--models mlp,cnn] [--csv FILE]
+//                [--models mlp,cnn] [--device cpu|cuda] [--csv FILE]
 //   -b/-e/-f  micro-batch sweep: begin, end, multiplication factor
 //   -w        warm-up windows (not timed)   -n  timed windows
 //   -c        check before timing: checkpointed weights equal un-checkpointed
 //
-// On the CPU build "device" bytes are the accounting allocator's device
-// domain (DESIGN.md); on CUDA they would be the caching allocator's.
+// On the CPU "device" bytes are the accounting allocator's device domain
+// (DESIGN.md); with --device cuda (a CUDA build) the caching allocator's.
 
 #include <mpi.h>
 #include <torch/torch.h>
@@ -23,6 +23,9 @@
 #include <thread>
 
 #include "memtrain/data/synthetic.h"
+#include "memtrain/device/placement.h"
+#include "memtrain/dist/cpu_threads.h"
+#include "memtrain/dist/environment.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/trainer.h"
@@ -46,6 +49,8 @@ struct Result {
   NamedTensors params;
 };
 
+const Placement* g_placement = nullptr;  // chosen once from --device
+
 Result run(
     const TrainConfig& base,
     const std::string& ckpt,
@@ -62,6 +67,7 @@ Result run(
   MpiCommunicator comm(MPI_COMM_SELF);
   Trainer::Options opts;
   opts.write_outputs = false;
+  opts.placement = g_placement;
   Trainer t(c, comm, opts);
   t.prepare();
   const TrainSummary s = t.run();
@@ -97,12 +103,14 @@ double max_diff(const NamedTensors& a, const NamedTensors& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  memory::install_cpu_accounting();
   MPI_Init(&argc, &argv);
   CLI::App app{"bench_memory: peak device bytes and time per window"};
   int64_t begin = 64, end = 1024, factor = 4, warmup = 1, iters = 3;
   int check = 1;
-  std::string models = "mlp,cnn", csv = "bench_memory.csv";
+  std::string models = "mlp,cnn", csv = "bench_memory.csv", device = "cpu";
+  app.add_option("--device", device, "cpu, or cuda (a CUDA build)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   app.add_option("-b", begin, "smallest micro-batch")->capture_default_str();
   app.add_option("-e", end, "largest micro-batch")->capture_default_str();
   app.add_option("-f", factor, "micro-batch factor")->capture_default_str();
@@ -119,10 +127,16 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return rc;
   }
-  torch::set_num_threads(
-      std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+  {  // threads per rank as the trainer sets them (Note [Threads per rank])
+    Environment env(nullptr, nullptr);  // MPI is initialised: not owned
+    configure_cpu_threads(env);
+  }
   int rc = 0;
   try {
+    // Before any tensor: the device decides which memory backend counts.
+    const auto placement =
+        Placement::choose(device, 0, TrainConfig().memory.allocator_conf);
+    g_placement = placement.get();
     char dir[] = "/tmp/bench_memory-XXXXXX";
     MT_CHECK(mkdtemp(dir) != nullptr, "cannot make a temp folder");
     const int64_t samples = std::max<int64_t>(end * (iters + warmup), 256);
@@ -137,8 +151,9 @@ int main(int argc, char** argv) {
     make_synthetic(im, std::string(dir) + "/images.h5");
 
     std::printf(
-        "# bench_memory: device cpu (accounting allocator), world 1, "
-        "%d threads\n",
+        "# bench_memory: device %s (%s), world 1, %d threads\n",
+        placement->describe().c_str(),
+        memory::backend_name().c_str(),
         torch::get_num_threads());
     std::printf(
         "# %-4s %-5s %-5s %6s %5s %12s %10s %12s\n",

@@ -8,6 +8,9 @@
 //
 //   mpirun -np 2 bench_overlap [--hidden 1024] [--depth 2] [--micro 16]
 //       [--steps 2] [-w 1] [-n 5] [--bucket-mib 25] [--csv FILE]
+//       [--device cpu|cuda] [--backend auto|mpi|nccl]
+//   --device cuda (a CUDA build): GPU <local rank>; NCCL by default (one GPU
+//   per rank), --backend mpi for ranks sharing one GPU
 //   --hidden/--depth  the residual MLP (gradient 8 x hidden^2 x depth floats)
 //   -w  warm-up windows (not timed)   -n  timed windows
 //
@@ -24,6 +27,10 @@
 #include <string>
 
 #include "memtrain/data/synthetic.h"
+#include "memtrain/device/placement.h"
+#include "memtrain/dist/cpu_threads.h"
+#include "memtrain/dist/environment.h"
+#include "memtrain/dist/make_communicator.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/trainer.h"
@@ -40,13 +47,22 @@ struct Figures {
   NamedTensors params;
 };
 
-Figures run(const TrainConfig& base, bool overlap, int64_t warmup) {
+Figures run(
+    const TrainConfig& base,
+    bool overlap,
+    int64_t warmup,
+    const Placement& place) {
   TrainConfig c = base;
   c.dist.overlap = overlap;
-  MpiCommunicator comm(MPI_COMM_WORLD);
+  CommunicatorSpec spec;
+  spec.backend = c.dist.backend;
+  spec.cuda_device = place.is_cuda();
+  spec.device_index = place.device().index();
+  auto comm = make_communicator(MPI_COMM_WORLD, spec);
   Trainer::Options opts;
   opts.write_outputs = false;
-  Trainer t(c, comm, opts);
+  opts.placement = &place;
+  Trainer t(c, *comm, opts);
   const TrainSummary s = t.run();
   Figures f;
   int64_t n = 0;
@@ -73,7 +89,6 @@ Figures run(const TrainConfig& base, bool overlap, int64_t warmup) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  memory::install_cpu_accounting();
   MPI_Init(&argc, &argv);
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -82,7 +97,10 @@ int main(int argc, char** argv) {
   int64_t hidden = 1024, depth = 2, micro = 16, steps = 2, warmup = 1,
           windows = 5;
   double bucket_mib = 25.0;
-  std::string csv;
+  std::string csv, device = "cpu", backend = "auto";
+  app.add_option("--device", device)->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--backend", backend)
+      ->check(CLI::IsMember({"auto", "mpi", "nccl"}));
   app.add_option("--hidden", hidden);
   app.add_option("--depth", depth);
   app.add_option("--micro", micro);
@@ -98,7 +116,11 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return rc;
   }
-  torch::set_num_threads(1);
+  Environment env(nullptr, nullptr);  // MPI is initialised: not owned
+  configure_cpu_threads(env);  // as the trainer (Note [Threads per rank])
+  // Before any tensor: the device decides which memory backend counts.
+  const auto place = Placement::choose(
+      device, env.local_rank(), TrainConfig().memory.allocator_conf);
   const int64_t features = 64;
   const std::string dir =
       (std::filesystem::temp_directory_path() / "bench_overlap").string();
@@ -125,10 +147,12 @@ int main(int argc, char** argv) {
   c.training.lr = 0.01;
   c.dist.bucket_mib = bucket_mib;
   c.dist.check_replicas = "off";
+  c.dist.device = device;
+  c.dist.backend = backend;
   c.output.dir = dir + "/out";
 
-  const Figures off = run(c, false, warmup);
-  const Figures on = run(c, true, warmup);
+  const Figures off = run(c, false, warmup, *place);
+  const Figures on = run(c, true, warmup, *place);
   double diff = 0;
   for (size_t i = 0; i < off.params.size(); ++i) {
     diff = std::max(
@@ -140,11 +164,13 @@ int main(int argc, char** argv) {
   }
   if (rank == 0) {
     std::printf(
-        "# bench_overlap: %d rank(s), device cpu, MPI, LibTorch %s; MLP "
+        "# bench_overlap: %d rank(s), device %s, %s, LibTorch %s; MLP "
         "hidden %lld depth %lld: gradient %.1f MiB in %lld bucket(s) of <= "
         "%.3g MiB; %lld micro-steps of %lld; %lld timed window(s) after "
         "%lld warm-up\n",
         world,
+        place->describe().c_str(),
+        backend.c_str(),
         TORCH_VERSION,
         static_cast<long long>(hidden),
         static_cast<long long>(depth),

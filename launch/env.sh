@@ -9,9 +9,9 @@ fi
 export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
 # Shared-memory single-copy (CMA) needs ptrace rights containers often lack.
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
-# memtrain sets LibTorch's threads to cores / local ranks itself; keep OpenMP
-# from starting its own pool per rank on top.
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# Threads per rank: memtrain sets LibTorch's and OpenBLAS's thread counts
+# from the rank's CPU affinity mask (Note [Threads per rank]); an exported
+# OMP_NUM_THREADS can only lower them. Nothing to set here.
 # HDF5 file locking fails on many Lustre/NFS mounts; reads are read-only.
 export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}
 # Debug knobs, ready to enable:

@@ -5,6 +5,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ccache pkg-config    # toolchain; ccache for rebuilds
   libtorch-dev                               # LibTorch 1.13 (CPU)
+  libopenblas0-pthread                       # optimised BLAS behind LibTorch's
+                                             # fp32 matmuls (libblas.so.3)
   libopenmpi-dev openmpi-bin                 # MPI: ranks and host collectives
   libhdf5-dev                                # HDF5 C API: datasets
   libyaml-cpp-dev                            # YAML configs
@@ -16,7 +18,7 @@ packages=(
   python3                                    # e2e checks (standard library only)
   python3-torch python3-h5py                 # benchmarks/vs_pytorch: the PyTorch DDP side
                                              # (Debian's LibTorch 1.13, as the CPU build's)
-  gnuplot-nox                                # benchmarks: PNG plots
+  gnuplot-nox                                # benchmarks' PNG plots
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/device/placement.h"
+#include "memtrain/dist/cpu_threads.h"
 #include "memtrain/dist/environment.h"
 #include "memtrain/dist/make_communicator.h"
 #include "memtrain/memory/device_memory.h"
@@ -94,7 +95,11 @@ bool agreed(const Environment& env, const char* what, F&& step) {
 
 // environment.json (rank 0): where and with what this run ran.
 void write_environment(
-    const Environment& env, const TrainConfig& cfg, const Placement& place) {
+    const Environment& env,
+    const TrainConfig& cfg,
+    const Placement& place,
+    const ThreadPlan& threads) {
+  const BlasInfo blas = loaded_blas();
   nlohmann::json me = {
       {"rank", env.rank()},
       {"host", env.hostname()},
@@ -103,7 +108,11 @@ void write_environment(
       {"local_size", env.local_size()},
       {"device", place.describe()},
       {"memory_backend", memory::backend_name()},
-      {"threads", torch::get_num_threads()}};
+      {"threads", torch::get_num_threads()},
+      {"threads_from", threads.reason},
+      {"cpus", format_cpu_list(affinity_cpus())},
+      {"blas", blas.library},
+      {"blas_threads", blas.threads}};
   const auto all = env.all_gather(me.dump());
   if (env.rank() != 0)
     return;
@@ -134,7 +143,9 @@ void write_environment(
 int run_train(const TrainArgs& args, int* argc, char*** argv) {
   Environment env(argc, argv);
   install_stop_handlers();
-  torch::set_num_threads(env.threads_per_rank());
+  ThreadPlan threads;
+  if (!agreed(env, "threads", [&] { threads = configure_cpu_threads(env); }))
+    return kExitUsage;
 
   TrainConfig cfg;
   if (!agreed(env, "config", [&] {
@@ -188,7 +199,9 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
       memory::backend_name(),
       "), ",
       torch::get_num_threads(),
-      " threads, config ",
+      " threads (",
+      threads.reason,
+      "), config ",
       args.config.empty() ? "(built-in)" : args.config));
   // The communicator for the device (dist.backend), agreed on by every
   // rank before any backend starts.
@@ -231,7 +244,7 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
   log_event("plan: " + trainer->describe());
   if (!resumed.empty())
     log_event(resumed);
-  write_environment(env, cfg, *placement);
+  write_environment(env, cfg, *placement, threads);
   // The launch banner, once: world, each rank's device, config, plan.
   std::ostringstream me;
   me << "rank " << env.rank() << ": host " << env.hostname() << ", local rank "

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
-#include <thread>
 
 #include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
@@ -102,12 +101,6 @@ Environment::~Environment() {
   }
 }
 
-int Environment::threads_per_rank() const {
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  const int t = cores / std::max(1, local_.local_size);
-  return t < 1 ? 1 : t;
-}
-
 void Environment::abort(int status) const {
   MPI_Abort(MPI_COMM_WORLD, status);
   std::_Exit(status);
@@ -129,19 +122,35 @@ bool Environment::all_ok(bool ok, int* first_failing_rank) const {
 
 std::vector<std::string> Environment::all_gather(
     const std::string& text) const {
-  constexpr int kWidth = 256;
-  std::vector<char> mine(kWidth, '\0');
-  std::copy_n(
-      text.begin(), std::min<size_t>(text.size(), kWidth - 1), mine.begin());
-  std::vector<char> all(static_cast<size_t>(kWidth) * world_size_);
+  // Lengths first, then the texts: no width to truncate at.
+  int length = static_cast<int>(text.size());
+  std::vector<int> lengths(world_size_);
   MPI_Request request;
   MT_MPI_CHECK(
       MPI_Iallgather(
-          mine.data(),
-          kWidth,
+          &length,
+          1,
+          MPI_INT,
+          lengths.data(),
+          1,
+          MPI_INT,
+          MPI_COMM_WORLD,
+          &request),
+      rank_);
+  waiter_.wait(&request, 1, "start-up all-gather", waiter_.next_sequence());
+  std::vector<int> offsets(world_size_, 0);
+  for (int r = 1; r < world_size_; ++r)
+    offsets[r] = offsets[r - 1] + lengths[r - 1];
+  std::vector<char> all(
+      static_cast<size_t>(offsets.back() + lengths.back()) + 1);
+  MT_MPI_CHECK(
+      MPI_Iallgatherv(
+          text.data(),
+          length,
           MPI_CHAR,
           all.data(),
-          kWidth,
+          lengths.data(),
+          offsets.data(),
           MPI_CHAR,
           MPI_COMM_WORLD,
           &request),
@@ -149,7 +158,7 @@ std::vector<std::string> Environment::all_gather(
   waiter_.wait(&request, 1, "start-up all-gather", waiter_.next_sequence());
   std::vector<std::string> out;
   for (int r = 0; r < world_size_; ++r)
-    out.emplace_back(&all[r * kWidth]);
+    out.emplace_back(&all[offsets[r]], static_cast<size_t>(lengths[r]));
   return out;
 }
 

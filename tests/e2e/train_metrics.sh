@@ -10,13 +10,31 @@ source "$(dirname "$0")/common.sh"
 "$MEMTRAIN" make-data --kind features --out data/val.h5 --samples 512 --split val
 
 for k in 1 8; do
-  mpi -np 2 "$MEMTRAIN" train --data.train=data/train.h5 --data.val=data/val.h5 \
+  # k=8 with an OMP_NUM_THREADS larger than a rank's share: it is capped.
+  omp=$([ $k = 8 ] && echo 64 || echo "")
+  OMP_NUM_THREADS=$omp mpi -np 2 "$MEMTRAIN" train --data.train=data/train.h5 --data.val=data/val.h5 \
     --data.batch_size=8 --training.gradient_accumulation_steps=$k \
     --training.epochs=3 --training.lr=$([ $k = 1 ] && echo 0.05 || echo 0.2) \
     --output.dir=out/k$k >log_k$k.txt 2>&1 || { cat log_k$k.txt; fail "train k=$k"; }
   "$PY" "$TOOLS/check_metrics.py" out/k$k 3 --min-val-acc 0.85
   # Each rank's device, in environment.json and the banner.
   "$PY" -c "import json,sys; e=json.load(open('out/k$k/environment.json')); d=[r['device'] for r in e['ranks']]; sys.exit(0 if d==['cpu','cpu'] else 'devices %s' % d)"
+  # Threads from each rank's CPU share, never more than the machine's
+  # CPUs in all (Note [Threads per rank]); the BLAS each rank loaded is
+  # the one the libblas.so.3 alternative points at (OpenBLAS, installed by
+  # install_deps.sh).
+  "$PY" - out/k$k/environment.json "$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)" "$omp" <<'PYEOF'
+import json, os, sys
+e = json.load(open(sys.argv[1]))
+ranks = e["ranks"]
+threads = [r["threads"] for r in ranks]
+assert all(t >= 1 for t in threads), threads
+assert sum(threads) <= max(os.cpu_count(), len(ranks)), (threads, os.cpu_count())
+assert all(r["blas"] == sys.argv[2] for r in ranks), ([r["blas"] for r in ranks], sys.argv[2])
+assert "openblas" in sys.argv[2], "libblas.so.3 is not OpenBLAS: " + sys.argv[2]
+if sys.argv[3]:
+    assert all("OMP_NUM_THREADS=64 capped" in r["threads_from"] for r in ranks), ranks
+PYEOF
   grep -q "rank 1: host .*device cpu" log_k$k.txt || fail "no device in the banner"
   # progress lines only (the log also holds the resolved config)
   lines=$(grep -c "window [0-9]*/" log_k$k.txt || true)

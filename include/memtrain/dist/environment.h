@@ -52,9 +52,6 @@ class Environment {
   const std::string& hostname() const {
     return hostname_;
   }
-  // CPU threads this rank should use: cores / ranks on this node, >= 1.
-  int threads_per_rank() const;
-
   // Ends every rank of the job now (MPI_Abort). For a failure after ranks
   // started exchanging data, so no peer waits forever.
   [[noreturn]] void abort(int status) const;
@@ -75,8 +72,8 @@ class Environment {
   // with the same status.
   bool all_ok(bool ok, int* first_failing_rank) const;
 
-  // Collective, blocking within the collective timeout: every rank's `text`
-  // (at most 255 bytes kept), by rank.
+  // Collective, blocking within the collective timeout: every rank's `text`, by
+  // rank.
   std::vector<std::string> all_gather(const std::string& text) const;
 
  private:

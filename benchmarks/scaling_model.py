@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""scaling_model: time per window and efficiency of a memtrain run on a GPU
+cluster, from measured compute and an alpha-beta model of the all-reduce.
+
+  python3 benchmarks/scaling_model.py
+      --scaling-csv runs/bench_scaling/bench_scaling.csv
+      --allreduce-csv runs/bench_allreduce.sizes.csv
+      [--profile name:compute_per_micro_s:grad_bytes[:update_s] ...]
+      [--measure-configs] [--memtrain build/memtrain]
+      [--gpus 8,16,...,1024] [--accum 1,4,16] [--out runs/scaling_model]
+
+The model (its assumptions, all of them):
+  window(N, K) = K * c + u + exposed(N)      (seconds; c: compute of one
+                                              micro-step, u: the rest of a
+                                              window: update, bookkeeping)
+  T_ar(B, N)   = alpha(N) + B * 2(N-1)/N / busbw(N)     (ring all-reduce)
+  alpha(N)     = alpha_step * 2 * ceil(log2 N)
+  busbw(N)     = busbw_intra for N <= gpus_per_node, else busbw_inter
+  exposed      = T_ar(B, N)                           without overlap
+               = max(T_ar(min(B, 1 MiB), N), T_ar(B, N) - 2/3 c)  with
+                 overlap: buckets but the last (<= 1 MiB) go out during the
+                 last micro-step's backward, taken as 2/3 of c
+  efficiency   = (K * c + u) / window(N, K)     (weak scaling: the same
+                 work per GPU; 1 GPU has no all-reduce)
+c and B are per model: measured by bench_scaling (its 1-rank rows), by
+--measure-configs (memtrain on each of launch/configs/, 1 rank, synthetic
+data of the config's kind and shape), or given with --profile. They are
+taken as they were measured: compute measured on a CPU makes a GPU
+cluster's communication look cheap; give a profile measured on the GPU
+(tests/gpu/run.sh) for GPU figures.
+
+The cluster (V100, DGX-1-like: 8 GPUs a node on NVLink, InfiniBand EDR
+between nodes), unless --allreduce-csv fits alpha and busbw instead:
+  busbw_intra = 0.8 * 150 GB/s: NVLink 2 on a V100 SXM2, 6 links of 25 GB/s
+                each way (NVIDIA's V100 datasheet: 300 GB/s both ways),
+                times NCCL's protocol efficiency of about 80% of the line
+                rate ("With the protocol overhead (~20%) NCCL can get an
+                effective NVLink bandwidth of 370GB/s" of 450: S. Jeaugey,
+                NVIDIA, https://github.com/NVIDIA/nccl-tests/issues/212)
+  busbw_inter = 0.8 * 4 * 12.5 GB/s: 4 EDR ports (100 Gb/s) per 8 GPUs,
+                the same 80%
+  alpha_step  = 5 us: an assumption (one NCCL step, kernel launch and
+                network hop), not a published figure
+Validation: with --allreduce-csv (this machine's measured all-reduce) the
+model predicts bench_scaling's multi-rank rows that are not oversubscribed
+and prints each error; the target is within 15%.
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+MiB = 1 << 20
+
+
+def ints(text):
+    return [int(x) for x in text.split(",") if x]
+
+
+class Network:
+    def __init__(self, alpha_step, busbw_intra, busbw_inter, gpus_per_node, source):
+        self.alpha_step = alpha_step
+        self.busbw_intra = busbw_intra
+        self.busbw_inter = busbw_inter
+        self.gpus_per_node = gpus_per_node
+        self.source = source
+
+    def allreduce(self, nbytes, n):
+        if n <= 1:
+            return 0.0
+        bw = self.busbw_intra if n <= self.gpus_per_node else self.busbw_inter
+        return (self.alpha_step * 2 * math.ceil(math.log2(n))
+                + nbytes * 2 * (n - 1) / n / bw)
+
+
+def v100_cluster():
+    return Network(5e-6, 0.8 * 150e9, 0.8 * 4 * 12.5e9, 8,
+                   "V100 DGX-1-like: NVLink 2 and 4x EDR line rates x 0.8 (see the file)")
+
+
+def fit_network(path):
+    """Least squares of time = alpha + bytes * 2(n-1)/n / busbw on the
+    measured memtrain rows from 1 MiB up (the latency-bound sizes below
+    fit alpha better when included: all sizes are used for alpha)."""
+    rows = list(csv.DictReader(open(path)))
+    if not rows:
+        sys.exit(f"scaling_model: {path} has no rows")
+    n = int(rows[0]["ranks"])
+    if n < 2:
+        sys.exit(f"scaling_model: {path} was measured at 1 rank: no all-reduce to fit")
+    x = [int(r["bytes"]) * 2 * (n - 1) / n for r in rows]
+    y = [float(r["memtrain_us"]) * 1e-6 for r in rows]
+    m = len(x)
+    mx, my = sum(x) / m, sum(y) / m
+    sxx = sum((a - mx) ** 2 for a in x)
+    slope = sum((a - mx) * (b - my) for a, b in zip(x, y)) / sxx
+    intercept = max(my - slope * mx, 0.0)
+    steps = 2 * math.ceil(math.log2(n))
+    return Network(intercept / steps, 1.0 / slope, 1.0 / slope, 10 ** 9,
+                   f"fitted to {path} ({n} ranks, {m} sizes)")
+
+
+class Profile:
+    def __init__(self, name, c, grad_bytes, u, source):
+        self.name, self.c, self.grad_bytes, self.u, self.source = name, c, grad_bytes, u, source
+
+
+def window(p, net, n, k, overlap):
+    t_ar = net.allreduce(p.grad_bytes, n)
+    if overlap:
+        exposed = max(net.allreduce(min(p.grad_bytes, MiB), n), t_ar - 2.0 / 3.0 * p.c)
+    else:
+        exposed = t_ar
+    return k * p.c + p.u + exposed
+
+
+def from_scaling_csv(path):
+    rows = list(csv.DictReader(open(path)))
+    for r in rows:
+        for key in ("accum", "ranks", "micro", "oversubscribed", "grad_bytes"):
+            r[key] = int(r[key])
+        for key in ("window_s", "t_compute_s", "t_comm_exposed_s", "t_data_s"):
+            r[key] = float(r[key])
+    return rows
+
+
+def profiles_from_scaling(rows):
+    """One profile per (mode, K, micro) from its 1-rank row."""
+    out = {}
+    for r in rows:
+        if r["ranks"] == 1:
+            c = r["t_compute_s"] / r["accum"]
+            u = max(r["window_s"] - r["t_compute_s"] - r["t_comm_exposed_s"], 0.0)
+            out[(r["mode"], r["accum"], r["micro"])] = Profile(
+                f"mlp-{r['mode']}-K{r['accum']}", c, r["grad_bytes"], u, "bench_scaling 1 rank")
+    return out
+
+
+def validate(rows, net, overlap):
+    """Predicts the multi-rank rows (not oversubscribed) from 1-rank ones."""
+    base = profiles_from_scaling(rows)
+    results = []
+    for r in rows:
+        if r["ranks"] == 1 or r["oversubscribed"]:
+            continue
+        one = [b for b in rows if b["ranks"] == 1 and b["mode"] == r["mode"]
+               and b["accum"] == r["accum"]]
+        if not one:
+            continue
+        p1 = base[(r["mode"], r["accum"], one[0]["micro"])]
+        # Strong scaling shrinks the micro-batch: compute taken as
+        # proportional to it (an assumption; small batches are worse).
+        scale = r["micro"] / one[0]["micro"]
+        p = Profile(p1.name, p1.c * scale, r["grad_bytes"], p1.u, p1.source)
+        predicted = window(p, net, r["ranks"], r["accum"], overlap)
+        results.append((r, predicted, predicted / r["window_s"] - 1.0))
+    return results
+
+
+def measure_configs(memtrain, out):
+    """1 rank, 4 windows of each launch/configs/*.yaml on synthetic data of
+    its kind: compute per micro-step and gradient bytes."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    configs = os.path.join(here, "..", "launch", "configs")
+    profiles = []
+    os.makedirs(out, exist_ok=True)
+    for name in sorted(os.listdir(configs)):
+        if not name.endswith(".yaml"):
+            continue
+        cfg_path = os.path.join(configs, name)
+        model, section = "mlp", ""
+        for line in open(cfg_path):
+            if line and not line[0].isspace() and line.rstrip().endswith(":"):
+                section = line.strip()[:-1]
+            elif section == "model" and line.strip().startswith("name:"):
+                model = line.split(":", 1)[1].split("#")[0].strip()
+        kind = {"mlp": "features", "cnn": "images", "unet3d": "volumes"}[model]
+        data = os.path.join(out, f"{kind}.h5")
+        if not os.path.exists(data):
+            args = [memtrain, "make-data", "--kind", kind, "--out", data]
+            args += (["--samples", "4", "--depth", "48", "--height", "48", "--width", "48"]
+                     if kind == "volumes" else ["--samples", "256"])
+            subprocess.run(args, check=True, capture_output=True)
+        run_dir = os.path.join(out, name[:-5])
+        subprocess.run(["rm", "-rf", run_dir], check=True)
+        cmd = ["mpirun", "-np", "1", memtrain, "train", "--config", cfg_path,
+               f"--data.train={data}", "--data.val=", "--training.max_windows=4",
+               "--training.epochs=1000", f"--output.dir={run_dir}",
+               "--output.progress=lines"]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            print(f"# --measure-configs: {name} did not run: {p.stdout[-400:]}{p.stderr[-400:]}")
+            continue
+        w = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))
+             if '"window"' in l][1:]
+        c = sorted(x["t_compute_s"] / x["accum_steps"] for x in w)[len(w) // 2]
+        u = sorted(max(x["window_s"] - x["t_compute_s"] - x["t_comm_exposed_s"], 0) for x in w)[len(w) // 2]
+        profiles.append(Profile(name[:-5], c, w[0]["allreduce_bytes"], u,
+                                f"measured: {name}, 1 rank, micro-batch {w[0]['micro_batch']}"))
+    return profiles
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--scaling-csv", default="")
+    ap.add_argument("--allreduce-csv", default="")
+    ap.add_argument("--profile", action="append", default=[])
+    ap.add_argument("--measure-configs", action="store_true")
+    ap.add_argument("--memtrain", default="build/memtrain")
+    ap.add_argument("--gpus", type=ints, default=[8, 16, 32, 64, 128, 256, 512, 1024])
+    ap.add_argument("--accum", type=ints, default=[1, 4, 16])
+    ap.add_argument("--no-overlap-validation", action="store_true",
+                    help="the measured runs had dist.overlap=false")
+    ap.add_argument("--out", default="runs/scaling_model")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    print(f"# scaling_model: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+
+    worst = 0.0
+    if a.scaling_csv and a.allreduce_csv:
+        rows = from_scaling_csv(a.scaling_csv)
+        local = fit_network(a.allreduce_csv)
+        print(f"# validation network: alpha_step {local.alpha_step * 1e6:.2f} us, busbw "
+              f"{local.busbw_intra / 1e9:.3f} GB/s, {local.source}")
+        print("%-6s %3s %6s %6s %11s %12s %8s" % (
+            "mode", "K", "ranks", "micro", "measured_s", "predicted_s", "error"))
+        for r, pred, err in validate(rows, local, not a.no_overlap_validation):
+            worst = max(worst, abs(err))
+            print("%-6s %3d %6d %6d %11.4f %12.4f %+7.1f%%" % (
+                r["mode"], r["accum"], r["ranks"], r["micro"], r["window_s"], pred, 100 * err))
+        skipped = sum(1 for r in rows if r["ranks"] > 1 and r["oversubscribed"])
+        if skipped:
+            print(f"# {skipped} oversubscribed row(s) not predicted: time sharing, not scaling")
+        print(f"# largest error {100 * worst:.1f}% (target: within 15%)")
+
+    profiles = []
+    if a.scaling_csv:
+        rows = from_scaling_csv(a.scaling_csv)
+        seen = set()
+        for key, p in sorted(profiles_from_scaling(rows).items()):
+            if key[0] == "weak" and p.grad_bytes not in seen:
+                seen.add(p.grad_bytes)
+                p.name = f"mlp(bench_scaling, micro {key[2]})"
+                profiles.append(p)
+                break
+    for spec in a.profile:
+        parts = spec.split(":")
+        if len(parts) not in (3, 4):
+            sys.exit(f"scaling_model: --profile {spec}: write name:compute_s:grad_bytes[:update_s]")
+        profiles.append(Profile(parts[0], float(parts[1]), int(float(parts[2])),
+                                float(parts[3]) if len(parts) == 4 else 0.0, "given"))
+    if a.measure_configs:
+        profiles += measure_configs(a.memtrain, os.path.join(a.out, "configs"))
+    if not profiles:
+        sys.exit("scaling_model: no model profile: give --scaling-csv, --profile or --measure-configs")
+
+    net = v100_cluster()
+    print(f"# cluster: {net.source}; busbw intra {net.busbw_intra / 1e9:.0f} GB/s, inter "
+          f"{net.busbw_inter / 1e9:.0f} GB/s, alpha_step {net.alpha_step * 1e6:.0f} us")
+    out_csv = os.path.join(a.out, "scaling_model.csv")
+    with open(out_csv, "w") as f:
+        f.write("model,compute_per_micro_s,grad_bytes,update_s,gpus,accum,overlap,window_s,efficiency\n")
+        for p in profiles:
+            print(f"# {p.name}: c = {p.c * 1e3:.3f} ms per micro-step, gradient "
+                  f"{p.grad_bytes / MiB:.2f} MiB, u = {p.u * 1e3:.3f} ms ({p.source})")
+            print("%8s" % "gpus" + "".join(" %9s" % f"K{k}{'' if o else '-noov'}"
+                                           for k in a.accum for o in (True, False)))
+            for n in a.gpus:
+                line = "%8d" % n
+                for k in a.accum:
+                    for o in (True, False):
+                        w = window(p, net, n, k, o)
+                        eff = (k * p.c + p.u) / w
+                        line += " %9.3f" % eff
+                        f.write(f"{p.name},{p.c},{p.grad_bytes},{p.u},{n},{k},{int(o)},{w},{eff}\n")
+                print(line)
+    print(f"# efficiency per cell; CSV {out_csv}")
+    plot(out_csv, os.path.join(a.out, "scaling_model.png"), [p.name for p in profiles], a.accum)
+
+
+def plot(path, png, names, accum):
+    lines = []
+    for name in names:
+        for k in accum:
+            lines.append(f"'{path}' every ::1 using (strcol(1) eq '{name}' && $6 == {k} && "
+                         f"$7 == 1 ? $5 : NaN):9 with linespoints title '{name} K={k}'")
+    script = (f"set terminal pngcairo size 1000,600\nset output '{png}'\n"
+              "set datafile separator ','\nset logscale x 2\nset key bottom left\n"
+              "set xlabel 'GPUs (V100 model)'\nset ylabel 'predicted efficiency'\n"
+              "set yrange [0:1.05]\nset title 'memtrain scaling model (overlap on)'\n"
+              "plot " + ", ".join(lines) + "\n")
+    try:
+        p = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
+        print(f"# plot {png}" if p.returncode == 0 else f"# gnuplot failed: {p.stderr[:300]}")
+    except FileNotFoundError:
+        print("# gnuplot not found (apt-get install gnuplot-nox); PNG not drawn")
+
+
+if __name__ == "__main__":
+    main()
