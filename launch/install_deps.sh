@@ -16,6 +16,8 @@ packages=(
   mricron-data                               # MNI templates: the brain dataset
   libgtest-dev                               # tests
   python3                                    # e2e checks (standard library only)
+  python3-torch python3-h5py                 # benchmarks/vs_pytorch: the PyTorch DDP side
+                                             # (Debian's LibTorch 1.13, as the CPU build's)
   gnuplot-nox                                # benchmarks' PNG plots
 )
 missing=()

@@ -578,6 +578,12 @@ const std::vector<Key>& keys() {
           kInf,
           "seconds between progress lines when stdout is not a "
           "terminal"),
+      bool_key(
+          "output.save_initial",
+          [](TrainConfig& c) { return &c.output.save_initial; },
+          "write output.dir/initial.safetensors: the parameters the first "
+          "window starts from (after a resume, the checkpoint's), named as "
+          "in model.safetensors"),
   };
   return table;
 }

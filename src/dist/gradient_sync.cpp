@@ -6,6 +6,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "memtrain/dist/communicator.h"
 #include "memtrain/util/error.h"
@@ -126,17 +129,40 @@ GradientSync::~GradientSync() {
   works_.clear();  // waits for anything still in flight
 }
 
+namespace {
+
+// A float is inf or NaN iff its exponent bits are all ones. Blocks of a
+// fixed size with no early exit inside let the compiler vectorise the test
+// (one branch per block): 8 ms instead of 14-25 ms for the 17 M gradients
+// of benchmarks/vs_pytorch's MLP, every window.
+bool host_all_finite(const float* p, int64_t n) {
+  constexpr int64_t kBlock = 1024;
+  uint32_t bits[kBlock];
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    std::memcpy(bits, p + i, sizeof(bits));
+    uint32_t bad = 0;
+    for (int64_t k = 0; k < kBlock; ++k)
+      bad |= static_cast<uint32_t>((bits[k] & 0x7f800000u) == 0x7f800000u);
+    if (bad)
+      return false;
+  }
+  for (; i < n; ++i) {
+    if (!std::isfinite(p[i]))
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool GradientSync::all_finite() const {
   // Without allocating: a mask the size of the gradient (isfinite) or a
   // float64 copy (sum with a dtype) would raise the step's peak memory.
   for (const auto& b : buckets_) {
     if (b.flat.is_cpu()) {
-      const float* p = b.flat.data_ptr<float>();
-      const int64_t n = b.flat.numel();
-      for (int64_t i = 0; i < n; ++i) {
-        if (!std::isfinite(p[i]))
-          return false;
-      }
+      if (!host_all_finite(b.flat.data_ptr<float>(), b.flat.numel()))
+        return false;
     } else if (!torch::isfinite(b.flat).all().item<bool>()) {
       return false;
     }
@@ -178,6 +204,11 @@ void GradientSync::arm() {
   // GPU buckets over MPI go through host copies from autograd's device
   // thread, where MPI (initialised FUNNELED) may not be called: no overlap.
   if (!buckets_.front().flat.is_cpu() && comm_.backend() == "mpi")
+    return;
+  // A sum that is complete when started (MPI through shared memory) would
+  // only make the ranks meet once per bucket inside backward: 0.46 s vs
+  // 0.43 s a window for benchmarks/vs_pytorch's MLP. Reduce at sync().
+  if (!comm_.all_reduce_overlaps())
     return;
   armed_ = true;
   std::fill(seen_.begin(), seen_.end(), false);

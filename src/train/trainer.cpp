@@ -156,6 +156,17 @@ void Trainer::Impl::start_run() {
     if (start.resumed)
       trim_metrics(path, start);
     metrics = std::make_unique<MetricsLog>(path, /*append=*/start.resumed);
+    // What the first window starts from, for an outside reference (such
+    // as benchmarks/vs_pytorch) to start from the same parameters.
+    if (r.cfg.output.save_initial) {
+      save_safetensors(
+          r.cfg.output.dir + "/initial.safetensors",
+          host_parameters(r),
+          {{"format", "pt"},
+           {"producer", "memtrain"},
+           {"model", r.cfg.model.name},
+           {"windows", std::to_string(start.step)}});
+    }
   }
   counters.monitor.begin_window();
 }

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,51 @@ TEST(MpiCommunicator, AllReduceSumsRankValuedTensorsExactly) {
   EXPECT_EQ(l.item<int64_t>(), w << 40);
   EXPECT_EQ(comm.stats().allreduce_calls, 3);
   EXPECT_EQ(comm.stats().allreduce_bytes, 5 * 4 + 3 * 8 + 8);
+}
+
+// Note [Shared-memory all-reduce]: a float32 sum of at least 64 KiB over
+// ranks on one node goes through the shared-memory window, in chunks of
+// 4 MiB per rank (an uneven last one), and gives the same exact sums as
+// MPI's path (integer-valued floats: exact in any order); MEMTRAIN_MPI_SHM=0
+// keeps MPI's path. Small sums and other dtypes always take MPI's.
+TEST(MpiCommunicator, SharedMemorySumsEqualMpisAndCanBeTurnedOff) {
+  const int64_t n = (int64_t{5} << 20) / 2 + 7;  // 2.5 chunks + 7 floats
+  auto values = [](int rank, int64_t count) {
+    return torch::remainder(torch::arange(count, torch::kFloat32), 1000.0f) *
+           static_cast<float>(rank + 1);
+  };
+  torch::Tensor via_mpi;
+  {
+    setenv("MEMTRAIN_MPI_SHM", "0", 1);
+    MpiCommunicator comm(MPI_COMM_WORLD);
+    via_mpi = values(comm.rank(), n);
+    comm.all_reduce_sum(via_mpi);
+    EXPECT_FALSE(comm.uses_shared_memory());
+    unsetenv("MEMTRAIN_MPI_SHM");
+  }
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int64_t w = comm.size();
+  auto small = torch::full({16}, static_cast<float>(comm.rank()));
+  comm.all_reduce_sum(small);  // below 64 KiB: MPI, decides nothing
+  EXPECT_FALSE(comm.uses_shared_memory());
+  EXPECT_TRUE(torch::equal(small, torch::full({16}, w * (w - 1) / 2.0f)));
+  for (int round = 0; round < 3; ++round) {  // both halves of the buffer
+    auto t = values(comm.rank(), n - round);
+    comm.all_reduce_sum(t);
+    EXPECT_EQ(comm.uses_shared_memory(), w > 1);
+    EXPECT_TRUE(torch::equal(t, via_mpi.slice(0, 0, n - round)))
+        << "round " << round;
+    EXPECT_TRUE(torch::equal(
+        t, values(0, n - round) * static_cast<float>(w * (w + 1) / 2)));
+  }
+  auto d = torch::ones({1 << 15}, torch::kFloat64);  // 256 KiB of doubles
+  comm.all_reduce_sum(d);
+  EXPECT_TRUE(
+      torch::equal(d, torch::full({1 << 15}, double(w), torch::kFloat64)));
+  EXPECT_EQ(comm.stats().allreduce_calls, 5);
+  EXPECT_EQ(
+      comm.stats().allreduce_bytes,
+      16 * 4 + (3 * n - 3) * 4 + (int64_t{1} << 15) * 8);
 }
 
 TEST(MpiCommunicator, BroadcastCopiesRootEverywhere) {

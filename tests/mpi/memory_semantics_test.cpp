@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "memtrain/memory/device_memory.h"
 #include "mpi_support.h"
@@ -106,10 +107,15 @@ TEST(MemorySemantics, OomInTheBoundaryBackwardKeepsTheCollectivesInStep) {
   c.training.effective_batch_size = 16 * w;
   c.training.max_windows = 3;
   c.dist.bucket_mib = 16.0 / 1024;  // 16 KiB: several buckets
+  // Buckets in flight need the non-blocking MPI path: the shared-memory sum
+  // of ranks on one node is complete when started, and is not started in
+  // backward (Note [Shared-memory all-reduce]).
+  setenv("MEMTRAIN_MPI_SHM", "0", 1);
   const RunResult clean = train(c, MPI_COMM_WORLD);
   c.memory.test_oom_rank = w - 1;
   c.memory.test_oom_in = "boundary_backward";
   const RunResult r = train(c, MPI_COMM_WORLD);
+  unsetenv("MEMTRAIN_MPI_SHM");
   const int64_t buckets = clean.summary.window_results.front().allreduce_calls;
   ASSERT_GE(buckets, 3);
   EXPECT_EQ(r.summary.window_results.front().oom_retries_total, 1);

@@ -4,9 +4,11 @@
 // replicas stay bit-identical.
 
 #include <gtest/gtest.h>
+
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "memtrain/data/h5_dataset.h"
@@ -233,10 +235,14 @@ TEST(TrainerSemantics, OverlapStartsBucketsInBackwardWithTheSameUpdate) {
   c.training.max_windows = 3;
   c.training.lr = 0.01;
   c.dist.bucket_mib = 4.0 / 1024;  // 4 KiB
+  // The non-blocking MPI path: sums through shared memory are not started
+  // in backward (Note [Shared-memory all-reduce]).
+  setenv("MEMTRAIN_MPI_SHM", "0", 1);
   c.dist.overlap = false;
   const RunResult off = train(c, MPI_COMM_WORLD);
   c.dist.overlap = true;
   const RunResult on = train(c, MPI_COMM_WORLD);
+  unsetenv("MEMTRAIN_MPI_SHM");
   for (size_t i = 0; i < on.summary.window_results.size(); ++i) {
     const WindowResult& a = off.summary.window_results[i];
     const WindowResult& b = on.summary.window_results[i];

@@ -115,6 +115,9 @@ struct OutputConfig {
   // terminal there); lines: a full line every progress_every_s seconds.
   std::string progress = "auto";  // auto | tty | lines
   double progress_every_s = 5.0;
+  // Rank 0 writes output.dir/initial.safetensors, the parameters the first
+  // window starts from (after a resume: the checkpoint's), before it runs.
+  bool save_initial = false;
 };
 
 struct TrainConfig {

@@ -99,6 +99,14 @@ class Communicator {
   // has called it. NCCL: also waits for this rank's current stream.
   virtual void barrier() = 0;
 
+  // Whether a large float32 sum started with all_reduce_async runs while
+  // the caller goes on (true), or is complete when all_reduce_async returns
+  // (false: MPI's shared-memory path, Note [Shared-memory all-reduce]);
+  // starting buckets inside backward then only adds synchronisation points.
+  virtual bool all_reduce_overlaps() const {
+    return true;
+  }
+
   const CommStats& stats() const {
     return stats_;
   }

@@ -5,6 +5,8 @@
 
 #include <mpi.h>
 
+#include <memory>
+
 #include "memtrain/dist/communicator.h"
 #include "memtrain/dist/mpi_wait.h"
 
@@ -30,16 +32,35 @@ class MpiCommunicator final : public Communicator {
     return "mpi";
   }
   // MPI_Iallreduce in pieces of at most INT_MAX elements (MPI counts are
-  // int), all issued at once; the work's wait() polls them all.
+  // int), all issued at once; the work's wait() polls them all. A float32
+  // sum of at least 64 KiB when every rank is on one node goes through a
+  // shared-memory window instead and is complete on return (Note
+  // [Shared-memory all-reduce]).
   std::unique_ptr<CollectiveWork> all_reduce_async(
       at::Tensor& t, ReduceOp op) override;
   void broadcast(at::Tensor& t, int root) override;
   void barrier() override;
 
+  ~MpiCommunicator() override;
+
+  // Whether float32 sums go through shared memory (decided, collectively,
+  // at the first one; false before it).
+  bool uses_shared_memory() const;
+  bool all_reduce_overlaps() const override {
+    return !uses_shared_memory();
+  }
+
  private:
+  struct Shm;
+  bool shm_all_reduce(at::Tensor& t, ReduceOp op);
+  bool shm_ready();
+  void shm_step(int64_t sequence);
+
   MpiWaiter waiter_;
   int rank_ = 0;
   int size_ = 1;
+  std::unique_ptr<Shm> shm_;
+  bool shm_decided_ = false;
 };
 
 }  // namespace memtrain

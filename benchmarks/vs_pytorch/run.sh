@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# memtrain vs PyTorch DistributedDataParallel: the same models, HDF5 file,
+# initial parameters, sample order, effective batch, accumulation, optimizer,
+# precision (fp32) and threads per rank; memtrain under mpirun, then the
+# PyTorch script (benchmarks/vs_pytorch/pytorch_ddp.py) under mpirun, in
+# alternation, R repeats of N windows each. Prints a table, writes
+# DIR/vs_pytorch.csv and DIR/vs_pytorch.png (gnuplot).
+#
+# usage: benchmarks/vs_pytorch/run.sh [--device cpu|cuda] [--models mlp,cnn,unet3d]
+#          [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2]
+#          [--size full|smallest] [--warmup W] [--check-loss TOL]
+#   --size smallest   seconds-long sizes (CI); full: the sizes in README.md
+#   --warmup W        windows left out of the timing at the start of each run (1)
+#   --check-loss TOL  exit 1 when the losses after N windows differ by more
+#                     than TOL relative (a correctness check, not a figure)
+# Environment: PYTHON (a python3 with torch, h5py and numpy; default: the
+# first of python3, /usr/bin/python3 that has them), MPIEXEC (mpirun).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+usage="usage: $0 [--device cpu|cuda] [--models mlp,cnn,unet3d] [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2] [--size full|smallest] [--warmup W] [--check-loss TOL]"
+device=cpu models=mlp,cnn,unet3d windows=10 repeats=3 out="" memtrain="$root/build/memtrain"
+np=2 size=full warmup=1 check=""
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
+  case "$1" in
+    --device) device=$2 ;;
+    --models) models=$2 ;;
+    --windows) windows=$2 ;;
+    --repeats) repeats=$2 ;;
+    --out) out=$2 ;;
+    --memtrain) memtrain=$2 ;;
+    --np) np=$2 ;;
+    --size) size=$2 ;;
+    --warmup) warmup=$2 ;;
+    --check-loss) check=$2 ;;
+    *) echo "$0: unknown option '$1'" >&2; echo "$usage" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+[ -n "$out" ] || { echo "$0: --out DIR is required" >&2; echo "$usage" >&2; exit 2; }
+case "$device" in cpu | cuda) ;; *) echo "$0: --device must be cpu or cuda, got '$device'" >&2; exit 2 ;; esac
+case "$size" in full | smallest) ;; *) echo "$0: --size must be full or smallest, got '$size'" >&2; exit 2 ;; esac
+for v in windows repeats np warmup; do
+  [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 -o "$v" = warmup ] ||
+    { echo "$0: --$v must be a positive integer, got '${!v}'" >&2; exit 2; }
+done
+[ "$warmup" -lt "$windows" ] ||
+  { echo "$0: --warmup $warmup leaves no timed window of --windows $windows" >&2; exit 2; }
+[ -x "$memtrain" ] ||
+  { echo "$0: memtrain binary '$memtrain' not found: build it (bash launch/build.sh) or pass --memtrain PATH" >&2; exit 2; }
+memtrain=$(cd "$(dirname "$memtrain")" && pwd)/$(basename "$memtrain")
+
+# A python3 with torch, h5py and numpy (Debian: python3-torch python3-h5py).
+has_deps() { "$1" -c 'import torch, h5py, numpy' >/dev/null 2>&1; }
+if [ -n "${PYTHON:-}" ]; then
+  has_deps "$PYTHON" || { echo "$0: PYTHON=$PYTHON cannot import torch, h5py and numpy" >&2; exit 2; }
+  py=$PYTHON
+else
+  py=""
+  for c in python3 /usr/bin/python3; do
+    if command -v "$c" >/dev/null && has_deps "$c"; then py=$(command -v "$c"); break; fi
+  done
+  [ -n "$py" ] || { echo "$0: no python3 with torch, h5py and numpy (apt-get install python3-torch python3-h5py, or set PYTHON)" >&2; exit 2; }
+fi
+source "$root/launch/env.sh"
+mpiexec=${MPIEXEC:-mpirun}
+command -v "$mpiexec" >/dev/null || { echo "$0: $mpiexec not found (set MPIEXEC)" >&2; exit 2; }
+
+mkdir -p "$out/data"
+out=$(cd "$out" && pwd)
+: >"$out/commands.txt"
+log() { echo "$*" >>"$out/commands.txt"; }
+
+# Per model and size: data, model and window shape. B = np x accum x micro.
+# full: the MLP's matrix products dominate (hidden 1024, 4x wide inside);
+# smallest: seconds in all, for CI.
+set_model() {  # MODEL
+  local m=$1
+  opt=sgd lr=0.01 momentum=0.9 wd=0 accum=2
+  if [ "$size" = full ]; then
+    case $m in
+      mlp) data=(--kind features --features 512 --classes 10); hidden=1024 depth=2 micro=64 lr=0.02 ;;
+      cnn) data=(--kind images --channels 3 --height 32 --width 32 --classes 10); hidden=32 depth=3 micro=32 lr=0.02 ;;
+      unet3d) data=(--kind volumes --channels 1 --depth 48 --height 48 --width 48 --classes 3 --chunk 16)
+        feat=8 depth=3 patch=32 micro=2 vols=4 ;;
+    esac
+  else
+    case $m in
+      mlp) data=(--kind features --features 16 --classes 4); hidden=32 depth=1 micro=4 ;;
+      cnn) data=(--kind images --channels 1 --height 8 --width 8 --classes 4); hidden=4 depth=2 micro=4 ;;
+      unet3d) data=(--kind volumes --channels 1 --depth 16 --height 16 --width 16 --classes 2 --chunk 8)
+        feat=4 depth=2 patch=8 micro=1 vols=2 ;;
+    esac
+  fi
+  batch=$((np * accum * micro))
+  local need=$((windows * batch))
+  model_args=(--model.name=$m --model.depth=$depth)
+  py_args=(--model "$m" --depth "$depth")
+  if [ "$m" = unet3d ]; then
+    ppv=$(((need + vols - 1) / vols))
+    data+=(--samples "$vols")
+    model_args+=(--model.feature_size=$feat --model.norm=instance --data.patch_size=$patch
+      --data.patches_per_volume=$ppv --data.pos_fraction=0 --data.flip=none)
+    py_args+=(--feature-size "$feat" --norm instance --patch "$patch" "$patch" "$patch"
+      --patches-per-volume "$ppv")
+  else
+    data+=(--samples "$need")
+    model_args+=(--model.hidden=$hidden)
+    py_args+=(--hidden "$hidden")
+  fi
+}
+
+free_port() {
+  "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+IFS=, read -r -a model_list <<<"$models"
+for m in "${model_list[@]}"; do
+  case "$m" in mlp | cnn | unet3d) ;; *) echo "$0: unknown model '$m' (mlp, cnn, unet3d)" >&2; exit 2 ;; esac
+  set_model "$m"
+  h5="$out/data/$m-$size-w$windows-np$np.h5"
+  if [ ! -s "$h5" ]; then
+    "$memtrain" make-data "${data[@]}" --seed 7 --out "$h5" >/dev/null
+  fi
+  for r in $(seq 1 "$repeats"); do
+    run="$out/runs/$m/r$r"
+    rm -rf "$run"
+    mkdir -p "$run"
+    # memtrain first, then PyTorch from memtrain's initial parameters.
+    cmd=("$mpiexec" -np "$np" "$py" "$here/peak_rss.py" "$run/memtrain/rss" --
+      "$memtrain" train --data.train="$h5" --data.val= "${model_args[@]}"
+      --model.seed=1234 --data.seed=0 --data.batch_size=$micro
+      --training.gradient_accumulation_steps=$accum --training.epochs=1
+      --training.max_windows=$windows --training.optimizer=$opt --training.lr=$lr
+      --training.momentum=$momentum --training.weight_decay=$wd
+      --training.grad_clip_norm=0 --training.amp=off --memory.budget=none
+      --data.read_threads=1 --dist.device=$device --dist.check_replicas=off
+      --output.dir="$run/memtrain" --output.save_initial=true --output.progress=lines)
+    log "${cmd[*]}"
+    echo "[$m r$r/$repeats] memtrain" >&2
+    "${cmd[@]}" >"$run/memtrain.log" 2>&1 || { tail -20 "$run/memtrain.log" >&2; echo "$0: memtrain failed ($run/memtrain.log)" >&2; exit 1; }
+    threads=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["ranks"][0]["threads"])' "$run/memtrain/environment.json")
+    mkdir -p "$run/pytorch"
+    # The same threads per rank: LibTorch's (--threads), and OpenMP's and
+    # OpenBLAS's pools, which read these at start-up.
+    cmd=(env MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" OMP_NUM_THREADS="$threads"
+      OPENBLAS_NUM_THREADS="$threads" "$mpiexec" -np "$np" -x MASTER_ADDR -x MASTER_PORT -x OMP_NUM_THREADS
+      -x OPENBLAS_NUM_THREADS "$py" "$here/pytorch_ddp.py"
+      "${py_args[@]}" --data "$h5" --init "$run/memtrain/initial.safetensors"
+      --data-seed 0 --micro $micro --accum $accum --windows $windows --optimizer $opt
+      --lr $lr --momentum $momentum --weight-decay $wd --threads "$threads" --device $device
+      --out "$run/pytorch/result.json" --save "$run/pytorch/model.safetensors")
+    log "${cmd[*]}"
+    echo "[$m r$r/$repeats] pytorch (DDP, $threads thread(s) per rank)" >&2
+    "${cmd[@]}" >"$run/pytorch.log" 2>&1 || { tail -20 "$run/pytorch.log" >&2; echo "$0: the PyTorch run failed ($run/pytorch.log)" >&2; exit 1; }
+  done
+done
+
+sum_args=(--out "$out" --models "$models" --repeats "$repeats" --windows "$windows"
+  --warmup "$warmup" --device "$device" --size "$size" --np "$np" --memtrain "$memtrain"
+  --mpiexec "$mpiexec")
+[ -z "$check" ] || sum_args+=(--check-loss "$check")
+"$py" "$here/summarize.py" "${sum_args[@]}"
