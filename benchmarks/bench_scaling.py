@@ -101,52 +101,58 @@ def main():
          "--samples", str(biggest), "--features", str(a.features)],
         os.path.join(a.out, "make-data.log"))
 
+    # Strong scaling's smaller micro-batches also run on 1 rank
+    # ("calibration" rows): the compute per micro-step scaling_model.py
+    # predicts the multi-rank points from.
+    plan = [(m, k, n, a.micro if m == "weak" else a.micro // n)
+            for m in modes for k in a.accum for n in a.ranks]
+    if "strong" in modes:
+        plan += [("calibration", k, 1, a.micro // n)
+                 for k in a.accum for n in a.ranks if n > 1]
     rows = []
-    for mode in modes:
-        for k in a.accum:
-            for n in a.ranks:
-                micro = a.micro if mode == "weak" else a.micro // n
-                tag = f"{mode}-k{k}-n{n}"
-                cmd = shlex.split(a.launch.format(n=n))
-                over = mpirun and n > cpus
-                if over:
-                    cmd.append("--oversubscribe")
-                cmd += [a.memtrain, "train"]
-                if a.config:
-                    cmd += ["--config", a.config]
-                cmd += [f"--data.train={data}", "--data.val=",
-                        f"--data.batch_size={micro}",
-                        f"--training.gradient_accumulation_steps={k}",
-                        f"--training.max_windows={a.windows}",
-                        "--training.epochs=1000",
-                        "--model.name=mlp", f"--model.hidden={a.hidden}",
-                        f"--model.depth={a.depth}",
-                        f"--output.dir={os.path.join(a.out, tag)}",
-                        "--output.progress=lines"] + a.overrides
-                t0 = time.time()
-                run(cmd, os.path.join(a.out, tag + ".log"))
-                w = windows(os.path.join(a.out, tag, "metrics.jsonl"))[a.warmup:]
-                if not w:
-                    sys.exit(f"bench_scaling: {tag}: no windows after the warm-up")
-                med = lambda key: statistics.median(x[key] for x in w)
-                window_s = med("window_s")
-                rows.append(dict(
-                    mode=mode, accum=k, ranks=n, micro=micro,
-                    effective_batch=w[0]["effective_batch"],
-                    oversubscribed=int(over), window_s=window_s,
-                    window_min_s=min(x["window_s"] for x in w),
-                    window_max_s=max(x["window_s"] for x in w),
-                    samples_per_s=w[0]["effective_batch"] / window_s,
-                    t_compute_s=med("t_compute_s"),
-                    t_comm_exposed_s=med("t_comm_exposed_s"),
-                    t_data_s=med("t_data_s"),
-                    grad_bytes=w[0]["allreduce_bytes"],
-                    compute_per_micro_s=med("t_compute_s") / k,
-                    run_s=time.time() - t0))
+    for mode, k, n, micro in plan:
+        tag = f"{mode}-k{k}-n{n}" + (f"-m{micro}" if mode == "calibration" else "")
+        cmd = shlex.split(a.launch.format(n=n))
+        over = mpirun and n > cpus
+        if over:
+            cmd.append("--oversubscribe")
+        cmd += [a.memtrain, "train"]
+        if a.config:
+            cmd += ["--config", a.config]
+        cmd += [f"--data.train={data}", "--data.val=",
+                f"--data.batch_size={micro}",
+                f"--training.gradient_accumulation_steps={k}",
+                f"--training.max_windows={a.windows}",
+                "--training.epochs=1000",
+                "--model.name=mlp", f"--model.hidden={a.hidden}",
+                f"--model.depth={a.depth}",
+                f"--output.dir={os.path.join(a.out, tag)}",
+                "--output.progress=lines"] + a.overrides
+        t0 = time.time()
+        run(cmd, os.path.join(a.out, tag + ".log"))
+        w = windows(os.path.join(a.out, tag, "metrics.jsonl"))[a.warmup:]
+        if not w:
+            sys.exit(f"bench_scaling: {tag}: no windows after the warm-up")
+        med = lambda key: statistics.median(x[key] for x in w)
+        window_s = med("window_s")
+        rows.append(dict(
+            mode=mode, accum=k, ranks=n, micro=micro,
+            effective_batch=w[0]["effective_batch"],
+            oversubscribed=int(over), window_s=window_s,
+            window_min_s=min(x["window_s"] for x in w),
+            window_max_s=max(x["window_s"] for x in w),
+            samples_per_s=w[0]["effective_batch"] / window_s,
+            t_compute_s=med("t_compute_s"),
+            t_comm_exposed_s=med("t_comm_exposed_s"),
+            t_data_s=med("t_data_s"),
+            grad_bytes=w[0]["allreduce_bytes"],
+            compute_per_micro_s=med("t_compute_s") / k,
+            buckets_early=med("buckets_early"),
+            run_s=time.time() - t0))
 
     for r in rows:
         base = [b for b in rows if b["mode"] == r["mode"] and b["accum"] == r["accum"]
-                and b["ranks"] == min(a.ranks)][0]
+                and b["ranks"] == min(a.ranks)][0] if r["mode"] != "calibration" else r
         r["efficiency"] = (r["samples_per_s"] * base["ranks"]
                            / (r["ranks"] * base["samples_per_s"]))
 

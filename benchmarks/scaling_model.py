@@ -124,40 +124,43 @@ def from_scaling_csv(path):
     for r in rows:
         for key in ("accum", "ranks", "micro", "oversubscribed", "grad_bytes"):
             r[key] = int(r[key])
-        for key in ("window_s", "t_compute_s", "t_comm_exposed_s", "t_data_s"):
+        for key in ("window_s", "t_compute_s", "t_comm_exposed_s", "t_data_s",
+                    "buckets_early"):
             r[key] = float(r[key])
     return rows
 
 
+def profile_of(r):
+    """A 1-rank row's compute per micro-step and the rest of its window."""
+    c = r["t_compute_s"] / r["accum"]
+    u = max(r["window_s"] - r["t_compute_s"] - r["t_comm_exposed_s"], 0.0)
+    return Profile(f"mlp-{r['mode']}-K{r['accum']}", c, r["grad_bytes"], u,
+                   "bench_scaling 1 rank")
+
+
 def profiles_from_scaling(rows):
     """One profile per (mode, K, micro) from its 1-rank row."""
-    out = {}
-    for r in rows:
-        if r["ranks"] == 1:
-            c = r["t_compute_s"] / r["accum"]
-            u = max(r["window_s"] - r["t_compute_s"] - r["t_comm_exposed_s"], 0.0)
-            out[(r["mode"], r["accum"], r["micro"])] = Profile(
-                f"mlp-{r['mode']}-K{r['accum']}", c, r["grad_bytes"], u, "bench_scaling 1 rank")
-    return out
+    return {(r["mode"], r["accum"], r["micro"]): profile_of(r)
+            for r in rows if r["ranks"] == 1}
 
 
 def validate(rows, net, overlap):
-    """Predicts the multi-rank rows (not oversubscribed) from 1-rank ones."""
-    base = profiles_from_scaling(rows)
+    """Predicts the multi-rank rows (not oversubscribed) from the 1-rank row
+    of the same micro-batch and K (strong scaling's smaller micro-batches
+    have 1-rank "calibration" rows); overlap as the measured run did it
+    (buckets started in backward), unless `overlap` is False."""
     results = []
     for r in rows:
         if r["ranks"] == 1 or r["oversubscribed"]:
             continue
-        one = [b for b in rows if b["ranks"] == 1 and b["mode"] == r["mode"]
+        one = [b for b in rows if b["ranks"] == 1 and b["micro"] == r["micro"]
                and b["accum"] == r["accum"]]
         if not one:
             continue
-        p1 = base[(r["mode"], r["accum"], one[0]["micro"])]
-        # Strong scaling shrinks the micro-batch: compute taken as
-        # proportional to it (an assumption; small batches are worse).
-        scale = r["micro"] / one[0]["micro"]
-        p = Profile(p1.name, p1.c * scale, r["grad_bytes"], p1.u, p1.source)
-        predicted = window(p, net, r["ranks"], r["accum"], overlap)
+        p = profile_of(one[0])
+        p.grad_bytes = r["grad_bytes"]
+        ov = overlap and float(r.get("buckets_early", 0)) > 0
+        predicted = window(p, net, r["ranks"], r["accum"], ov)
         results.append((r, predicted, predicted / r["window_s"] - 1.0))
     return results
 
