@@ -29,6 +29,8 @@ import platform
 import shlex
 import statistics
 import subprocess
+
+import gnuplot_png
 import sys
 import time
 
@@ -198,19 +200,12 @@ def plot(csv, png, keys, modes, accum):
                 f"'{csv}' every ::1 using (strcol({col['mode']}) eq '{m}' && "
                 f"${col['accum']} == {k} ? ${col['ranks']} : NaN):{col['efficiency']} "
                 f"with linespoints title '{m} K={k}'")
-    script = (f"set terminal pngcairo size 900,540\nset output '{png}'\n"
+    script = (f"set terminal pngcairo size 900,540 noenhanced\nset output '{png}'\n"
               "set datafile separator ','\nset key bottom left\n"
               "set xlabel 'ranks'\nset ylabel 'efficiency vs 1 rank'\n"
               "set yrange [0:*]\nset title 'memtrain scaling (MLP)'\n"
               "plot " + ", ".join(lines) + "\n")
-    try:
-        p = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
-        if p.returncode == 0:
-            print(f"# plot {png}")
-        else:
-            print(f"# gnuplot failed: {p.stderr.strip()[:300]}; PNG not drawn")
-    except FileNotFoundError:
-        print("# gnuplot not found (apt-get install gnuplot-nox); PNG not drawn")
+    gnuplot_png.draw(script, png)
 
 
 if __name__ == "__main__":

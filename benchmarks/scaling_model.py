@@ -52,6 +52,8 @@ import json
 import math
 import os
 import subprocess
+
+import gnuplot_png
 import sys
 import time
 
@@ -248,7 +250,7 @@ def main():
         for key, p in sorted(profiles_from_scaling(rows).items()):
             if key[0] == "weak" and p.grad_bytes not in seen:
                 seen.add(p.grad_bytes)
-                p.name = f"mlp(bench_scaling, micro {key[2]})"
+                p.name = f"mlp-micro{key[2]}"
                 profiles.append(p)
                 break
     for spec in a.profile:
@@ -292,16 +294,12 @@ def plot(path, png, names, accum):
         for k in accum:
             lines.append(f"'{path}' every ::1 using (strcol(1) eq '{name}' && $6 == {k} && "
                          f"$7 == 1 ? $5 : NaN):9 with linespoints title '{name} K={k}'")
-    script = (f"set terminal pngcairo size 1000,600\nset output '{png}'\n"
+    script = (f"set terminal pngcairo size 1000,600 noenhanced\nset output '{png}'\n"
               "set datafile separator ','\nset logscale x 2\nset key bottom left\n"
               "set xlabel 'GPUs (V100 model)'\nset ylabel 'predicted efficiency'\n"
               "set yrange [0:1.05]\nset title 'memtrain scaling model (overlap on)'\n"
               "plot " + ", ".join(lines) + "\n")
-    try:
-        p = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
-        print(f"# plot {png}" if p.returncode == 0 else f"# gnuplot failed: {p.stderr[:300]}")
-    except FileNotFoundError:
-        print("# gnuplot not found (apt-get install gnuplot-nox); PNG not drawn")
+    gnuplot_png.draw(script, png)
 
 
 if __name__ == "__main__":
