@@ -40,11 +40,11 @@ TEST(MpiCommunicator, AllReduceSumsRankValuedTensorsExactly) {
 
 // Note [Shared-memory all-reduce]: a float32 sum of at least 64 KiB over
 // ranks on one node goes through the shared-memory window, in chunks of
-// 4 MiB per rank (an uneven last one), and gives the same exact sums as
+// 512 KiB per rank (an uneven last one), and gives the same exact sums as
 // MPI's path (integer-valued floats: exact in any order); MEMTRAIN_MPI_SHM=0
 // keeps MPI's path. Small sums and other dtypes always take MPI's.
 TEST(MpiCommunicator, SharedMemorySumsEqualMpisAndCanBeTurnedOff) {
-  const int64_t n = (int64_t{5} << 20) / 2 + 7;  // 2.5 chunks + 7 floats
+  const int64_t n = (int64_t{5} << 20) / 2 + 7;  // 20 chunks + 7 floats
   auto values = [](int rank, int64_t count) {
     return torch::remainder(torch::arange(count, torch::kFloat32), 1000.0f) *
            static_cast<float>(rank + 1);

@@ -106,8 +106,12 @@ class MpiWork final : public CollectiveWork {
 
 // Sums of fewer bytes go through MPI: latency, not bandwidth, rules there.
 constexpr int64_t kShmMinBytes = 64 * 1024;
-// Floats per rank per half of the double buffer.
-constexpr int64_t kShmSlotFloats = int64_t{1} << 20;  // 4 MiB
+// Floats per rank per half of the double buffer: pieces that stay in the
+// caches while they are copied in, summed and copied out. Measured on the
+// 2-core development machine (bench_allreduce, 2 ranks, 1-16 MiB sums):
+// 4 MiB pieces 0.51-0.82x of MPI_Allreduce, 128 KiB 0.82-1.16x, 256 KiB
+// 0.97-1.52x, 512 KiB 1.07-1.42x.
+constexpr int64_t kShmSlotFloats = int64_t{1} << 17;  // 512 KiB
 
 }  // namespace
 
