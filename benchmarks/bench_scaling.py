@@ -200,12 +200,10 @@ def plot(csv, png, keys, modes, accum):
                 f"'{csv}' every ::1 using (strcol({col['mode']}) eq '{m}' && "
                 f"${col['accum']} == {k} ? ${col['ranks']} : NaN):{col['efficiency']} "
                 f"with linespoints title '{m} K={k}'")
-    script = (f"set terminal pngcairo size 900,540 noenhanced\nset output '{png}'\n"
-              "set datafile separator ','\nset key bottom left\n"
-              "set xlabel 'ranks'\nset ylabel 'efficiency vs 1 rank'\n"
-              "set yrange [0:*]\nset title 'memtrain scaling (MLP)'\n"
-              "plot " + ", ".join(lines) + "\n")
-    gnuplot_png.draw(script, png)
+    gnuplot_png.draw(png, "set key bottom left\nset xlabel 'ranks'\n"
+                     "set ylabel 'efficiency vs 1 rank'\nset yrange [0:*]\n"
+                     "set title 'memtrain scaling (MLP)'\n"
+                     "plot " + ", ".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,11 @@ missing or fails."""
 import subprocess
 
 
-def draw(script, png):
-    """Runs gnuplot on `script` (which sets its own output to `png`)."""
+def draw(png, body, size="900,540"):
+    """Draws `body` (gnuplot commands reading a comma-separated file) into
+    `png`; names with underscores print as they are (noenhanced)."""
+    script = (f"set terminal pngcairo size {size} noenhanced\nset output '{png}'\n"
+              "set datafile separator ','\n" + body)
     try:
         p = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
     except FileNotFoundError:

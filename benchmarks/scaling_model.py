@@ -140,12 +140,6 @@ def profile_of(r):
                    "bench_scaling 1 rank")
 
 
-def profiles_from_scaling(rows):
-    """One profile per (mode, K, micro) from its 1-rank row."""
-    return {(r["mode"], r["accum"], r["micro"]): profile_of(r)
-            for r in rows if r["ranks"] == 1}
-
-
 def validate(rows, net, overlap):
     """Predicts the multi-rank rows (not oversubscribed) from the 1-rank row
     of the same micro-batch and K (strong scaling's smaller micro-batches
@@ -227,8 +221,8 @@ def main():
     print(f"# scaling_model: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
 
     worst = 0.0
-    if a.scaling_csv and a.allreduce_csv:
-        rows = from_scaling_csv(a.scaling_csv)
+    rows = from_scaling_csv(a.scaling_csv) if a.scaling_csv else []
+    if rows and a.allreduce_csv:
         local = fit_network(a.allreduce_csv)
         print(f"# validation network: alpha_step {local.alpha_step * 1e6:.2f} us, busbw "
               f"{local.busbw_intra / 1e9:.3f} GB/s, {local.source}")
@@ -244,15 +238,13 @@ def main():
         print(f"# largest error {100 * worst:.1f}% (target: within 15%)")
 
     profiles = []
-    if a.scaling_csv:
-        rows = from_scaling_csv(a.scaling_csv)
-        seen = set()
-        for key, p in sorted(profiles_from_scaling(rows).items()):
-            if key[0] == "weak" and p.grad_bytes not in seen:
-                seen.add(p.grad_bytes)
-                p.name = f"mlp-micro{key[2]}"
-                profiles.append(p)
-                break
+    # bench_scaling's MLP: its 1-rank weak row with the fewest micro-steps.
+    ones = sorted((r for r in rows if r["mode"] == "weak" and r["ranks"] == 1),
+                  key=lambda r: r["accum"])
+    if ones:
+        p = profile_of(ones[0])
+        p.name = f"mlp-micro{ones[0]['micro']}"
+        profiles.append(p)
     for spec in a.profile:
         parts = spec.split(":")
         if len(parts) not in (3, 4):
@@ -294,12 +286,11 @@ def plot(path, png, names, accum):
         for k in accum:
             lines.append(f"'{path}' every ::1 using (strcol(1) eq '{name}' && $6 == {k} && "
                          f"$7 == 1 ? $5 : NaN):9 with linespoints title '{name} K={k}'")
-    script = (f"set terminal pngcairo size 1000,600 noenhanced\nset output '{png}'\n"
-              "set datafile separator ','\nset logscale x 2\nset key bottom left\n"
+    gnuplot_png.draw(png, (
+              "set logscale x 2\nset key bottom left\n"
               "set xlabel 'GPUs (V100 model)'\nset ylabel 'predicted efficiency'\n"
               "set yrange [0:1.05]\nset title 'memtrain scaling model (overlap on)'\n"
-              "plot " + ", ".join(lines) + "\n")
-    gnuplot_png.draw(script, png)
+              "plot " + ", ".join(lines) + "\n"), size="1000,600")
 
 
 if __name__ == "__main__":

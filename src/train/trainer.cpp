@@ -32,6 +32,18 @@ NamedTensors host_parameters(const RunState& run) {
   return out;
 }
 
+// The parameters as a safetensors file PyTorch loads, after `windows`.
+void write_parameters(
+    const RunState& run, const std::string& path, int64_t windows) {
+  save_safetensors(
+      path,
+      host_parameters(run),
+      {{"format", "pt"},
+       {"producer", "memtrain"},
+       {"model", run.cfg.model.name},
+       {"windows", std::to_string(windows)}});
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -159,13 +171,8 @@ void Trainer::Impl::start_run() {
     // What the first window starts from, for an outside reference (such
     // as benchmarks/vs_pytorch) to start from the same parameters.
     if (r.cfg.output.save_initial) {
-      save_safetensors(
-          r.cfg.output.dir + "/initial.safetensors",
-          host_parameters(r),
-          {{"format", "pt"},
-           {"producer", "memtrain"},
-           {"model", r.cfg.model.name},
-           {"windows", std::to_string(start.step)}});
+      write_parameters(
+          r, r.cfg.output.dir + "/initial.safetensors", start.step);
     }
   }
   counters.monitor.begin_window();
@@ -207,13 +214,7 @@ void Trainer::Impl::finish_run(
   }
   if (!writer)
     return;
-  save_safetensors(
-      rs.cfg.output.dir + "/model.safetensors",
-      host_parameters(rs),
-      {{"format", "pt"},
-       {"producer", "memtrain"},
-       {"model", rs.cfg.model.name},
-       {"windows", std::to_string(step)}});
+  write_parameters(rs, rs.cfg.output.dir + "/model.safetensors", step);
   write_file_atomically(
       rs.cfg.output.dir + "/memory_plan.json",
       plan_json(rs, counters).dump(2) + "\n");
