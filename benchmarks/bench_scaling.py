@@ -129,6 +129,7 @@ def main():
                 "--model.name=mlp", f"--model.hidden={a.hidden}",
                 f"--model.depth={a.depth}",
                 f"--output.dir={os.path.join(a.out, tag)}",
+                "--output.overwrite=true",  # its own folders, rerun
                 "--output.progress=lines"] + a.overrides
         t0 = time.time()
         run(cmd, os.path.join(a.out, tag + ".log"))

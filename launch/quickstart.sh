@@ -7,4 +7,6 @@ bash launch/install_deps.sh
 bash launch/build.sh --target memtrain
 ./build/memtrain make-data --kind features --out runs/data/train.h5 --samples 32768
 ./build/memtrain make-data --kind features --out runs/data/val.h5 --samples 4096 --split val
-bash launch/run.sh -np 2 "$@"
+# Its own folder, replaced on every run (a fresh run into another run's
+# output.dir is refused unless told to overwrite it).
+bash launch/run.sh -np 2 --output.dir=runs/quickstart --output.overwrite=true "$@"

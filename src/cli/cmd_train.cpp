@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <sstream>
 
@@ -15,6 +16,7 @@
 #include "memtrain/dist/environment.h"
 #include "memtrain/dist/make_communicator.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/train/output_dir.h"
 #include "memtrain/train/stop_request.h"
 #include "memtrain/train/trainer.h"
 #include "memtrain/util/atomic_file.h"
@@ -143,6 +145,14 @@ void write_environment(
 int run_train(const TrainArgs& args, int* argc, char*** argv) {
   Environment env(argc, argv);
   install_stop_handlers();
+  // Before anything is written: N copies of a world of 1 (srun without
+  // PMI, torchrun) would each train into the same output.dir.
+  if (!agreed(env, "launch", [&] {
+        check_launch_world(
+            env.world_size(), [](const char* n) { return std::getenv(n); });
+      })) {
+    return kExitUsage;
+  }
   ThreadPlan threads;
   if (!agreed(env, "threads", [&] { threads = configure_cpu_threads(env); }))
     return kExitUsage;
@@ -170,8 +180,11 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
     return kExitUsage;
   }
 
-  // Every rank logs to output.dir/rank-N.log.
+  // Every rank logs to output.dir/rank-N.log; a fresh run does not start
+  // in another run's folder (Note [Output folders]).
   if (!agreed(env, "output.dir", [&] {
+        check_output_dir(
+            cfg.output.dir, !args.resume.empty(), cfg.output.overwrite);
         make_directories(cfg.output.dir);
         open_rank_log(
             cfg.output.dir + "/rank-" + std::to_string(env.rank()) + ".log");

@@ -321,6 +321,19 @@ const std::vector<Key>& keys() {
           {"cpu", "device"},
           "volumes: where the whole-volume probability sum and weight map "
           "live; cpu keeps the device peak independent of the volume size"),
+      choice_key(
+          "validation.best_metric",
+          [](TrainConfig& c) { return &c.validation.best_metric; },
+          {"auto", "val_dice", "val_accuracy", "val_loss", "none"},
+          "output.dir/best.safetensors holds the weights of the epoch with "
+          "the best value of this (auto: val_dice for volumes, "
+          "val_accuracy otherwise; none: no best file)"),
+      choice_key(
+          "validation.best_mode",
+          [](TrainConfig& c) { return &c.validation.best_mode; },
+          {"auto", "max", "min"},
+          "whether larger or smaller best_metric is better (auto: min for "
+          "val_loss, max otherwise)"),
       int_key(
           "training.epochs",
           [](TrainConfig& c) { return &c.training.epochs; },
@@ -349,7 +362,35 @@ const std::vector<Key>& keys() {
           0,
           true,
           1e3,
-          "learning rate"),
+          "learning rate (the peak, after warmup)"),
+      choice_key(
+          "training.lr_schedule",
+          [](TrainConfig& c) { return &c.training.lr_schedule; },
+          {"constant", "cosine", "poly"},
+          "after warmup: constant lr, cosine decay or poly decay "
+          "(1 - t)^poly_power to min_lr at the last window of "
+          "training.epochs"),
+      int_key(
+          "training.warmup_windows",
+          [](TrainConfig& c) { return &c.training.warmup_windows; },
+          0,
+          1e12,
+          "windows of linear warmup: window s (from 0) uses lr x (s + 1) / "
+          "warmup_windows"),
+      float_key(
+          "training.min_lr",
+          [](TrainConfig& c) { return &c.training.min_lr; },
+          0,
+          false,
+          1e3,
+          "cosine, poly: the learning rate the decay ends at"),
+      float_key(
+          "training.poly_power",
+          [](TrainConfig& c) { return &c.training.poly_power; },
+          0,
+          true,
+          100,
+          "poly: the exponent of (1 - t)"),
       choice_key(
           "training.optimizer",
           [](TrainConfig& c) { return &c.training.optimizer; },
@@ -584,6 +625,13 @@ const std::vector<Key>& keys() {
           "write output.dir/initial.safetensors: the parameters the first "
           "window starts from (after a resume, the checkpoint's), named as "
           "in model.safetensors"),
+      bool_key(
+          "output.overwrite",
+          [](TrainConfig& c) { return &c.output.overwrite; },
+          "a fresh run into an output.dir holding another run's checkpoints "
+          "or metrics: false refuses (continue it with --resume auto), true "
+          "deletes that run's checkpoints, metrics, event files and weights "
+          "first"),
   };
   return table;
 }
@@ -964,6 +1012,13 @@ TrainConfig TrainConfig::load(
 }
 
 void TrainConfig::validate() const {
+  MT_CHECK(
+      training.min_lr <= training.lr,
+      "config: training.min_lr = ",
+      training.min_lr,
+      " is above training.lr = ",
+      training.lr,
+      "; the decay ends at min_lr, so set it below lr");
   MT_CHECK(
       !data.train.empty(),
       "config: data.train is empty; set it to a training HDF5 file "

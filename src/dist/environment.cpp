@@ -65,6 +65,66 @@ LocalRank local_rank_from_env(
   return out;
 }
 
+void check_launch_world(
+    int mpi_world, const std::function<const char*(const char*)>& getenv) {
+  auto count = [&](const char* name) {
+    const char* v = getenv(name);
+    return v ? parse_int(name, v) : 0;
+  };
+  const std::string world = std::to_string(mpi_world);
+  if (getenv("OMPI_COMM_WORLD_SIZE")) {
+    const int n = count("OMPI_COMM_WORLD_SIZE");
+    MT_CHECK(
+        n == mpi_world,
+        "mpirun started ",
+        n,
+        " processes (OMPI_COMM_WORLD_SIZE=",
+        n,
+        ") but MPI sees a world of ",
+        world,
+        ": memtrain was built against another MPI than the mpirun that "
+        "launched it; launch with the mpirun of the MPI memtrain links "
+        "(ldd memtrain | grep libmpi)");
+    return;
+  }
+  const char* slurm =
+      getenv("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
+  const int n = count(slurm);
+  if (n > 0) {
+    MT_CHECK(
+        n <= mpi_world,
+        "SLURM announces ",
+        n,
+        " tasks (",
+        slurm,
+        "=",
+        n,
+        ") but MPI sees a world of ",
+        world,
+        ": without working PMI each task would train alone, ",
+        n,
+        " copies writing into one output.dir. Launch with srun --mpi=pmix "
+        "(srun --mpi=list shows what this cluster has; "
+        "launch/slurm/train.sbatch does), or through mpirun inside the "
+        "allocation");
+  }
+  if (getenv("WORLD_SIZE") &&
+      (getenv("TORCHELASTIC_RUN_ID") || getenv("LOCAL_WORLD_SIZE"))) {
+    const int copies = count("WORLD_SIZE");
+    MT_CHECK(
+        copies <= mpi_world,
+        "torchrun (or another PyTorch launcher) started ",
+        copies,
+        " processes (WORLD_SIZE=",
+        copies,
+        ") but MPI sees a world of ",
+        world,
+        ": memtrain's ranks are MPI processes; launch with mpirun -np ",
+        copies,
+        " memtrain train ... (or srun --mpi=pmix)");
+  }
+}
+
 Environment::Environment(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "memtrain/util/error.h"
 
@@ -20,15 +21,20 @@ namespace memtrain {
 // "rng_device/<rank>" each rank's CUDA generator state (CUDA runs).
 // The metadata holds the position (step, epoch, samples of the epoch done),
 // the world size, effective batch, model name, loss-scaler state, the
-// resolved config, and "checksum": FNV-1a 64 over every tensor's name and
-// bytes in file order, verified on load, so a truncated or corrupted file is
-// refused rather than half-loaded. The position is in samples, not windows,
-// so a run can resume at another world size as long as the effective batch
-// (the window) is the same.
+// resolved config, the best validation metric so far, and "checksum":
+// FNV-1a 64 over everything else in the file — every metadata key and value
+// (in key order), every tensor's name, dtype, shape and bytes (in file order)
+// — verified on load, so a truncated, corrupted or edited file (an edited
+// `step` would resume at the wrong place) is refused rather than half-loaded.
+// (Format 1, before 2026-11-22, summed the tensors only; such files still
+// load, with that said in the resume line.) The position is in samples, not
+// windows, so a run can resume at another world size as long as the
+// effective batch (the window) is the same.
 
 namespace {
 
-constexpr const char* kFormat = "memtrain-checkpoint-1";
+constexpr const char* kFormat = "memtrain-checkpoint-2";
+constexpr const char* kFormat1 = "memtrain-checkpoint-1";  // tensors only
 
 uint64_t fnv(uint64_t h, const void* data, size_t n) {
   const auto* p = static_cast<const unsigned char*>(data);
@@ -37,11 +43,32 @@ uint64_t fnv(uint64_t h, const void* data, size_t n) {
   return h;
 }
 
-std::string checksum(const NamedTensors& tensors) {
+uint64_t fnv_string(uint64_t h, const std::string& s) {
+  h = fnv(h, s.data(), s.size());
+  return fnv(h, "", 1);  // a terminator: "ab"+"c" differs from "a"+"bc"
+}
+
+// Over the metadata (all but "checksum" itself) when `meta` is given, then
+// every tensor's name, dtype, shape and bytes.
+std::string checksum(
+    const NamedTensors& tensors,
+    const std::map<std::string, std::string>* meta) {
   uint64_t h = 14695981039346656037ull;
+  if (meta) {
+    for (const auto& [key, value] : *meta) {  // std::map: key order
+      if (key == "checksum")
+        continue;
+      h = fnv_string(fnv_string(h, key), value);
+    }
+  }
   for (const auto& [name, t] : tensors) {
     const at::Tensor c = t.contiguous();
-    h = fnv(h, name.data(), name.size());
+    h = meta ? fnv_string(h, name) : fnv(h, name.data(), name.size());
+    if (meta) {
+      h = fnv_string(h, c10::toString(c.scalar_type()));
+      for (const int64_t d : c.sizes())
+        h = fnv(h, &d, sizeof d);
+    }
     h = fnv(h, c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
   }
   char buf[17];
@@ -87,26 +114,30 @@ std::string checkpoint_path(const std::string& output_dir, int64_t step) {
 void save_checkpoint(const std::string& path, const Checkpoint& c) {
   const NamedTensors tensors = file_tensors(c);
   const CheckpointState& s = c.state;
-  char scale[64], loss_sum[64];
-  std::snprintf(scale, sizeof(scale), "%.17g", s.loss_scale);
-  std::snprintf(loss_sum, sizeof(loss_sum), "%.17g", s.epoch_loss_sum);
-  save_safetensors(
-      path,
-      tensors,
-      {{"format", kFormat},
-       {"checksum", checksum(tensors)},
-       {"step", std::to_string(s.step)},
-       {"epoch", std::to_string(s.epoch)},
-       {"epoch_samples", std::to_string(s.epoch_samples)},
-       {"epoch_loss_sum", loss_sum},
-       {"world_size", std::to_string(s.world_size)},
-       {"effective_batch", std::to_string(s.effective_batch)},
-       {"model", s.model},
-       {"loss_scale", scale},
-       {"scaler_good_steps", std::to_string(s.scaler_good_steps)},
-       {"scaler_skipped", std::to_string(s.scaler_skipped)},
-       {"nonfinite_in_a_row", std::to_string(s.nonfinite_in_a_row)},
-       {"config", s.config_yaml}});
+  auto exact = [](double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.17g", v);
+    return std::string(buf);
+  };
+  std::map<std::string, std::string> meta = {
+      {"format", kFormat},
+      {"step", std::to_string(s.step)},
+      {"epoch", std::to_string(s.epoch)},
+      {"epoch_samples", std::to_string(s.epoch_samples)},
+      {"epoch_loss_sum", exact(s.epoch_loss_sum)},
+      {"world_size", std::to_string(s.world_size)},
+      {"effective_batch", std::to_string(s.effective_batch)},
+      {"model", s.model},
+      {"loss_scale", exact(s.loss_scale)},
+      {"scaler_good_steps", std::to_string(s.scaler_good_steps)},
+      {"scaler_skipped", std::to_string(s.scaler_skipped)},
+      {"nonfinite_in_a_row", std::to_string(s.nonfinite_in_a_row)},
+      {"config", s.config_yaml},
+      {"best_metric", s.best_metric},
+      {"best_value", exact(s.best_value)},
+      {"best_step", std::to_string(s.best_step)}};
+  meta["checksum"] = checksum(tensors, &meta);
+  save_safetensors(path, tensors, meta);
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
@@ -117,8 +148,9 @@ Checkpoint load_checkpoint(const std::string& path) {
   } catch (const Error& e) {
     throw Error("checkpoint '" + path + "' cannot be read: " + e.what());
   }
+  const bool format1 = meta["format"] == kFormat1;
   MT_CHECK(
-      meta["format"] == kFormat,
+      meta["format"] == kFormat || format1,
       "checkpoint '",
       path,
       "' is not a memtrain checkpoint (format '",
@@ -127,12 +159,16 @@ Checkpoint load_checkpoint(const std::string& path) {
       kFormat,
       "')");
   MT_CHECK(
-      checksum(tensors) == meta["checksum"],
+      checksum(tensors, format1 ? nullptr : &meta) == meta["checksum"],
       "checkpoint '",
       path,
-      "' is corrupt: its checksum does not match its contents");
+      "' is corrupt or was edited: its checksum (over its position, "
+      "world size, scaler state, config and every tensor) does not match "
+      "its contents; resume from another checkpoint (--resume FILE) or "
+      "start anew");
   Checkpoint c;
   c.path = path;
+  c.metadata_checked = !format1;
   CheckpointState& s = c.state;
   auto num = [&](const char* key) {
     MT_CHECK(meta.count(key), "checkpoint '", path, "' lacks '", key, "'");
@@ -150,6 +186,11 @@ Checkpoint load_checkpoint(const std::string& path) {
   s.epoch_loss_sum = std::strtod(meta["epoch_loss_sum"].c_str(), nullptr);
   s.model = meta["model"];
   s.config_yaml = meta["config"];
+  s.best_metric = meta["best_metric"];
+  if (meta.count("best_value"))
+    s.best_value = std::strtod(meta["best_value"].c_str(), nullptr);
+  if (meta.count("best_step"))
+    s.best_step = std::atoll(meta["best_step"].c_str());
   for (auto& [name, t] : tensors) {
     if (name.rfind("model/", 0) == 0) {
       c.params.emplace_back(name.substr(6), t);

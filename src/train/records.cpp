@@ -25,7 +25,7 @@ nlohmann::json window_record(
       {"window", r.window},
       {"step", r.step},
       {"loss", r.loss},
-      {"lr", run.cfg.training.lr},
+      {"lr", r.lr},
       {"micro_batch", r.micro_batch},
       {"accum_steps", r.micro_steps},
       {"effective_batch", run.shape.effective_batch},
@@ -100,6 +100,45 @@ nlohmann::json validation_record(
   vrec["val_oom_retries"] = v.oom_retries;
   line += out.str();
   return vrec;
+}
+
+std::string best_metric(const RunState& run) {
+  const std::string& m = run.cfg.validation.best_metric;
+  if (m == "none")
+    return "";
+  if (m == "auto")
+    return run.volumes() ? "val_dice" : "val_accuracy";
+  MT_CHECK(
+      m == "val_loss" || (m == "val_dice") == run.volumes(),
+      "validation.best_metric=",
+      m,
+      ": this run reports ",
+      run.volumes() ? "val_dice (a volumes dataset)"
+                    : "val_accuracy (a classifier)",
+      " and val_loss; choose one of those, auto or none");
+  return m;
+}
+
+bool improve_best(
+    const RunState& run,
+    RunCounters& counters,
+    const ValResult& v,
+    int64_t step) {
+  const std::string m = best_metric(run);
+  if (m.empty())
+    return false;
+  const double value = m == "val_dice"   ? v.dice
+                       : m == "val_loss" ? v.loss
+                                         : v.accuracy;
+  const std::string& mode = run.cfg.validation.best_mode;
+  const bool larger = mode == "max" || (mode == "auto" && m != "val_loss");
+  const double best = counters.best_value;
+  if (std::isnan(value) ||
+      (!std::isnan(best) && !(larger ? value > best : value < best)))
+    return false;
+  counters.best_value = value;
+  counters.best_step = step;
+  return true;
 }
 
 nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {

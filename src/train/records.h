@@ -24,6 +24,21 @@ nlohmann::json validation_record(
     nlohmann::json& epoch_rec,
     std::string& line);
 
+// validation.best_metric resolved for this run ("val_dice",
+// "val_accuracy", "val_loss", or "" for none; auto: val_dice for volumes,
+// val_accuracy otherwise). Throws memtrain::Error when the run does not
+// report it.
+std::string best_metric(const RunState& run);
+
+// Whether `v` beats the best so far (`counters.best_value`, NaN: none) by
+// validation.best_metric in validation.best_mode; if so, records it at
+// `step`. A NaN value never wins.
+bool improve_best(
+    const RunState& run,
+    RunCounters& counters,
+    const ValResult& v,
+    int64_t step);
+
 // memory_plan.json.
 nlohmann::json plan_json(const RunState& run, const RunCounters& counters);
 

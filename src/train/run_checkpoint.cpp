@@ -17,6 +17,7 @@
 #include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
+#include "records.h"
 
 namespace memtrain {
 namespace {
@@ -67,6 +68,9 @@ void save_run_checkpoint(
   st.scaler_skipped = m.scaler->enabled() ? m.scaler->skipped_steps()
                                           : counters.nonfinite_skips;
   st.nonfinite_in_a_row = counters.nonfinite_in_a_row;
+  st.best_metric = best_metric(m);
+  st.best_value = counters.best_value;
+  st.best_step = counters.best_step;
   for (const auto& item : m.model->named_parameters()) {
     c.params.emplace_back(
         item.key(), m.placement.to_host(item.value().detach()));
@@ -242,6 +246,11 @@ ResumePoint resume_run(
   if (!m.scaler->enabled())
     counters.nonfinite_skips = s.scaler_skipped;
   counters.nonfinite_in_a_row = s.nonfinite_in_a_row;
+  // The best so far, when it was ranked by the same metric.
+  if (s.best_metric == best_metric(m)) {
+    counters.best_value = s.best_value;
+    counters.best_step = s.best_step;
+  }
   std::string note;
   if (s.world_size == m.comm.size() &&
       static_cast<int64_t>(ck->rng.size()) == s.world_size) {
@@ -263,6 +272,10 @@ ResumePoint resume_run(
   what = "resumed from " + path + " at step " + std::to_string(s.step) +
          ", epoch " + std::to_string(s.epoch + 1) + ", window " +
          std::to_string(at.window + 1) + note +
+         (ck->metadata_checked
+              ? ""
+              : " (an older checkpoint format: its checksum covers the "
+                "tensors, not the position)") +
          (skipped.empty() ? "" : "; skipped: " + skipped);
   return at;
 }

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -78,6 +79,10 @@ struct RunCounters {
   memory::Monitor monitor;
   std::vector<at::Tensor> test_leak;  // memory.test_leak_kib_per_window
   bool test_oom_done = false;         // memory.test_oom_rank
+  // best.safetensors: its metric's value (NaN: none yet) and step; carried
+  // in checkpoints.
+  double best_value = std::numeric_limits<double>::quiet_NaN();
+  int64_t best_step = -1;
 };
 
 // Opens and checks the data, builds model, optimizer, sampler, gradient

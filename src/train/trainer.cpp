@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdio>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -13,10 +15,12 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/monitor.h"
 #include "memtrain/train/metrics.h"
+#include "memtrain/train/output_dir.h"
 #include "memtrain/train/progress.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/rank_log.h"
 #include "records.h"
 #include "run_checkpoint.h"
 #include "run_state.h"
@@ -32,16 +36,20 @@ NamedTensors host_parameters(const RunState& run) {
   return out;
 }
 
-// The parameters as a safetensors file PyTorch loads, after `windows`.
+// The parameters as a safetensors file PyTorch loads, after `windows`;
+// `extra` adds to the metadata.
 void write_parameters(
-    const RunState& run, const std::string& path, int64_t windows) {
-  save_safetensors(
-      path,
-      host_parameters(run),
-      {{"format", "pt"},
-       {"producer", "memtrain"},
-       {"model", run.cfg.model.name},
-       {"windows", std::to_string(windows)}});
+    const RunState& run,
+    const std::string& path,
+    int64_t windows,
+    const std::map<std::string, std::string>& extra = {}) {
+  std::map<std::string, std::string> meta = {
+      {"format", "pt"},
+      {"producer", "memtrain"},
+      {"model", run.cfg.model.name},
+      {"windows", std::to_string(windows)}};
+  meta.insert(extra.begin(), extra.end());
+  save_safetensors(path, host_parameters(run), meta);
 }
 
 }  // namespace
@@ -97,6 +105,7 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm, Options options)
   const Placement& placement =
       options.placement ? *options.placement : *m.own_placement;
   m.run = set_up_run(cfg, comm, placement);
+  best_metric(*m.run);  // refuses a metric this run does not report
   m.counters.releases_at_start = memory::stats().cache_releases;
   m.leak = std::make_unique<memory::LeakDetector>(
       cfg.memory.leak_warn_mib * 1024.0 * 1024.0, cfg.memory.leak_epochs);
@@ -159,6 +168,16 @@ void Trainer::Impl::start_run() {
       r.comm.broadcast(p, 0);
   }
   if (writer) {
+    // --output.overwrite=true on a fresh run: the previous run's files go
+    // (Note [Output folders]); a refused run would not have got here.
+    if (!start.resumed && r.cfg.output.overwrite) {
+      const auto gone = clear_previous_run(r.cfg.output.dir);
+      if (!gone.empty()) {
+        log_event(
+            "output.overwrite: deleted " + std::to_string(gone.size()) +
+            " file(s) of the previous run in " + r.cfg.output.dir);
+      }
+    }
     write_file_atomically(
         r.cfg.output.dir + "/config.resolved.yaml", r.cfg.to_yaml());
     write_file_atomically(
@@ -258,7 +277,7 @@ TrainSummary Trainer::run() {
     e.index = epoch;
     e.loss = resumed ? m.start.epoch_loss : 0.0;
     int64_t w = resumed ? m.start.window : 0;
-    e.samples = w * batch;
+    e.samples = std::min(w * batch, run.sampler->num_samples());
     std::optional<WindowPlan> next;  // planned with the window before
     for (; w < wpe && step < total; ++w) {
       const WindowPlan plan =
@@ -272,32 +291,32 @@ TrainSummary Trainer::run() {
       const bool stop = m.record_window(std::move(r), e, total, summary);
       checked_last = run.cfg.dist.check_replicas == "window";
       if (stop) {
-        // Every rank saw the request in the same all-reduce: checkpoint and
-        // stop; on the epoch's last window the epoch's end comes first.
+        // Every rank saw the request in the same all-reduce: checkpoint
+        // and stop, before anything else (the grace time is short). On the
+        // epoch's last window the checkpoint's position is the epoch's end
+        // with its validation still to come: a resumed run starts there.
         summary.stopped = true;
-        if (w + 1 < wpe) {
-          ++w;
-          break;
-        }
+        ++w;
+        break;
       }
       if (every > 0 && step % every == 0 && w + 1 < wpe && step < total)
         m.save_checkpoint(step, epoch, (w + 1) * batch, e.loss);
     }
-    if (w < wpe) {  // stopped inside the epoch
+    if (w < wpe || summary.stopped) {
       m.save_checkpoint(step, epoch, w * batch, e.loss);
       m.progress->line(
           summary.stopped
               ? "stop requested (SIGTERM, SIGUSR1 or SIGINT on a rank): "
                 "checkpoint written at step " +
-                    std::to_string(step)
+                    std::to_string(step) +
+                    (w == wpe ? "; the epoch's validation runs on --resume"
+                              : "")
               : "stopped after training.max_windows=" +
                     std::to_string(run.cfg.training.max_windows) +
                     " windows; checkpoint written");
       break;
     }
     m.end_epoch(e, step, summary, checked_last);
-    if (summary.stopped)
-      break;
   }
   m.finish_run(step, checked_last, summary);
   // No rank returns (and maybe exits) before rank 0 has written the model.
@@ -337,7 +356,24 @@ void Trainer::Impl::end_epoch(
     v.epoch = e.index;
     v.seconds = seconds_since(val_start);
     summary.validations.push_back(v);
-    metrics->write(validation_record(r, v, rec, line));
+    nlohmann::json vrec = validation_record(r, v, rec, line);
+    if (improve_best(r, counters, v, step)) {
+      // Written before the epoch's checkpoint, which records it as the best.
+      if (writer) {
+        char value[64];
+        std::snprintf(value, sizeof(value), "%.17g", counters.best_value);
+        write_parameters(
+            r,
+            r.cfg.output.dir + "/best.safetensors",
+            step,
+            {{"best_metric", best_metric(r)},
+             {"best_value", value},
+             {"epoch", std::to_string(e.index + 1)}});
+      }
+      vrec["best"] = true;
+      line += " (best)";
+    }
+    metrics->write(vrec);
   }
   if (r.cfg.dist.check_replicas != "off") {
     if (!checked_last)
@@ -355,13 +391,6 @@ void Trainer::Impl::end_epoch(
   metrics->write(rec);
   progress->line(line);
   save_checkpoint(step, e.index + 1, 0, 0.0);
-  if (summary.stopped) {
-    progress->line(
-        "stop requested (SIGTERM, SIGUSR1 or SIGINT on a rank): checkpoint "
-        "written at step " +
-        std::to_string(step));
-    return;
-  }
   if (memory::backend_name() != "none") {
     std::ostringstream mem;
     const int64_t peak = counters.monitor.epoch_peak();

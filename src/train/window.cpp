@@ -5,6 +5,7 @@
 
 #include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/train/lr_schedule.h"
 #include "memtrain/train/oom_guard.h"
 #include "memtrain/train/stop_request.h"
 #include "memtrain/train/window_totals.h"
@@ -136,6 +137,14 @@ void update(
     WindowResult& r) {
   LossScaler& scaler = *run.scaler;
   r.loss_scale = scaler.scale();
+  // training.lr_schedule: the rate of this window, from its position alone.
+  const int64_t wpe = run.sampler->windows_per_epoch();
+  r.lr = lr_at(
+      run.cfg.training,
+      wp.epoch * wpe + wp.window,
+      run.cfg.training.epochs * wpe);
+  for (auto& group : run.optimizer->param_groups())
+    group.options().set_lr(r.lr);
   const bool finite = scaler.enabled() ? scaler.unscale_and_check(run.params)
                                        : std::isfinite(t.loss_sum) &&
                                              run.grad_sync->all_finite();

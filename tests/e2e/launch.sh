@@ -2,8 +2,8 @@
 # The launch scripts, as far as a machine without SLURM allows: syntax,
 # argument checks, the refusal outside SLURM, the requeue branch of
 # train.sbatch (stub srun and scontrol on the PATH), and real training
-# through both sbatch scripts with a stub srun that runs the command as one
-# process.
+# through both sbatch scripts with a stub srun that starts the command
+# through mpirun; launches whose world MPI does not see are refused.
 source "$(dirname "$0")/common.sh"
 ROOT=$(cd "$TOOLS/../.." && pwd)
 export MEMTRAIN_HOME=$ROOT MEMTRAIN_BIN=$MEMTRAIN
@@ -27,14 +27,21 @@ expect_rc 2 env SLURM_JOB_ID=12345 bash "$ROOT/launch/slurm/train.sbatch"
 expect_rc 2 env SLURM_JOB_ID=12345 bash "$ROOT/launch/slurm/train.sbatch" missing.yaml
 grep -q "config 'missing.yaml' not found" err.txt || fail "no config message"
 
-# Stubs: srun exits with $STUB_RC, or with "exec" runs the command itself.
+# Stubs: srun exits with $STUB_RC, or with "exec" starts the command as
+# srun --mpi=pmix would: --ntasks ranks of one MPI world (here through
+# mpirun), with SLURM_STEP_NUM_TASKS set.
 mkdir -p stubs
-cat >stubs/srun <<'STUB'
+cat >stubs/srun <<STUB
 #!/usr/bin/env bash
-echo "srun $*" >>"$STUB_LOG"
-[ "$STUB_RC" = exec ] || exit "$STUB_RC"
-while [ $# -gt 0 ] && [[ "$1" == -* ]]; do shift; done
-exec "$@"
+echo "srun \$*" >>"\$STUB_LOG"
+[ "\$STUB_RC" = exec ] || exit "\$STUB_RC"
+n=1
+while [ \$# -gt 0 ] && [[ "\$1" == -* ]]; do
+  case "\$1" in --ntasks=*) n=\${1#--ntasks=} ;; esac
+  shift
+done
+export SLURM_STEP_NUM_TASKS=\$n
+exec "$MPIEXEC" --oversubscribe -np "\$n" "\$@"
 STUB
 cat >stubs/scontrol <<'STUB'
 #!/usr/bin/env bash
@@ -53,6 +60,18 @@ training:
 output:
   dir: slurm_out
 YAML
+# srun without working PMI: each of its 4 tasks would be a world of 1.
+expect_rc 2 env SLURM_NTASKS=4 SLURM_PROCID=1 "$MEMTRAIN" train --config cfg.yaml \
+  --output.dir=nopmi_out
+grep -q "SLURM announces 4 tasks (SLURM_NTASKS=4) but MPI sees a world of 1" err.txt ||
+  { cat err.txt; fail "no launch-world message"; }
+grep -q "srun --mpi=pmix" err.txt || fail "the message names no fix"
+[ ! -e nopmi_out ] || fail "a refused launch wrote into output.dir"
+expect_rc 2 env WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 TORCHELASTIC_RUN_ID=x \
+  "$MEMTRAIN" train --config cfg.yaml --output.dir=nopmi_out
+grep -q "mpirun -np 2" err.txt || { cat err.txt; fail "no torchrun message"; }
+echo "launch world: srun without PMI and torchrun copies refused"
+
 for case in "3 0 requeue" "0 0 -" "1 1 -"; do
   set -- $case
   : >stub.log
@@ -68,8 +87,7 @@ echo "train.sbatch: status 3 requeues job 12345; 0 and 1 do not"
 
 STUB_RC=exec expect_rc 0 bash "$ROOT/launch/slurm/train.sbatch" cfg.yaml
 [ -f slurm_out/model.safetensors ] || fail "train.sbatch did not train"
-# scaling.sbatch: bench_scaling.py through srun, ranks 1 and 2 of 2 tasks
-# (the stub runs each as one process: the CSV's shape is what is checked).
+# scaling.sbatch: bench_scaling.py through srun, ranks 1 and 2 of 2 tasks.
 : >stub.log
 STUB_RC=exec SLURM_NTASKS=2 MEMTRAIN_SCALING_DIR=scaling \
   expect_rc 0 bash "$ROOT/launch/slurm/scaling.sbatch" --modes weak --accum 1 \

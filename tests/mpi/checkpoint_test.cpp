@@ -178,10 +178,12 @@ TEST(Checkpoint, CorruptAndForeignCheckpointsAreRefused) {
 namespace memtrain {
 namespace {
 
-// A stop request that lands on an epoch's last window: the epoch's end
-// (record, validation, its checkpoint) still happens, and the resumed run
-// completes the uninterrupted one exactly.
-TEST(Checkpoint, StopOnAnEpochsLastWindowKeepsTheEpochEnd) {
+// A stop request that lands on an epoch's last window: the checkpoint comes
+// first and no validation runs (a whole-volume validation could outlast the
+// grace time); the checkpoint's position is the epoch's end, so the resumed
+// run validates that epoch first and completes the uninterrupted run
+// exactly.
+TEST(Checkpoint, StopOnAnEpochsLastWindowCheckpointsBeforeValidation) {
   SharedDir dir("stop_last");
   make_features(dir, "train.h5", 96);
   make_features(dir, "val.h5", 32);
@@ -198,15 +200,37 @@ TEST(Checkpoint, StopOnAnEpochsLastWindowKeepsTheEpochEnd) {
   request_stop(0);
   EXPECT_TRUE(first.summary.stopped);
   EXPECT_EQ(first.summary.windows, 1);
-  EXPECT_EQ(first.summary.validations.size(), 1u) << "epoch end skipped";
+  EXPECT_EQ(first.summary.validations.size(), 0u) << "validated before "
+                                                     "stopping";
+  const auto files = list_checkpoints(part.output.dir);
+  ASSERT_EQ(files.size(), 1u);
+  const Checkpoint ck = load_checkpoint(files[0]);
+  EXPECT_EQ(ck.state.step, 1);
+  EXPECT_EQ(ck.state.epoch, 0);  // still epoch 0: its end is to come
+  EXPECT_EQ(ck.state.epoch_samples, 96);
   const Resumed second = train_out(part, MPI_COMM_WORLD, "auto");
-  EXPECT_EQ(
-      first.summary.validations.size() + second.run.summary.validations.size(),
-      a.summary.validations.size());
-  EXPECT_EQ(
-      second.run.summary.validations.back().loss,
-      a.summary.validations.back().loss);
+  ASSERT_EQ(
+      second.run.summary.validations.size(), a.summary.validations.size());
+  for (size_t i = 0; i < a.summary.validations.size(); ++i) {
+    EXPECT_EQ(second.run.summary.validations[i].epoch, int64_t(i));
+    EXPECT_EQ(
+        second.run.summary.validations[i].loss, a.summary.validations[i].loss);
+  }
   EXPECT_EQ(max_abs_diff(second.run.params, a.params), 0.0);
+  // The epoch records read as the uninterrupted run's (train loss of epoch
+  // 1 carried through the checkpoint).
+  auto epoch_losses = [](const std::string& path) {
+    std::vector<std::string> out;
+    std::ifstream in(path);
+    for (std::string l; std::getline(in, l);) {
+      if (l.find("\"type\":\"epoch\"") != std::string::npos)
+        out.push_back(l.substr(l.find("\"train_loss\"")).substr(0, 40));
+    }
+    return out;
+  };
+  EXPECT_EQ(
+      epoch_losses(part.output.dir + "/metrics.jsonl"),
+      epoch_losses(full.output.dir + "/metrics.jsonl"));
 }
 
 // Pruning after writing step 4: later steps (another timeline) go, and of

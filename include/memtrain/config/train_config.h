@@ -51,6 +51,12 @@ struct ValidationConfig {
   int64_t sw_batch = 4;            // windows per device batch
   std::string blend = "gaussian";  // constant | gaussian
   std::string offload = "cpu";     // cpu | device: where sums live
+  // best.safetensors: the validation metric that ranks epochs (auto:
+  // val_dice for volumes, val_accuracy otherwise; none: no best file) and
+  // its direction (auto: min for val_loss, max otherwise).
+  std::string best_metric = "auto";  // auto | val_dice | val_accuracy |
+                                     // val_loss | none
+  std::string best_mode = "auto";    // auto | max | min
 };
 
 struct TrainingConfig {
@@ -58,6 +64,13 @@ struct TrainingConfig {
   int64_t max_windows = 0;  // stop after this many windows (0 = no limit)
   int64_t gradient_accumulation_steps = 1;
   double lr = 0.05;
+  // The learning rate of window s (counted over the whole run, epochs x
+  // windows per epoch): linear warmup over warmup_windows, then constant,
+  // cosine or poly decay to min_lr (src/train/lr_schedule.cpp).
+  std::string lr_schedule = "constant";  // constant | cosine | poly
+  int64_t warmup_windows = 0;
+  double min_lr = 0.0;
+  double poly_power = 0.9;
   std::string optimizer = "sgd";  // sgd | adamw
   double momentum = 0.9;          // sgd only
   double weight_decay = 0.0;
@@ -118,6 +131,10 @@ struct OutputConfig {
   // Rank 0 writes output.dir/initial.safetensors, the parameters the first
   // window starts from (after a resume: the checkpoint's), before it runs.
   bool save_initial = false;
+  // A fresh run (no --resume) into an output.dir that holds another run's
+  // checkpoints or metrics is refused unless this is true; then that run's
+  // checkpoints, metrics, event files and weights are deleted first.
+  bool overwrite = false;
 };
 
 struct TrainConfig {

@@ -26,6 +26,18 @@ struct LocalRank {
 LocalRank local_rank_from_env(
     const std::function<const char*(const char*)>& getenv);
 
+// Whether the launcher started the processes MPI sees as one world.
+// Throws memtrain::Error with the fix when a launcher announces more tasks
+// than `mpi_world` (each process then a world of its own): `srun` without
+// working PMI (SLURM_STEP_NUM_TASKS, else SLURM_NTASKS), `mpirun`
+// (OMPI_COMM_WORLD_SIZE) or `torchrun` (WORLD_SIZE with TORCHELASTIC_RUN_ID
+// or LOCAL_WORLD_SIZE). Processes of `mpirun` inside an allocation
+// (OMPI_COMM_WORLD_SIZE set) are judged by Open MPI's count alone: fewer
+// ranks than the allocation's tasks is a choice. `getenv` is injectable for
+// tests.
+void check_launch_world(
+    int mpi_world, const std::function<const char*(const char*)>& getenv);
+
 class Environment {
  public:
   // Initialises MPI if nobody has; finalises it in the destructor if it did.

@@ -4,6 +4,7 @@
 // inside). See Note [Checkpoint format] in checkpoint.cpp.
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -24,10 +25,16 @@ struct CheckpointState {
   int64_t scaler_good_steps = 0;
   int64_t scaler_skipped = 0;  // skipped windows so far (fp16 or not)
   int64_t nonfinite_in_a_row = 0;
+  // best.safetensors so far: validation.best_metric, its value (NaN: none
+  // yet) and the step it was reached at.
+  std::string best_metric;
+  double best_value = std::numeric_limits<double>::quiet_NaN();
+  int64_t best_step = -1;
 };
 
 struct Checkpoint {
   std::string path;
+  bool metadata_checked = true;  // false: format 1, tensors only
   CheckpointState state;
   NamedTensors params;          // "fc1.weight", ... (host, float32)
   std::string optimizer;        // LibTorch's optimizer archive, as bytes

@@ -35,6 +35,7 @@ struct WindowResult {
   bool skipped = false;  // non-finite loss or gradients: no optimizer step
   bool stop_requested = false;  // a rank got SIGTERM/SIGUSR1/SIGINT
   double loss_scale = 1.0;
+  double lr = 0.0;  // the learning rate of this window's update
   // What every rank saw, from the window's all-reduce (window_totals.h):
   // the largest value over ranks and the lowest rank that had it. Device
   // bytes at the boundary, and peaks since the previous boundary (the
