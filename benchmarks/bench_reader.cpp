@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--volume-size", volume_size, "synthetic: volume edge")
       ->capture_default_str();
-  app.add_option("--chunk", chunk, "synthetic: chunk edge (0: contiguous)")
+  app.add_option("--chunk", chunk, "synthetic: chunk edge (0: a whole volume)")
       ->capture_default_str();
   app.add_option("--patch", patch_edge, "patch edge in voxels")
       ->capture_default_str();

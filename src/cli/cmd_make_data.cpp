@@ -40,7 +40,9 @@ void add_make_data(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option(
-         "--chunk", spec.chunk, "volumes: chunk edge in voxels (0: contiguous)")
+         "--chunk",
+         spec.chunk,
+         "volumes: chunk edge in voxels (0: one chunk per volume)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--channels", spec.channels, "images, volumes: C")

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "h5_read.h"
 #include "h5_util.h"
 #include "memtrain/util/error.h"
 
@@ -55,6 +56,15 @@ struct H5Dataset::Impl {
   double shift = 0.0;
   std::vector<std::vector<int64_t>> foreground;  // volumes
 
+  // DatasetInfo::checksummed / unchecksummed from the open datasets.
+  void note_checksums(DatasetInfo& info) const {
+    for (const h5::Handle* ds : {&samples, &labels, &context}) {
+      if (ds->valid() && !h5::has_fletcher32(ds->get()))
+        info.unchecksummed.push_back(h5::object_name(ds->get()));
+    }
+    info.checksummed = info.unchecksummed.empty();
+  }
+
   void apply_normalisation(float* x, int64_t n) const {
     if (!normalise)
       return;
@@ -91,82 +101,6 @@ std::vector<std::string> split_names(const std::string& joined) {
     start = end + 1;
   }
   return out;
-}
-
-// H5Dread, or a memtrain::Error naming the file and the dataset.
-void dread(hid_t ds, hid_t mem_type, hid_t mspace, hid_t fspace, void* buf) {
-  if (H5Dread(ds, mem_type, mspace, fspace, H5P_DEFAULT, buf) >= 0)
-    return;
-  const std::string why = h5::last_error();
-  char file[4096] = {0}, name[1024] = {0};
-  H5Fget_name(ds, file, sizeof(file));
-  H5Iget_name(ds, name, sizeof(name));
-  throw Error(
-      detail::concat("cannot read '", file, "' dataset '", name, "': ", why));
-}
-
-// Whole rows `rows` (ascending, distinct) of dataset `ds` as one hyperslab
-// union, read as `mem_type` into `buf` (rows.size() * row elements).
-void read_rows(
-    hid_t ds, const std::vector<int64_t>& rows, hid_t mem_type, void* buf) {
-  const auto dims = h5::dims_of(ds);
-  const int rank = static_cast<int>(dims.size());
-  h5::Handle fspace = h5::space(H5Dget_space(ds));
-  H5Sselect_none(fspace.get());
-  hsize_t row_numel = 1;
-  for (int d = 1; d < rank; ++d)
-    row_numel *= dims[d];
-  // Runs of consecutive rows are one block each.
-  for (size_t i = 0; i < rows.size();) {
-    size_t j = i + 1;
-    while (j < rows.size() && rows[j] == rows[j - 1] + 1)
-      ++j;
-    std::vector<hsize_t> start(rank, 0), count(rank, 1), block(dims);
-    start[0] = static_cast<hsize_t>(rows[i]);
-    block[0] = static_cast<hsize_t>(j - i);
-    H5Sselect_hyperslab(
-        fspace.get(),
-        H5S_SELECT_OR,
-        start.data(),
-        nullptr,
-        count.data(),
-        block.data());
-    i = j;
-  }
-  // One run of rows (a whole volume, consecutive rows): a memory space of
-  // its shape (see read_box); a union of runs: flat.
-  std::vector<hsize_t> mdims(dims);
-  mdims[0] = rows.size();
-  const bool one_run =
-      static_cast<size_t>(rows.back() - rows.front() + 1) == rows.size();
-  const hsize_t flat = rows.size() * row_numel;
-  h5::Handle mspace = h5::space(
-      one_run ? H5Screate_simple(rank, mdims.data(), nullptr)
-              : H5Screate_simple(1, &flat, nullptr));
-  dread(ds, mem_type, mspace.get(), fspace.get(), buf);
-}
-
-// The box [start, start + count) of dataset `ds`, read as `mem_type`.
-void read_box(
-    hid_t ds,
-    const std::vector<hsize_t>& start,
-    const std::vector<hsize_t>& count,
-    hid_t mem_type,
-    void* buf) {
-  h5::Handle fspace = h5::space(H5Dget_space(ds));
-  H5Sselect_hyperslab(
-      fspace.get(),
-      H5S_SELECT_SET,
-      start.data(),
-      nullptr,
-      count.data(),
-      nullptr);
-  // A memory space of the box's own shape: HDF5 1.10 then copies whole
-  // rows per chunk; a flat 1-D memory space makes it map every voxel to its
-  // chunk one by one (see README, "Benchmarks").
-  h5::Handle mspace = h5::space(
-      H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
-  dread(ds, mem_type, mspace.get(), fspace.get(), buf);
 }
 
 constexpr size_t kMaxForeground = 65536;
@@ -304,7 +238,7 @@ void H5Dataset::open_volumes(
     for (int64_t z = 0; z < D; z += slab) {
       const int64_t nz = std::min(slab, D - z);
       buf.resize(nz * plane);
-      read_box(
+      h5::read_box(
           impl.labels.get(),
           {hsize_t(v), hsize_t(z), 0, 0},
           {1, hsize_t(nz), mdims[2], mdims[3]},
@@ -368,61 +302,6 @@ const std::vector<int64_t>& H5Dataset::foreground(int64_t v) const {
   return impl_->foreground[v];
 }
 
-std::string H5Dataset::patch_layout_warning(
-    const std::array<int64_t, 3>& patch) const {
-  if (info_.kind != SampleKind::kVolumes)
-    return "";
-  // A chunk of half the patch (at most 32) per axis: a patch then touches
-  // at most 3 chunks per axis and reads little beyond itself.
-  std::array<int64_t, 3> good;
-  for (int i = 0; i < 3; ++i)
-    good[i] = std::max<int64_t>(1, std::min<int64_t>(32, patch[i] / 2));
-  const std::string chunk_text = std::to_string(good[0]) + "x" +
-                                 std::to_string(good[1]) + "x" +
-                                 std::to_string(good[2]);
-  const std::string fix = detail::concat(
-      " Rewrite it with chunks [1, C, cd, ch, cw] smaller than the patch, "
-      "e.g. `h5repack -l /volumes:CHUNK=1x",
-      info_.sample_shape[0],
-      "x",
-      chunk_text,
-      " -l /masks:CHUNK=1x",
-      chunk_text,
-      " IN OUT` (or memtrain convert-nifti --chunk ",
-      good[0],
-      "); see data/FORMAT.md.");
-  if (info_.chunk_shape.empty()) {
-    return "'" + info_.path +
-           "' dataset '/volumes' is contiguous (not chunked): a patch read "
-           "gathers scattered rows from the whole volume and cannot be "
-           "cached." +
-           fix;
-  }
-  for (int i = 0; i < 3; ++i) {
-    if (info_.chunk_shape[i + 1] > patch[i]) {
-      return detail::concat(
-          "'",
-          info_.path,
-          "' dataset '/volumes' has chunks [",
-          info_.chunk_shape[1],
-          ",",
-          info_.chunk_shape[2],
-          ",",
-          info_.chunk_shape[3],
-          "] larger than the patch [",
-          patch[0],
-          ",",
-          patch[1],
-          ",",
-          patch[2],
-          "]: every patch read reads (and decompresses) whole chunks, "
-          "more than the patch.",
-          fix);
-    }
-  }
-  return "";
-}
-
 void H5Dataset::read_patch(
     int64_t v,
     const std::array<int64_t, 3>& corner,
@@ -440,13 +319,13 @@ void H5Dataset::read_patch(
       hsize_t(corner[0]), hsize_t(corner[1]), hsize_t(corner[2])};
   const std::vector<hsize_t> box = {
       hsize_t(size[0]), hsize_t(size[1]), hsize_t(size[2])};
-  read_box(
+  h5::read_box(
       impl_->samples.get(),
       {hsize_t(v), 0, at[0], at[1], at[2]},
       {1, hsize_t(sh[0]), box[0], box[1], box[2]},
       H5T_NATIVE_FLOAT,
       x);
-  read_box(
+  h5::read_box(
       impl_->labels.get(),
       {hsize_t(v), at[0], at[1], at[2]},
       {1, box[0], box[1], box[2]},
@@ -511,6 +390,7 @@ H5Dataset H5Dataset::open(
       "one kind");
   if (has_volumes) {
     open_volumes(*impl, info, where, options);
+    impl->note_checksums(info);
     H5Dataset out(std::move(impl));
     out.info_ = std::move(info);
     return out;
@@ -607,17 +487,7 @@ H5Dataset H5Dataset::open(
 
   // Labels are small (8 bytes a sample): read them all once to check them.
   std::vector<int64_t> labels(info.num_samples);
-  MT_CHECK(
-      H5Dread(
-          impl->labels.get(),
-          H5T_NATIVE_INT64,
-          H5S_ALL,
-          H5S_ALL,
-          H5P_DEFAULT,
-          labels.data()) >= 0,
-      lbl_where,
-      ": cannot read: ",
-      h5::last_error());
+  h5::read_all(impl->labels.get(), H5T_NATIVE_INT64, labels.data());
   const auto [lo, hi] = std::minmax_element(labels.begin(), labels.end());
   MT_CHECK(
       *lo >= 0,
@@ -683,6 +553,7 @@ H5Dataset H5Dataset::open(
         h5::type_name(impl->context.get()));
     info.context_features = static_cast<int64_t>(cdims[1]);
   }
+  impl->note_checksums(info);
 
   H5Dataset out(std::move(impl));
   out.info_ = std::move(info);
@@ -712,22 +583,22 @@ void H5Dataset::read(
   const bool want_context = context && cnumel > 0;
   // Indices already ascending and distinct: read straight into the
   // caller's buffers; otherwise into scratch rows, then scatter.
-  if (rows == indices) {
-    read_rows(impl_->samples.get(), rows, H5T_NATIVE_FLOAT, x);
-    read_rows(impl_->labels.get(), rows, H5T_NATIVE_INT64, y);
+  const char* noun = info_.kind == SampleKind::kVolumes ? "volumes" : "rows";
+  const auto read_into = [&](float* xs, int64_t* ys, float* cs) {
+    h5::read_rows(impl_->samples.get(), rows, H5T_NATIVE_FLOAT, xs, noun);
+    h5::read_rows(impl_->labels.get(), rows, H5T_NATIVE_INT64, ys, noun);
     if (want_context)
-      read_rows(impl_->context.get(), rows, H5T_NATIVE_FLOAT, context);
-    impl_->apply_normalisation(x, static_cast<int64_t>(n) * numel);
+      h5::read_rows(impl_->context.get(), rows, H5T_NATIVE_FLOAT, cs, noun);
+    impl_->apply_normalisation(xs, static_cast<int64_t>(n) * numel);
+  };
+  if (rows == indices) {
+    read_into(x, y, context);
     return;
   }
   std::vector<float> buf(n * numel);
   std::vector<int64_t> lbuf(n * lnumel);
   std::vector<float> cbuf(want_context ? n * cnumel : 0);
-  read_rows(impl_->samples.get(), rows, H5T_NATIVE_FLOAT, buf.data());
-  read_rows(impl_->labels.get(), rows, H5T_NATIVE_INT64, lbuf.data());
-  if (want_context)
-    read_rows(impl_->context.get(), rows, H5T_NATIVE_FLOAT, cbuf.data());
-  impl_->apply_normalisation(buf.data(), static_cast<int64_t>(buf.size()));
+  read_into(buf.data(), lbuf.data(), cbuf.data());
   for (size_t k = 0; k < indices.size(); ++k) {
     const size_t r =
         std::lower_bound(rows.begin(), rows.end(), indices[k]) - rows.begin();

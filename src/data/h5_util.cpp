@@ -1,14 +1,17 @@
 #include "h5_util.h"
 
-#include <mutex>
+#include <algorithm>
 
 #include "memtrain/util/error.h"
 
 namespace memtrain::h5 {
 
 void silence_errors() {
-  static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+  // Thread-safe HDF5 keeps an error stack, and its printing, per thread.
+  thread_local bool done = false;
+  if (!done)
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  done = true;
 }
 
 std::string last_error() {
@@ -28,6 +31,18 @@ std::string last_error() {
 
 bool has_link(hid_t loc, const std::string& name) {
   return H5Lexists(loc, name.c_str(), H5P_DEFAULT) > 0;
+}
+
+std::string file_name(hid_t obj) {
+  char path[4096] = {0};
+  H5Fget_name(obj, path, sizeof(path));
+  return path;
+}
+
+std::string object_name(hid_t obj) {
+  char name[1024] = {0};
+  H5Iget_name(obj, name, sizeof(name));
+  return name;
 }
 
 std::vector<hsize_t> dims_of(hid_t dataset) {
@@ -66,6 +81,36 @@ bool is_integer(hid_t dataset) {
 bool is_float(hid_t dataset) {
   Handle t = type(H5Dget_type(dataset));
   return H5Tget_class(t.get()) == H5T_FLOAT;
+}
+
+bool has_fletcher32(hid_t dataset) {
+  Handle dcpl = plist(H5Dget_create_plist(dataset));
+  return H5Pget_layout(dcpl.get()) == H5D_CHUNKED &&
+         H5Pall_filters_avail(dcpl.get()) >= 0 &&
+         H5Pget_filter_by_id2(
+             dcpl.get(),
+             H5Z_FILTER_FLETCHER32,
+             nullptr,
+             nullptr,
+             nullptr,
+             0,
+             nullptr,
+             nullptr) >= 0;
+}
+
+std::vector<hsize_t> row_chunk(
+    const std::vector<hsize_t>& dims, size_t elem_size) {
+  std::vector<hsize_t> chunk(dims);
+  if (chunk.empty())
+    return chunk;
+  hsize_t row_bytes = elem_size;
+  for (size_t d = 1; d < dims.size(); ++d)
+    row_bytes *= std::max<hsize_t>(1, dims[d]);
+  const hsize_t rows = std::max<hsize_t>(1, (hsize_t{1} << 20) / row_bytes);
+  chunk[0] = std::max<hsize_t>(1, std::min(rows, dims[0]));
+  for (size_t d = 1; d < dims.size(); ++d)
+    chunk[d] = std::max<hsize_t>(1, dims[d]);
+  return chunk;
 }
 
 namespace {
@@ -198,18 +243,29 @@ void write_dataset(
   Handle sp = space(
       H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
   Handle dcpl = plist(H5Pcreate(H5P_DATASET_CREATE));
-  if (!chunk.empty())
-    H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+  const std::vector<hsize_t> shape =
+      chunk.empty() ? row_chunk(dims, H5Tget_size(file_type)) : chunk;
+  // Fletcher32 is the whole pipeline (no compression): every chunk's bytes
+  // carry a checksum that every read of the chunk checks.
+  if (H5Pset_chunk(dcpl.get(), static_cast<int>(shape.size()), shape.data()) <
+          0 ||
+      H5Pset_fletcher32(dcpl.get()) < 0) {
+    throw Error(detail::concat(
+        "cannot set chunks and checksums of dataset '",
+        name,
+        "' in '",
+        file_name(file),
+        "': ",
+        last_error()));
+  }
   Handle ds = dataset(H5Dcreate2(
       file, name, file_type, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
   if (ds.valid() &&
       H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0)
     return;
   const std::string why = last_error();
-  char path[4096] = {0};
-  H5Fget_name(file, path, sizeof(path));
   throw Error(detail::concat(
-      "cannot write dataset '", name, "' to '", path, "': ", why));
+      "cannot write dataset '", name, "' to '", file_name(file), "': ", why));
 }
 
 }  // namespace memtrain::h5

@@ -10,8 +10,9 @@
 
 namespace memtrain::h5 {
 
-// Turns off HDF5's automatic error printing (once per process); memtrain
-// reports HDF5 failures itself, with the file and dataset named.
+// Turns off HDF5's automatic error printing (once per thread: the setting
+// is per thread); memtrain reports HDF5 failures itself, with the file and
+// dataset named.
 void silence_errors();
 
 // The innermost message on HDF5's current error stack ("" if none).
@@ -76,11 +77,20 @@ inline Handle attribute(hid_t id) {
 }
 
 bool has_link(hid_t loc, const std::string& name);
+// The path of the file that holds `obj`, and `obj`'s own path in it.
+std::string file_name(hid_t obj);
+std::string object_name(hid_t obj);
 std::vector<hsize_t> dims_of(hid_t dataset);
 // "float32", "uint8", "int64", "string", ...
 std::string type_name(hid_t dataset);
 bool is_integer(hid_t dataset);
 bool is_float(hid_t dataset);
+// Whether the dataset's filter pipeline has the Fletcher32 checksum.
+bool has_fletcher32(hid_t dataset);
+// The chunk shape used for `dims` when write_dataset is given none: whole
+// rows, as many as fit in about 1 MiB (at least one), of `elem_size` bytes.
+std::vector<hsize_t> row_chunk(
+    const std::vector<hsize_t>& dims, size_t elem_size);
 
 // Attributes on an object (file root or dataset). Readers return false when
 // the attribute is missing; they throw memtrain::Error on a wrong type.
@@ -88,8 +98,9 @@ bool read_attr(hid_t obj, const char* name, int64_t* out);
 bool read_attr(hid_t obj, const char* name, double* out);
 bool read_attr(hid_t obj, const char* name, std::string* out);
 // Creates dataset `name` in `file` with `dims`, chunked as `chunk` (empty:
-// contiguous), and writes `data` (of `mem_type`). Throws memtrain::Error
-// naming the dataset and the file.
+// whole rows, about 1 MiB a chunk) with HDF5's Fletcher32 checksum on every
+// chunk (Note [Checksummed data] in ARCHITECTURE.md), and writes `data` (of
+// `mem_type`). Throws memtrain::Error naming the dataset and the file.
 void write_dataset(
     hid_t file,
     const char* name,

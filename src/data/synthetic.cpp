@@ -139,17 +139,13 @@ void make_volumes(const SyntheticSpec& spec, const std::string& path) {
     const hsize_t n = static_cast<hsize_t>(spec.samples);
     const std::vector<hsize_t> dims = {
         n, hsize_t(C), hsize_t(D), hsize_t(H), hsize_t(W)};
-    std::vector<hsize_t> chunk, mchunk;
-    if (spec.chunk > 0) {
-      const hsize_t e = static_cast<hsize_t>(spec.chunk);
-      chunk = {
-          1,
-          hsize_t(C),
-          std::min<hsize_t>(e, D),
-          std::min<hsize_t>(e, H),
-          std::min<hsize_t>(e, W)};
-      mchunk = {1, chunk[2], chunk[3], chunk[4]};
-    }
+    // Edge `--chunk` (0: the whole volume, one chunk per volume).
+    auto edge = [&](int64_t n) {
+      return static_cast<hsize_t>(spec.chunk > 0 ? std::min(spec.chunk, n) : n);
+    };
+    const std::vector<hsize_t> chunk = {
+        1, hsize_t(C), edge(D), edge(H), edge(W)};
+    const std::vector<hsize_t> mchunk = {1, chunk[2], chunk[3], chunk[4]};
     if (spec.dtype == "float32") {
       h5::write_dataset(
           f,

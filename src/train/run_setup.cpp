@@ -42,6 +42,10 @@ void open_data(RunState& run) {
   run.train_data.emplace(
       H5Dataset::open(run.cfg.data.train, "data.train", opts));
   const DatasetInfo& ti = run.train_data->info();
+  const bool rank0 = run.comm.rank() == 0;
+  if (!ti.checksummed)
+    log_event(
+        "warning: data.train: " + run.train_data->checksum_warning(), rank0);
   if (run.volumes()) {
     const std::string warn =
         run.train_data->patch_layout_warning(run.cfg.data.patch_size);
@@ -52,6 +56,9 @@ void open_data(RunState& run) {
   if (!run.cfg.data.val.empty()) {
     run.val_data.emplace(H5Dataset::open(run.cfg.data.val, "data.val", opts));
     const DatasetInfo& vi = run.val_data->info();
+    if (!vi.checksummed)
+      log_event(
+          "warning: data.val: " + run.val_data->checksum_warning(), rank0);
     // Volumes: validation volumes may have any size, not their channels.
     const bool same_shape =
         run.volumes() ? vi.sample_shape.at(0) == ti.sample_shape.at(0)

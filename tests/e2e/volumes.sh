@@ -155,7 +155,7 @@ done
 grep "^memtrain: error:" err.txt | grep -qF "multiples of 4" || fail "patch 18: no 'multiples of 4'"
 
 # Layout warnings: once (rank 0), training goes on.
-mkvol contig.h5 4 32 train --chunk 0
+"$MAKE_BAD_H5" contiguous-volumes contig.h5  # make-data always chunks (checksums)
 mkvol chunk32.h5 4 32 train --chunk 32
 expect_warning() {  # NAME PATTERN... (NAME.log from train)
   local name=$1 p n

@@ -1,15 +1,60 @@
 // make_bad_h5 CASE OUT.h5: writes one kind of broken dataset file for the
-// end-to-end bad-input tests (HDF5 C API, no h5py needed).
+// end-to-end bad-input tests (HDF5 C API, no h5py needed). The files have
+// no checksums (contiguous datasets, as other tools write them).
+// make_bad_h5 chunk-offset FILE.h5 DATASET INDEX: prints "OFFSET SIZE", the
+// file offset and stored size of chunk INDEX of DATASET (to damage it).
+
+#include <hdf5.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "test_support.h"
 
+namespace {
+int chunk_offset(const char* path, const char* name, const char* index) {
+  const hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t ds = f >= 0 ? H5Dopen2(f, name, H5P_DEFAULT) : -1;
+  if (ds < 0) {
+    std::fprintf(stderr, "cannot open %s in %s\n", name, path);
+    return 2;
+  }
+  const hid_t space = H5Dget_space(ds);
+  std::vector<hsize_t> offset(H5Sget_simple_extent_ndims(space));
+  unsigned mask = 0;
+  haddr_t addr = 0;
+  hsize_t size = 0;
+  const herr_t rc = H5Dget_chunk_info(
+      ds,
+      space,
+      std::strtoull(index, nullptr, 10),
+      offset.data(),
+      &mask,
+      &addr,
+      &size);
+  H5Sclose(space);
+  H5Dclose(ds);
+  H5Fclose(f);
+  if (rc < 0) {
+    std::fprintf(stderr, "no chunk %s in %s\n", index, name);
+    return 2;
+  }
+  std::printf(
+      "%llu %llu\n", (unsigned long long)addr, (unsigned long long)size);
+  return 0;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   using memtrain::test::RawH5;
+  if (argc == 5 && !std::strcmp(argv[1], "chunk-offset"))
+    return chunk_offset(argv[2], argv[3], argv[4]);
   if (argc != 3) {
-    std::fprintf(stderr, "usage: make_bad_h5 CASE OUT.h5\n");
+    std::fprintf(
+        stderr,
+        "usage: make_bad_h5 CASE OUT.h5 | chunk-offset FILE DATASET INDEX\n");
     return 2;
   }
   const char* c = argv[1];
@@ -23,6 +68,12 @@ int main(int argc, char** argv) {
   } else if (!std::strcmp(c, "nan")) {
     spec = {{64, 4}, {}, {64}};
     spec.nan_row = 5;  // one sample's features are NaN
+  } else if (!std::strcmp(c, "no-checksum")) {
+    spec = {{256, 4}, {}, {256}};  // a good file, without checksums
+  } else if (!std::strcmp(c, "contiguous-volumes")) {
+    // Good volumes [4, 1, 32, 32, 32], contiguous (and no checksums).
+    spec.volumes_shape = {4, 1, 32, 32, 32};
+    spec.masks_shape = {4, 32, 32, 32};
   } else if (!std::strcmp(c, "empty")) {
     spec = {{0, 4}, {}, {0}};
   } else if (!std::strcmp(c, "mask-shape")) {

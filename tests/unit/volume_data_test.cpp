@@ -148,8 +148,11 @@ TEST(VolumeData, ChunkLayoutWarnings) {
   test::TempDir dir("vol");
   SyntheticSpec spec = volume_spec();
   make_synthetic(spec, dir.file("good.h5"));
-  spec.chunk = 0;
-  make_synthetic(spec, dir.file("contiguous.h5"));
+  // make-data always chunks (Fletcher32 needs chunks): another tool's file.
+  test::RawH5 contiguous;
+  contiguous.volumes_shape = {3, 2, 12, 10, 14};
+  contiguous.masks_shape = {3, 12, 10, 14};
+  test::write_raw_h5(dir.file("contiguous.h5"), contiguous);
   spec.chunk = 12;
   make_synthetic(spec, dir.file("big.h5"));
   const std::array<int64_t, 3> patch{8, 8, 8};

@@ -40,6 +40,11 @@ struct DatasetInfo {
   double scale = 1.0;
   double shift = 0.0;
   std::array<double, 3> spacing_mm{0, 0, 0};
+  // Whether every dataset this reads has HDF5's Fletcher32 checksum (what
+  // memtrain's writers add), so that damaged bytes fail the read instead of
+  // training on; `unchecksummed` names those that have none ("/labels").
+  bool checksummed = true;
+  std::vector<std::string> unchecksummed;
 
   int64_t sample_numel() const;
   // Volumes: D * H * W (the voxels of one mask).
@@ -79,7 +84,8 @@ class H5Dataset {
   // says. One hyperslab read per dataset: only the requested rows are read.
   // For /volumes files, a row is a whole volume and `y` gets its mask
   // (D * H * W labels). Blocking; safe to call from several threads (HDF5
-  // serialises inside the library).
+  // serialises inside the library). A chunk whose checksum does not match
+  // throws memtrain::Error naming the file, the dataset and the rows.
   void read(
       const std::vector<int64_t>& indices,
       float* x,
@@ -89,7 +95,8 @@ class H5Dataset {
   // Volumes: reads the patch of `size` voxels at `corner` ([D, H, W]) of
   // volume `v` by hyperslab, into `x` (C * prod(size) floats) and its mask
   // into `y` (prod(size) labels). Never reads the rest of the volume (only
-  // the chunks the patch touches). Thread-safe like read().
+  // the chunks the patch touches). Thread-safe like read(); a damaged chunk
+  // throws naming the volume and the patch.
   void read_patch(
       int64_t v,
       const std::array<int64_t, 3>& corner,
@@ -105,6 +112,10 @@ class H5Dataset {
   // Volumes: "" when the chunk layout suits patches of `patch` voxels;
   // otherwise a warning naming the file, the layout and the fix.
   std::string patch_layout_warning(const std::array<int64_t, 3>& patch) const;
+
+  // "" when every dataset read has a checksum (DatasetInfo::checksummed);
+  // otherwise one line naming the file and the datasets without one.
+  std::string checksum_warning() const;
 
  private:
   struct Impl;

@@ -19,7 +19,7 @@ struct SyntheticSpec {
   int64_t width = 16;
   int64_t depth = 32;   // volumes: C, D, H, W
   int64_t context = 0;  // features: F2 of /context_features (0: none)
-  int64_t chunk = 16;   // volumes: chunk edge in voxels (0: contiguous)
+  int64_t chunk = 16;   // volumes: chunk edge in voxels (0: a whole volume)
   std::string dtype = "float32";  // images: float32 | uint8; volumes: +int16
   double noise = 1.0;  // noise standard deviation (centres: N(0, 0.5^2))
   uint64_t seed = 0;
