@@ -12,6 +12,14 @@ for s in "$ROOT"/launch/*.sh "$ROOT"/launch/slurm/*.sbatch; do
   bash -n "$s" || fail "syntax: $s"
 done
 
+# train.sbatch appends its log across requeues and says what its grace
+# must cover, with a measured checkpoint time.
+grep -q "^#SBATCH --open-mode=append$" "$ROOT/launch/slurm/train.sbatch" ||
+  fail "train.sbatch does not append to its log across requeues"
+grep -q "^#SBATCH --signal=USR1@[0-9]*$" "$ROOT/launch/slurm/train.sbatch" &&
+  grep -q "^# .* took [0-9][0-9.-]* s" "$ROOT/launch/slurm/train.sbatch" ||
+  fail "train.sbatch's --signal grace comment has no measured checkpoint time"
+
 expect_rc() {  # WANT COMMAND...
   local want=$1 rc=0
   shift
