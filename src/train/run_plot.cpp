@@ -7,9 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -139,8 +141,14 @@ std::string plot_script(
   out << "\nset title 'validation'\nset xlabel 'epoch'\nset ylabel "
       << quoted(metric.empty() ? "no validation" : metric) << "\n";
   bool any_val = false;
-  for (const auto& r : runs)
+  double last_epoch = 0;
+  for (const auto& r : runs) {
     any_val = any_val || !r.val.empty();
+    last_epoch =
+        r.val.empty() ? last_epoch : std::max(last_epoch, r.val.back()[0]);
+  }
+  if (last_epoch <= 20)
+    out << "set xtics 1\n";  // whole epochs
   if (any_val) {
     plot("val", "linespoints pt 7");
     out << "\n";
@@ -148,7 +156,8 @@ std::string plot_script(
     out << "set label 1 'no validation record' at graph 0.5,0.5 center\n"
            "plot [0:1] [0:1] NaN notitle\nunset label 1\n";
   }
-  out << "set title 'memory peak per window (dashed: budget)'\n"
+  out << "set xtics autofreq\n"
+         "set title 'memory peak per window (dashed: budget)'\n"
          "set xlabel 'step (window)'\nset ylabel 'MiB'\n";
   plot("mem", "lines");
   for (size_t r = 0; r < runs.size(); ++r) {
@@ -173,17 +182,20 @@ std::string draw_runs(
   posix_spawn_file_actions_addopen(
       &actions, 1, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::string gp = "gnuplot";
+  // $MEMTRAIN_GNUPLOT, else gnuplot on PATH (mpirun started by its full
+  // path puts its own folder first on the ranks' PATH).
+  const char* env = std::getenv("MEMTRAIN_GNUPLOT");
+  std::string gp = env && *env ? env : "gnuplot";
   char* argv[] = {gp.data(), const_cast<char*>(script_path.c_str()), nullptr};
   pid_t pid = 0;
   const int rc =
-      posix_spawnp(&pid, "gnuplot", &actions, nullptr, argv, environ);
+      posix_spawnp(&pid, gp.c_str(), &actions, nullptr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
   std::string why;
   if (rc != 0) {
     why = rc == ENOENT
-              ? "gnuplot not found on PATH (apt-get install gnuplot-nox)"
-              : std::string("cannot start gnuplot: ") + std::strerror(rc);
+              ? "gnuplot not found ('" + gp + "'; apt-get install gnuplot-nox)"
+              : "cannot start '" + gp + "': " + std::strerror(rc);
   } else {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

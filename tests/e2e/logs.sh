@@ -15,12 +15,14 @@ source "$(dirname "$0")/common.sh"
 PEERS=${MEMTRAIN_PEERS_VENV:-/opt/memtrain/peers-venv}/bin/python
 [ -x "$PEERS" ] || fail "no TensorBoard peer at $PEERS: bash launch/install_peers.sh"
 GNUPLOT=$(command -v gnuplot) || fail "gnuplot not installed (launch/install_deps.sh)"
+H5PY=/usr/bin/python3  # Debian's, with python3-h5py (install_deps.sh)
+"$H5PY" -c "import h5py" || fail "no h5py in $H5PY (apt-get install python3-h5py)"
 
 for split in train val; do
   "$MEMTRAIN" make-data --kind volumes --out $split.h5 --samples 2 --channels 1 \
     --depth 24 --height 24 --width 24 --classes 3 --noise 0.7 --split $split \
     --chunk 8 >/dev/null || fail "make-data $split"
-  "$PY" -c "import h5py; h5py.File('$split.h5', 'r+').attrs['class_names'] = 'background,liver,tumour'"
+  "$H5PY" -c "import h5py, numpy; h5py.File('$split.h5', 'r+').attrs['class_names'] = numpy.bytes_('background,liver,tumour')"
 done
 mkdir bin
 printf '#!/bin/sh\necho call >>"%s/gnuplot_calls"\nexec "%s" "$@"\n' "$PWD" "$GNUPLOT" >bin/gnuplot
@@ -33,7 +35,7 @@ A=(--model.name=unet3d --model.feature_size=4 --model.depth=2 --model.norm=insta
 train() {  # NAME ARGS...
   local name=$1 start=$SECONDS
   shift
-  PATH=$PWD/bin:$PATH timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train \
+  MEMTRAIN_GNUPLOT=$PWD/bin/gnuplot timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train \
     "${A[@]}" --output.dir="$name" "$@" >"$name.log" 2>&1 || { tail -30 "$name.log"; fail "$name"; }
   echo "$name: $((SECONDS - start)) s"
 }

@@ -33,7 +33,8 @@ RunCurves load_run_curves(const std::string& dir);
 std::string plot_script(
     const std::vector<RunCurves>& runs, const std::string& png);
 
-// Draws `runs` into `png` with gnuplot, atomically (a temporary file
+// Draws `runs` into `png` with gnuplot ($MEMTRAIN_GNUPLOT if set, else
+// gnuplot on PATH), atomically (a temporary file
 // renamed over `png`). Returns "" when drawn, else why not (gnuplot not
 // found, its status and first error line).
 std::string draw_runs(
