@@ -31,7 +31,7 @@ A=(--model.name=unet3d --model.feature_size=4 --model.depth=2 --model.norm=insta
    --data.patch_size=16 --data.patches_per_volume=8 --data.batch_size=2
    --data.train=train.h5 --data.val=val.h5 --training.optimizer=adamw
    --training.lr=0.003 --training.epochs=3 --training.checkpoint_every=1
-   --training.keep_checkpoints=20)
+   --training.keep_checkpoints=20 --memory.budget=256MiB)
 train() {  # NAME ARGS...
   local name=$1 start=$SECONDS
   shift
@@ -73,7 +73,7 @@ print(f"{run}/metrics.csv: {len(rows)} rows equal to the window records, {len(ep
 PYEOF
 }
 
-# 1. A run of 3 epochs.
+# 1. A run of 3 epochs (with a memory budget: memory/peak_of_budget).
 train full
 [ "$(wc -l <gnuplot_calls)" = 3 ] || fail "gnuplot ran $(wc -l <gnuplot_calls) times for 3 epochs"
 [ "$(png_size full/progress.png)" = 1000x900 ] || fail "progress.png $(png_size full/progress.png)"

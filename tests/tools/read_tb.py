@@ -59,7 +59,15 @@ for r in recs:
     for tag, v in vals.items():
         expected.setdefault(tag, []).append((step, v))
 
-optional = {"memory/budget_MiB", "memory/peak_of_budget"}
+plan = json.load(open(os.path.join(run, "memory_plan.json")))
+if plan["usable_bytes"] > 0:  # a budget: memory against it
+    budget = plan["budget_bytes"]
+    for r in recs:
+        if r["type"] == "window":
+            expected.setdefault("memory/budget_MiB", []).append((r["step"], budget / MiB))
+            expected.setdefault("memory/peak_of_budget", []).append(
+                (r["step"], r["mem_peak"] / budget))
+optional = set()
 assert set(expected) <= tags and tags - set(expected) <= optional, \
     f"tags: TensorBoard has {sorted(tags)}, metrics.jsonl gives {sorted(expected)}"
 for name in classes:
