@@ -17,11 +17,8 @@ installed() {
 installed && exit 0
 
 echo "install_peers.sh: installing tensorboard into $venv"
-if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
-  [ "$(id -u)" = 0 ] || { echo "install_peers.sh: needs python3-venv (run as root)" >&2; exit 1; }
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
-fi
+"$python" -c 'import ensurepip, venv' 2>/dev/null ||
+  { echo "install_peers.sh: no python3-venv (bash launch/install_deps.sh)" >&2; exit 1; }
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check tensorboard
 installed || { echo "install_peers.sh: tensorboard does not import from $venv" >&2; exit 1; }

@@ -42,15 +42,6 @@ const char* const kWindowColumns[] = {
 const char* const kEpochColumns[] = {"train_loss", "val_loss"};
 const char* const kDicePrefix = "val_dice_";
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos)
-    return s;
-  std::string q = "\"";
-  for (char c : s)
-    q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
-
 // A value as metrics.jsonl writes it (so the two read back equal); null
 // and missing are empty.
 std::string csv_value(const nlohmann::json& v) {
@@ -85,6 +76,34 @@ float as_float(const nlohmann::json& v) {
 }
 
 }  // namespace
+
+bool for_each_record(
+    const std::string& path,
+    const std::function<void(const nlohmann::json&, const std::string&)>& fn) {
+  std::ifstream in(path);
+  if (!in.good())
+    return false;
+  std::string line;
+  while (std::getline(in, line)) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      continue;  // a line cut short by a crash
+    }
+    fn(j, line);
+  }
+  return true;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos)
+    return s;
+  std::string q = "\"";
+  for (char c : s)
+    q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
 
 std::vector<std::string> metrics_class_names(
     const std::vector<std::string>& names, int64_t num_classes) {
@@ -194,15 +213,9 @@ MetricsLog::MetricsLog(const MetricsOutputs& out)
   if (out_.resumed) {
     // metrics.csv = the rows of the (trimmed) metrics.jsonl.
     std::string text = rows_->header();
-    std::ifstream in(jsonl);
-    std::string line;
-    while (std::getline(in, line)) {
-      try {
-        text += rows_->add(nlohmann::json::parse(line));
-      } catch (const nlohmann::json::exception&) {
-        // a line cut short by a crash (trim_metrics drops them too)
-      }
-    }
+    for_each_record(jsonl, [&](const nlohmann::json& j, const std::string&) {
+      text += rows_->add(j);
+    });
     text += rows_->finish();
     write_file_atomically(csv, text);
   }
@@ -210,9 +223,10 @@ MetricsLog::MetricsLog(const MetricsOutputs& out)
   csv_ = open_or_throw(csv, out_.resumed ? "a" : "w");
   if (!out_.resumed)
     write_or_throw(csv_, rows_->header(), csv);
+  // Later steps of earlier files (another timeline, or a run started
+  // afresh in this folder) are dropped from here on.
   tb_ = std::make_unique<tb::EventWriter>(out_.dir + "/tb");
-  if (out_.resumed)
-    tb_->session_start(out_.resume_step + 1);
+  tb_->session_start(out_.resume_step + 1);
 }
 
 MetricsLog::~MetricsLog() {

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "memtrain/train/metrics.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/error.h"
 
@@ -64,38 +65,31 @@ RunCurves load_run_curves(const std::string& dir) {
   RunCurves c;
   c.label = base_name(dir);
   const std::string path = dir + "/metrics.jsonl";
-  std::ifstream in(path);
+  const bool found =
+      for_each_record(path, [&c](const nlohmann::json& j, const std::string&) {
+        const std::string type = j.value("type", "");
+        if (type == "window") {
+          const double step = j.value("step", 0.0);
+          c.loss.push_back({step, j.value("loss", NAN)});
+          c.mem_peak.push_back({step, j.value("mem_peak", 0.0) / kMiB});
+        } else if (type == "validation") {
+          for (const char* metric : {"val_dice", "val_accuracy"}) {
+            if (j.contains(metric)) {
+              c.val_metric = metric;
+              const auto& v = j[metric];
+              c.val.push_back(
+                  {j.value("epoch", 0.0) + 1,
+                   v.is_number() ? v.get<double>() : NAN});
+              break;
+            }
+          }
+        }
+      });
   MT_CHECK(
-      in.good(),
+      found,
       "'",
       dir,
       "' has no metrics.jsonl: give the output.dir of a memtrain train run");
-  std::string line;
-  while (std::getline(in, line)) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception&) {
-      continue;  // a line cut short by a crash
-    }
-    const std::string type = j.value("type", "");
-    if (type == "window") {
-      const double step = j.value("step", 0.0);
-      c.loss.push_back({step, j.value("loss", NAN)});
-      c.mem_peak.push_back({step, j.value("mem_peak", 0.0) / kMiB});
-    } else if (type == "validation") {
-      for (const char* metric : {"val_dice", "val_accuracy"}) {
-        if (j.contains(metric)) {
-          c.val_metric = metric;
-          const auto& v = j[metric];
-          c.val.push_back(
-              {j.value("epoch", 0.0) + 1,
-               v.is_number() ? v.get<double>() : NAN});
-          break;
-        }
-      }
-    }
-  }
   MT_CHECK(
       !c.loss.empty(),
       "'",

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -30,8 +31,8 @@ class EventWriter;
 struct MetricsOutputs {
   std::string dir;  // output.dir; empty: a log that drops every record
   // Resumed: metrics.jsonl (already trimmed to the checkpoint) is appended
-  // to, metrics.csv is rebuilt from it, and the new events file starts with
-  // a SessionLog START at resume_step + 1.
+  // to and metrics.csv is rebuilt from it. Every run's new events file
+  // starts with a SessionLog START at resume_step + 1 (0 when not resumed).
   bool resumed = false;
   int64_t resume_step = 0;
   // Names of the classes whose validation Dice is logged (volumes); empty
@@ -40,6 +41,15 @@ struct MetricsOutputs {
   int64_t budget_bytes = 0;  // 0: no budget
   bool draw_progress = true;
 };
+
+// Calls fn(record, line) for each record of a metrics.jsonl file, skipping
+// lines cut short by a crash. False when the file cannot be opened.
+bool for_each_record(
+    const std::string& path,
+    const std::function<void(const nlohmann::json&, const std::string&)>& fn);
+
+// One CSV field: quoted (with "" for ") when it holds , " or a newline.
+std::string csv_field(const std::string& s);
 
 // The dataset's class names, or the class index where it has none.
 std::vector<std::string> metrics_class_names(

@@ -4,9 +4,9 @@
 //   uint64 length | uint32 masked CRC32C(length) | data | uint32 masked
 //   CRC32C(data)   (little-endian)
 // around protobuf-encoded tensorflow.Event messages: first
-// {wall_time, file_version: "brain.Event:2"}, then
-// {wall_time, step, summary {value {tag, simple_value}}...} and, where a
-// resumed run starts, {wall_time, step, session_log {status: START}}.
+// {wall_time, file_version: "brain.Event:2"}, then events
+// {wall_time, step, summary {value {tag, simple_value}}...} and
+// {wall_time, step, session_log {status: START}} (where a run starts).
 
 #include <cstdint>
 #include <cstdio>
