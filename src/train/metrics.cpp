@@ -166,8 +166,6 @@ class MetricsLog::Csv {
           pending_[key] = record[key];
       }
       return finish();
-    } else if (type == "checkpoint") {
-      return finish();
     }
     return "";
   }
@@ -211,12 +209,13 @@ MetricsLog::MetricsLog(const MetricsOutputs& out)
   const std::string jsonl = out_.dir + "/metrics.jsonl";
   const std::string csv = out_.dir + "/metrics.csv";
   if (out_.resumed) {
-    // metrics.csv = the rows of the (trimmed) metrics.jsonl.
+    // metrics.csv = the rows of the (trimmed) metrics.jsonl; the last
+    // window's row stays open: a resumed run may validate and end its epoch
+    // first.
     std::string text = rows_->header();
     for_each_record(jsonl, [&](const nlohmann::json& j, const std::string&) {
       text += rows_->add(j);
     });
-    text += rows_->finish();
     write_file_atomically(csv, text);
   }
   jsonl_ = open_or_throw(jsonl, out_.resumed ? "a" : "w");

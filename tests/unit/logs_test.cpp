@@ -211,11 +211,23 @@ TEST(MetricsLog, CsvRowsCarryTheEpochOnItsLastWindowAndRebuildOnResume) {
     MetricsLog log(out);
     log.write(window(3, 1, 0.5));
   }
+  const std::string rows12 =
+      header + "1,0,1,2.5,0.5,,8,,,,,,,,,,1024,,,,,,,,,,\n" +
+      "2,0,2,1.25,0.5,,8,,,,,,,,,,1024,,,,,1.875,0.75,0.5,0.9,0.5,\n";
   EXPECT_EQ(
       read_file(dir.file("metrics.csv")),
-      header + "1,0,1,2.5,0.5,,8,,,,,,,,,,1024,,,,,,,,,,\n" +
-          "2,0,2,1.25,0.5,,8,,,,,,,,,,1024,,,,,1.875,0.75,0.5,0.9,0.5,\n" +
-          "3,1,3,0.5,0.5,,8,,,,,,,,,,1024,,,,,,,,,,\n");
+      rows12 + "3,1,3,0.5,0.5,,8,,,,,,,,,,1024,,,,,,,,,,\n");
+  // Resumed at step 3, the last window of epoch 1 (a stop there): the
+  // resumed run's validation and epoch records land on that window's row.
+  out.resume_step = 3;
+  {
+    MetricsLog log(out);
+    log.write({{"type", "validation"}, {"epoch", 1}, {"val_loss", 0.5}});
+    log.write({{"type", "epoch"}, {"epoch", 1}, {"train_loss", 0.25}});
+  }
+  EXPECT_EQ(
+      read_file(dir.file("metrics.csv")),
+      rows12 + "3,1,3,0.5,0.5,,8,,,,,,,,,,1024,,,,,0.25,,,,,\n");
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 //   output.dir/metrics.csv    one row per window record (metrics_csv_header);
 //                             the epoch's columns on the row of its last
 //                             window, which is therefore written when the
-//                             next record arrives;
+//                             epoch record or the next window arrives (or
+//                             the log closes);
 //   output.dir/tb/            a TensorBoard events file per run start;
 //   output.dir/progress.png   redrawn on another thread after each epoch
 //                             record (gnuplot; one warning when it cannot).
