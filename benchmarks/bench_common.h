@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "memtrain/train/metrics.h"
+
 namespace memtrain::bench {
 
 // "# <name>: <date> on <host>, <cpu model>, <n> CPUs online (<m> in this
@@ -17,7 +19,7 @@ std::string header(const std::string& name);
 // on its own.
 bool plot(const std::string& script);
 
-// CSV quoting for one field.
-std::string csv_field(const std::string& s);
+// CSV quoting for one field (metrics.csv's).
+using memtrain::csv_field;
 
 }  // namespace memtrain::bench

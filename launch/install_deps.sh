@@ -18,7 +18,10 @@ packages=(
   python3                                    # e2e checks (standard library only)
   python3-torch python3-h5py                 # benchmarks/vs_pytorch: the PyTorch DDP side
                                              # (Debian's LibTorch 1.13, as the CPU build's)
-  gnuplot-nox                                # benchmarks' PNG plots
+  gnuplot-nox                                # PNG plots: output.dir/progress.png,
+                                             # memtrain plot, the benchmarks
+  libpng-dev                                 # validation overlays (output.dir/val)
+  python3-venv                               # install_peers.sh's venv (tensorboard)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -8,6 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash launch/install_deps.sh
+# Independent readers the tests check outputs with (tensorboard, from PyPI).
+bash launch/install_peers.sh
 bash launch/build.sh
 source launch/env.sh
 (cd build && ctest --output-on-failure)

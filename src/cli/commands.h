@@ -29,4 +29,7 @@ int run_inspect();
 void add_convert_nifti(CLI::App& app);
 int run_convert_nifti();
 
+void add_plot(CLI::App& app);
+int run_plot();
+
 }  // namespace memtrain::cli

@@ -92,6 +92,11 @@ std::vector<std::string> clear_previous_run(const std::string& dir) {
     remove("checkpoints/" + n);
   for (const auto& n : names_in(dir + "/tb", "events.out.tfevents", ""))
     remove("tb/" + n);
+  for (const auto& epoch : names_in(dir + "/val", "epoch-", "")) {
+    for (const auto& n : names_in(dir + "/val/" + epoch, "case-", ".png"))
+      remove("val/" + epoch + "/" + n);
+    ::rmdir((dir + "/val/" + epoch).c_str());
+  }
   for (const char* n :
        {"metrics.jsonl",
         "metrics.csv",

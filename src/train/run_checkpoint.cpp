@@ -13,6 +13,7 @@
 
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/checkpoint.h"
+#include "memtrain/train/metrics.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
@@ -102,27 +103,18 @@ void save_run_checkpoint(
 // checkpoint's step covers are kept, later ones (windows run after the
 // checkpoint by the run that stopped) are dropped.
 void trim_metrics(const std::string& path, const ResumePoint& from) {
-  std::ifstream in(path);
-  if (!in.good())
-    return;
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    if (line.empty())
-      continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception&) {
-      continue;  // a line cut short by a crash
-    }
-    const std::string type = j.value("type", "");
-    const bool keep = type == "window" || type == "checkpoint"
-                          ? j.value("step", int64_t{0}) <= from.step
-                          : j.value("epoch", int64_t{0}) < from.epoch;
-    if (keep)
-      kept += line + "\n";
-  }
-  write_file_atomically(path, kept);
+  std::string kept;
+  const bool found = for_each_record(
+      path, [&](const nlohmann::json& j, const std::string& line) {
+        const std::string type = j.value("type", "");
+        const bool keep = type == "window" || type == "checkpoint"
+                              ? j.value("step", int64_t{0}) <= from.step
+                              : j.value("epoch", int64_t{0}) < from.epoch;
+        if (keep)
+          kept += line + "\n";
+      });
+  if (found)
+    write_file_atomically(path, kept);
 }
 
 ResumePoint resume_run(

@@ -138,7 +138,10 @@ void release_cache_if_due(const RunState& run, bool before_validation);
 
 // Collective. Validates on data.val: rows (loss, accuracy) or whole volumes
 // (sliding window, Dice); halves the batch on OOM (counters.val_micro).
-ValResult validate(RunState& run, RunCounters& counters);
+// With overlay_epoch >= 0 each rank writes its volumes' overlays into
+// output.dir/val/epoch-<overlay_epoch + 1> (Note [Validation overlays]).
+ValResult validate(
+    RunState& run, RunCounters& counters, int64_t overlay_epoch = -1);
 
 // --- planning (planning.cpp) -------------------------------------------------
 

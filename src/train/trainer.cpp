@@ -112,7 +112,7 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm, Options options)
   if (m.writer)
     make_directories(cfg.output.dir);
   // metrics.jsonl is opened by run(): a refused resume must not touch it.
-  m.metrics = std::make_unique<MetricsLog>("");
+  m.metrics = std::make_unique<MetricsLog>();
   m.progress = std::make_unique<Progress>(
       comm.rank() == 0 ? options.progress : nullptr,
       options.progress_is_tty,
@@ -186,7 +186,16 @@ void Trainer::Impl::start_run() {
     const std::string path = r.cfg.output.dir + "/metrics.jsonl";
     if (start.resumed)
       trim_metrics(path, start);
-    metrics = std::make_unique<MetricsLog>(path, /*append=*/start.resumed);
+    MetricsOutputs out;
+    out.dir = r.cfg.output.dir;
+    out.resumed = start.resumed;
+    out.resume_step = start.step;
+    if (r.volumes()) {
+      out.dice_classes =
+          metrics_class_names(r.train_data->info().class_names, r.num_classes);
+    }
+    out.budget_bytes = r.budget.limited() ? r.budget.bytes : 0;
+    metrics = std::make_unique<MetricsLog>(out);
     // What the first window starts from, for an outside reference (such
     // as benchmarks/vs_pytorch) to start from the same parameters.
     if (r.cfg.output.save_initial) {
@@ -349,7 +358,7 @@ void Trainer::Impl::end_epoch(
     release_cache_if_due(r, /*before_validation=*/true);
     counters.monitor.note_peak();  // the last window's step
     memory::reset_peak();
-    ValResult v = validate(r, counters);
+    ValResult v = validate(r, counters, options.write_outputs ? e.index : -1);
     v.device_peak = memory::stats().peak_allocated;
     counters.monitor.note_peak();
     counters.monitor.begin_window();  // the next window starts afresh

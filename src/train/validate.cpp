@@ -1,5 +1,7 @@
 #include <torch/torch.h>
 
+#include <cstdio>
+
 #include "memtrain/train/oom_guard.h"
 #include "memtrain/train/validator.h"
 #include "memtrain/util/error.h"
@@ -8,8 +10,17 @@
 namespace memtrain {
 namespace {
 
+// output.dir/val/epoch-XXX (1-based), or "" for none.
+std::string overlay_dir(const RunState& run, int64_t epoch) {
+  if (epoch < 0)
+    return "";
+  char name[32];
+  std::snprintf(name, sizeof name, "/val/epoch-%03lld", (long long)epoch + 1);
+  return run.cfg.output.dir + name;
+}
+
 // Whole volumes by sliding window (Note [Whole-volume validation]).
-ValResult validate_volumes(RunState& run) {
+ValResult validate_volumes(RunState& run, const std::string& overlays) {
   Validator validator(
       *run.val_data,
       run.cfg.validation,
@@ -17,9 +28,11 @@ ValResult validate_volumes(RunState& run) {
       run.num_classes,
       run.comm,
       run.placement);
-  const VolumeValResult v = validator.run([&run](const at::Tensor& windows) {
-    return forward(run, windows, at::Tensor());
-  });
+  const VolumeValResult v = validator.run(
+      [&run](const at::Tensor& windows) {
+        return forward(run, windows, at::Tensor());
+      },
+      overlays);
   ValResult r;
   r.loss = v.loss;
   r.samples = v.volumes;
@@ -95,11 +108,13 @@ ValResult validate_rows(RunState& run, RunCounters& counters) {
 
 }  // namespace
 
-ValResult validate(RunState& run, RunCounters& counters) {
+ValResult validate(
+    RunState& run, RunCounters& counters, int64_t overlay_epoch) {
   torch::NoGradGuard no_grad;
   run.model->eval();
-  ValResult r =
-      run.volumes() ? validate_volumes(run) : validate_rows(run, counters);
+  ValResult r = run.volumes()
+                    ? validate_volumes(run, overlay_dir(run, overlay_epoch))
+                    : validate_rows(run, counters);
   run.model->train();
   return r;
 }

@@ -10,6 +10,7 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/losses.h"
 #include "memtrain/train/oom_guard.h"
+#include "memtrain/train/overlay.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
 
@@ -66,9 +67,33 @@ VolumeScore score(const at::Tensor& probs, const at::Tensor& mask, int64_t k) {
   return s;
 }
 
+// Note [Validation overlays]: the middle slice along the first spatial axis
+// (D/2 of (C, D, H, W); channel 0), an H x W image, with the label and the
+// argmax prediction.
+void write_middle_slice(
+    const std::string& dir,
+    int64_t v,
+    const at::Tensor& volume,
+    const at::Tensor& mask,
+    const at::Tensor& probs) {
+  const int64_t d = volume.size(1) / 2;
+  const at::Tensor image = volume[0][d].contiguous();
+  const at::Tensor label = mask[d].contiguous();
+  const at::Tensor pred = probs.select(1, d).argmax(0).cpu().contiguous();
+  write_overlay(
+      dir,
+      v,
+      image.data_ptr<float>(),
+      label.data_ptr<int64_t>(),
+      pred.data_ptr<int64_t>(),
+      image.size(0),
+      image.size(1));
+}
+
 }  // namespace
 
-VolumeValResult Validator::run(const PatchPredictor& predict) {
+VolumeValResult Validator::run(
+    const PatchPredictor& predict, const std::string& overlay_dir) {
   const DatasetInfo& info = data_.info();
   const int64_t k = num_classes_;
   const int rank = comm_.rank();
@@ -114,6 +139,8 @@ VolumeValResult Validator::run(const PatchPredictor& predict) {
           sliding_window_probs(volume, k, predict, opt, placement_);
       memory::HostScope host;
       const VolumeScore s = score(probs, mask, k);
+      if (!overlay_dir.empty())
+        write_middle_slice(overlay_dir, v, volume, mask, probs);
       totals[0] += s.loss;
       totals[1] += 1;
       for (int64_t c = 0; c < k; ++c) {

@@ -20,8 +20,9 @@ std::vector<std::string> previous_run_files(const std::string& dir);
 void check_output_dir(const std::string& dir, bool resuming, bool overwrite);
 
 // --output.overwrite=true: deletes the previous run's checkpoints, metrics
-// (metrics.jsonl, metrics.csv), event files (tb/), weights (model, best,
-// initial .safetensors), memory_plan.json and progress.png. Rank logs and
+// (metrics.jsonl, metrics.csv), event files (tb/), validation overlays
+// (val/), weights (model, best, initial .safetensors), memory_plan.json and
+// progress.png. Rank logs and
 // anything memtrain does not write are left alone. Returns what it deleted.
 std::vector<std::string> clear_previous_run(const std::string& dir);
 

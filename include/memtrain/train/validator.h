@@ -45,8 +45,11 @@ class Validator {
       Communicator& comm,
       const Placement& placement);
 
-  // Collective. `predict` maps a device batch of windows to logits.
-  VolumeValResult run(const PatchPredictor& predict);
+  // Collective. `predict` maps a device batch of windows to logits. With an
+  // `overlay_dir`, each rank writes there the overlay PNG of every volume it
+  // validated (Note [Validation overlays]).
+  VolumeValResult run(
+      const PatchPredictor& predict, const std::string& overlay_dir = "");
 
   int64_t sw_batch() const {
     return sw_batch_;
