@@ -20,5 +20,5 @@ echo "install_peers.sh: installing tensorboard into $venv"
 "$python" -c 'import ensurepip, venv' 2>/dev/null ||
   { echo "install_peers.sh: no python3-venv (bash launch/install_deps.sh)" >&2; exit 1; }
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check tensorboard
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "tensorboard==2.21.0"
 installed || { echo "install_peers.sh: tensorboard does not import from $venv" >&2; exit 1; }
