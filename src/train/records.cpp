@@ -96,6 +96,13 @@ nlohmann::json validation_record(
     vrec["val_accuracy"] = v.accuracy;
     vrec["val_samples"] = v.samples;
     out << ", val accuracy " << v.accuracy;
+    if (run.episodic()) {  // mean over episodes +- its 95% interval
+      rec["val_accuracy_ci95"] = v.accuracy_ci95;
+      vrec["val_accuracy_ci95"] = v.accuracy_ci95;
+      vrec["val_episodes"] = v.episodes;
+      out << " +- " << v.accuracy_ci95 << " (95%, " << v.episodes
+          << " episodes)";
+    }
   }
   vrec["val_oom_retries"] = v.oom_retries;
   line += out.str();

@@ -98,8 +98,9 @@ ValResult validate_rows(RunState& run, RunCounters& counters) {
 ValResult validate(RunState& run, RunCounters& counters) {
   torch::NoGradGuard no_grad;
   run.model->eval();
-  ValResult r =
-      run.volumes() ? validate_volumes(run) : validate_rows(run, counters);
+  ValResult r = run.episodic()  ? validate_episodes(run, counters)
+                : run.volumes() ? validate_volumes(run)
+                                : validate_rows(run, counters);
   run.model->train();
   return r;
 }
