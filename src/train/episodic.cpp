@@ -1,9 +1,12 @@
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 
 #include "memtrain/train/episode_source.h"
 #include "memtrain/train/oom_guard.h"
+#include "memtrain/util/atomic_file.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
 #include "run_state.h"
@@ -78,6 +81,18 @@ void set_up_episodes(RunState& run) {
       /*echo=*/run.comm.rank() == 0);
 }
 
+void write_episode_classes(const RunState& run, const std::string& path) {
+  const EpisodeShape shape = run.episode_shape();
+  const nlohmann::json j = {
+      {"n_way", shape.n_way},
+      {"k_shot", shape.k_shot},
+      {"n_query", shape.n_query},
+      {"data_seed", run.cfg.data.seed},
+      {"train_classes", run.class_split.train},
+      {"val_classes", run.class_split.val}};
+  write_file_atomically(path, j.dump(2) + "\n");
+}
+
 // Episode v of validation.episodes goes to rank v mod world, in batches of
 // counters.val_micro episodes; each rank sums correct queries, their
 // squares, loss and count, and one all-reduce gives every rank the exact
@@ -93,20 +108,7 @@ ValResult validate_episodes(RunState& run, RunCounters& counters) {
   const EpisodeShape shape = run.episode_shape();
   double sum = 0, sum_sq = 0, loss = 0;
   int64_t retries = 0;
-  OomRetry how;
-  how.what = "validation batch";
-  how.where = "validation";
-  how.replay = "the batch";
-  how.rank = rank;
-  how.give_up = [&run](int64_t, int64_t, int64_t peak) {
-    return detail::concat(
-        "out of device memory in validation even at one episode within "
-        "memory.budget=",
-        run.budget.spec,
-        " (measured peak ",
-        format_bytes(static_cast<double>(peak)),
-        ")");
-  };
+  const OomRetry how = validation_oom_retry(run, "one episode");
   for (size_t s = 0; s < mine.size();) {
     retries += retry_on_oom(how, counters.val_micro, [&](int64_t micro) {
       const size_t e = std::min(mine.size(), s + static_cast<size_t>(micro));

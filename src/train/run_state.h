@@ -28,6 +28,7 @@
 #include "memtrain/model/models.h"
 #include "memtrain/train/batch_loader.h"
 #include "memtrain/train/loss_scaler.h"
+#include "memtrain/train/oom_guard.h"
 #include "memtrain/train/prefetcher.h"
 #include "memtrain/train/trainer.h"
 #include "memtrain/train/window_shape.h"
@@ -154,6 +155,9 @@ void release_cache_if_due(const RunState& run, bool before_validation);
 // Collective. Validates on data.val: rows (loss, accuracy) or whole volumes
 // (sliding window, Dice); halves the batch on OOM (counters.val_micro).
 ValResult validate(RunState& run, RunCounters& counters);
+// How validation halves its batch on OOM; the message names `least`, the
+// smallest batch ("batch 1", "one episode").
+OomRetry validation_oom_retry(const RunState& run, const std::string& least);
 
 // --- few-shot episodes (episodic.cpp) --------------------------------------
 
@@ -166,6 +170,9 @@ void set_up_episodes(RunState& run);
 // episode v on rank v mod world; mean accuracy and its 95% interval over
 // all of them, exact (each episode counted once).
 ValResult validate_episodes(RunState& run, RunCounters& counters);
+// Writes `path` (atomically): the episode shape and the training and
+// validation classes.
+void write_episode_classes(const RunState& run, const std::string& path);
 
 // --- planning (planning.cpp) -------------------------------------------------
 

@@ -4,8 +4,9 @@
 #   an independent PyTorch reference (tests/e2e/fewshot_reference.py) that
 #   re-draws the episodes by the documented rule from the initial weights;
 # - 2 ranks x 2 micro-steps x 2 episodes gives the same loss and weights;
-# - the training and validation classes are disjoint (banner);
+# - the training and validation classes are disjoint (banner, episodes.json);
 # - a class with fewer than k_shot + n_query samples is named and refused;
+# - the CNN on /images, checkpointed or not: the same update;
 # - data.batch_size=auto picks the episodes per micro-step under a budget;
 # - launch/configs/fewshot-v100.yaml starts and runs one window.
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -67,9 +68,31 @@ echo "auto: $micro episodes per micro-step under 24 MiB; max |w8 - wauto| = $d"
 "$PY" -c "import sys; m,d=int(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if 1<=m<8 and d<1e-5 else 1)" \
   "$micro" "$d" || fail "batch_size auto: micro $micro, difference $d"
 
-# The class split: disjoint sets, named in the banner.
+# The CNN backbone on /images, with and without checkpointing its stages
+# (FewShotModel forwards set_checkpointed): the same update.
+"$MEMTRAIN" make-data --kind images --out img.h5 --classes 12 --samples 480 --height 8 --width 8
+for ck in off all; do
+  mpi -np 1 "$MEMTRAIN" train --data.train=img.h5 --model.name=cnn --model.hidden=8 \
+    --model.head=prototype --data.episodes.n_way=3 --data.episodes.n_query=4 \
+    --data.episodes.per_epoch=4 --data.batch_size=2 --training.effective_batch_size=4 \
+    --training.gradient_checkpointing=$ck --training.max_windows=1 --validation.episodes=0 \
+    --output.dir=cnn-$ck >cnn-$ck.log 2>&1 || { cat cnn-$ck.log; fail "cnn $ck"; }
+done
+d=$("$PY" "$TOOLS/safetensors_read.py" cnn-off/model.safetensors cnn-all/model.safetensors)
+echo "cnn: max |w(off) - w(all checkpointed)| = $d"
+"$PY" -c "import sys; sys.exit(0 if float(sys.argv[1])<1e-6 else 1)" "$d" || fail "cnn checkpointing"
+
+# The class split: disjoint sets, in the banner and in episodes.json.
 grep -q "48 training classes, 16 validation classes" prototype.log ||
   { cat prototype.log; fail "class split not reported"; }
+"$PY" - prototype/episodes.json <<'PYEOF' || fail "episodes.json"
+import json, sys
+j = json.load(open(sys.argv[1]))
+t, v = set(j["train_classes"]), set(j["val_classes"])
+assert not t & v, t & v
+assert t | v == set(range(64)) and len(v) == 16, (len(t), len(v))
+print(f"episodes.json: {len(t)} training and {len(v)} validation classes, disjoint")
+PYEOF
 
 # A too-small class is named and refused before training.
 "$MEMTRAIN" make-data --kind fewshot --out small.h5 --classes 10 --samples 100

@@ -26,14 +26,7 @@ ClassRows small_rows() {
   return ClassRows::from_labels(labels, 10, {});
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(Episodes, DependOnSeedEpochAndIndexAlone) {
   const ClassRows rows = small_rows();
