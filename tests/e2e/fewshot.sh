@@ -6,6 +6,7 @@
 # - 2 ranks x 2 micro-steps x 2 episodes gives the same loss and weights;
 # - the training and validation classes are disjoint (banner, episodes.json);
 # - a class with fewer than k_shot + n_query samples is named and refused;
+# - a run resumed at another world size sees the same episodes;
 # - the CNN on /images, checkpointed or not: the same update;
 # - data.batch_size=auto picks the episodes per micro-step under a budget;
 # - launch/configs/fewshot-v100.yaml starts and runs one window.
@@ -67,6 +68,35 @@ d=$("$PY" "$TOOLS/safetensors_read.py" all8/model.safetensors auto/model.safeten
 echo "auto: $micro episodes per micro-step under 24 MiB; max |w8 - wauto| = $d"
 "$PY" -c "import sys; m,d=int(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if 1<=m<8 and d<1e-5 else 1)" \
   "$micro" "$d" || fail "batch_size auto: micro $micro, difference $d"
+
+# Resume sees the same episodes: 2 ranks for 3 windows, then resumed at 1
+# rank (--resume auto), gives the uninterrupted 2-rank run's losses,
+# validation accuracy and weights (within 1e-5: another split).
+R=(--data.train=fs.h5 --model.head=cosine --data.episodes.n_way=5
+  --data.episodes.n_query=5 --data.episodes.per_epoch=16 --data.batch_size=2
+  --training.effective_batch_size=4 --training.epochs=2 --training.checkpoint_every=2
+  --validation.episodes=20 --training.optimizer=adamw --training.momentum=0 --training.lr=0.003)
+mpi -np 2 "$MEMTRAIN" train "${R[@]}" --output.dir=rfull >rfull.log 2>&1 || { cat rfull.log; fail "resume: full"; }
+mpi -np 2 "$MEMTRAIN" train "${R[@]}" --output.dir=rpart --training.max_windows=3 >rpart1.log 2>&1 ||
+  { cat rpart1.log; fail "resume: part 1"; }
+mpi -np 1 "$MEMTRAIN" train "${R[@]}" --output.dir=rpart --resume=auto >rpart2.log 2>&1 ||
+  { cat rpart2.log; fail "resume: part 2"; }
+grep -q "resumed from rpart/checkpoints/ckpt-00000003.safetensors at step 3" rpart2.log ||
+  { cat rpart2.log; fail "resume: no resume line"; }
+"$PY" - <<'PYEOF' || fail "resume: records differ"
+import json
+def recs(d):
+    keep = ("loss", "train_loss", "val_accuracy", "val_accuracy_ci95")
+    return [[j.get(k) for k in keep] for j in map(json.loads, open(d + "/metrics.jsonl"))
+            if j["type"] in ("window", "epoch")]
+a, b = recs("rfull"), recs("rpart")
+assert len(a) == len(b) == 10, (len(a), len(b))
+for x, y in zip(a, b):
+    assert all((u is None and v is None) or abs(u - v) < 1e-5 for u, v in zip(x, y)), (x, y)
+print(f"resume: {len(a)} window and epoch records equal across a resume at another world size")
+PYEOF
+d=$("$PY" "$TOOLS/safetensors_read.py" rfull/model.safetensors rpart/model.safetensors)
+"$PY" -c "import sys; sys.exit(0 if float(sys.argv[1])<1e-5 else 1)" "$d" || fail "resume: weights differ by $d"
 
 # The CNN backbone on /images, with and without checkpointing its stages
 # (FewShotModel forwards set_checkpointed): the same update.
