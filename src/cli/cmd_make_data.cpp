@@ -10,6 +10,8 @@ namespace memtrain::cli {
 namespace {
 SyntheticSpec spec;
 std::string out_path;
+CLI::Option* samples_opt = nullptr;
+CLI::Option* classes_opt = nullptr;
 }  // namespace
 
 void add_make_data(CLI::App& app) {
@@ -18,17 +20,22 @@ void add_make_data(CLI::App& app) {
       "Write a synthetic HDF5 dataset with a learnable signal (fixed seed). "
       "Files made with the same --seed share one task; --split draws other "
       "samples of it (make train and val with --split train / --split val).");
-  cmd->add_option("--kind", spec.kind, "features, images or volumes")
-      ->check(CLI::IsMember({"features", "images", "volumes"}))
+  cmd->add_option(
+         "--kind",
+         spec.kind,
+         "features, images, volumes or fewshot (/features of many classes "
+         "with few samples each; default 64 classes x 20)")
+      ->check(CLI::IsMember({"features", "images", "volumes", "fewshot"}))
       ->capture_default_str();
   cmd->add_option("--out", out_path, "output file (.h5)")->required();
-  cmd->add_option(
-         "--samples", spec.samples, "number of samples (volumes: volumes)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--classes", spec.classes, "number of classes")
-      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))
-      ->capture_default_str();
+  samples_opt =
+      cmd->add_option(
+             "--samples", spec.samples, "number of samples (volumes: volumes)")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+  classes_opt = cmd->add_option("--classes", spec.classes, "number of classes")
+                    ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))
+                    ->capture_default_str();
   cmd->add_option("--features", spec.features, "features: F")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -70,6 +77,12 @@ int run_make_data() {
   const auto slash = out_path.find_last_of('/');
   if (slash != std::string::npos && slash > 0) {
     make_directories(out_path.substr(0, slash));
+  }
+  if (spec.kind == "fewshot") {
+    if (classes_opt->count() == 0)
+      spec.classes = 64;
+    if (samples_opt->count() == 0)
+      spec.samples = spec.classes * 20;
   }
   make_synthetic(spec, out_path);
   std::printf(

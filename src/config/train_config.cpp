@@ -19,7 +19,7 @@ namespace {
 // where it lives in a TrainConfig. The table below is the single source of
 // truth for parsing, defaults, `--help` and the resolved YAML.
 struct Key {
-  enum class Type { kInt, kFloat, kBool, kString, kChoice, kInt3 };
+  enum class Type { kInt, kFloat, kBool, kString, kChoice, kInt3, kClasses };
   std::string name;
   Type type = Type::kString;
   std::string help;
@@ -34,6 +34,7 @@ struct Key {
   std::function<bool*(TrainConfig&)> b;
   std::function<std::string*(TrainConfig&)> s;
   std::function<std::array<int64_t, 3>*(TrainConfig&)> t;
+  std::function<ClassChoice*(TrainConfig&)> c;
 };
 
 Key int_key(
@@ -134,6 +135,19 @@ Key int3_key(
   return k;
 }
 
+// A list of class ids, or a fraction in (0, 1).
+Key classes_key(
+    std::string name,
+    std::function<ClassChoice*(TrainConfig&)> at,
+    std::string help) {
+  Key k;
+  k.name = std::move(name);
+  k.type = Key::Type::kClasses;
+  k.help = std::move(help);
+  k.c = std::move(at);
+  return k;
+}
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 const std::vector<Key>& keys() {
@@ -196,6 +210,26 @@ const std::vector<Key>& keys() {
           0,
           9.0e15,
           "seed of the parameter initialisation"),
+      choice_key(
+          "model.head",
+          [](TrainConfig& c) { return &c.model.head; },
+          {"linear", "prototype", "cosine"},
+          "linear: one output per class; prototype / cosine (few-shot, "
+          "with data.episodes): logits = -squared distance / s x cosine "
+          "to the episode's class prototypes (mean support embeddings)"),
+      int_key(
+          "model.embed_dim",
+          [](TrainConfig& c) { return &c.model.embed_dim; },
+          2,
+          1 << 16,
+          "prototype/cosine: width of the embedding (the backbone's outputs)"),
+      float_key(
+          "model.cosine_scale",
+          [](TrainConfig& c) { return &c.model.cosine_scale; },
+          0,
+          true,
+          kInf,
+          "cosine: initial value of the learnable logit scale s"),
       string_key(
           "data.train",
           [](TrainConfig& c) { return &c.data.train; },
@@ -286,6 +320,38 @@ const std::vector<Key>& keys() {
           64,
           "background reader threads (with data.prefetch > 0)"),
       int_key(
+          "data.episodes.n_way",
+          [](TrainConfig& c) { return &c.data.episodes.n_way; },
+          0,
+          1 << 16,
+          "few-shot: classes per episode (0: no episodes, train on rows); "
+          "a sample, a micro-batch's unit, is then a whole episode"),
+      int_key(
+          "data.episodes.k_shot",
+          [](TrainConfig& c) { return &c.data.episodes.k_shot; },
+          1,
+          1 << 16,
+          "few-shot: support samples per class"),
+      int_key(
+          "data.episodes.n_query",
+          [](TrainConfig& c) { return &c.data.episodes.n_query; },
+          1,
+          1 << 16,
+          "few-shot: query samples per class (the loss is their mean "
+          "cross-entropy; fewer queries, less activation memory)"),
+      int_key(
+          "data.episodes.per_epoch",
+          [](TrainConfig& c) { return &c.data.episodes.per_epoch; },
+          1,
+          1 << 30,
+          "few-shot: training episodes per epoch"),
+      classes_key(
+          "data.val_classes",
+          [](TrainConfig& c) { return &c.data.val_classes; },
+          "few-shot: classes of data.train held out for validation "
+          "episodes: a list of class ids, or a fraction in (0, 1) drawn "
+          "from data.seed; disjoint from the training classes"),
+      int_key(
           "validation.every_epochs",
           [](TrainConfig& c) { return &c.validation.every_epochs; },
           1,
@@ -334,6 +400,14 @@ const std::vector<Key>& keys() {
           {"auto", "max", "min"},
           "whether larger or smaller best_metric is better (auto: min for "
           "val_loss, max otherwise)"),
+      int_key(
+          "validation.episodes",
+          [](TrainConfig& c) { return &c.validation.episodes; },
+          0,
+          1 << 24,
+          "few-shot: validation episodes from the validation classes, the "
+          "same at every validation (mean accuracy and its 95% interval); "
+          "0: none"),
       int_key(
           "training.epochs",
           [](TrainConfig& c) { return &c.training.epochs; },
@@ -650,6 +724,8 @@ const char* type_name(const Key& k) {
       return "one of";
     case Key::Type::kInt3:
       return "an integer or a list [D, H, W] of integers";
+    case Key::Type::kClasses:
+      return "a list [c1, c2, ...] of class ids or a fraction in (0, 1)";
   }
   return "";
 }
@@ -785,6 +861,30 @@ void assign(
     *k.t(cfg) = v;
     return;
   }
+  if (k.type == Key::Type::kClasses) {
+    ClassChoice v;
+    v.fraction = 0;
+    try {
+      if (node.IsSequence()) {
+        for (const auto& item : node)
+          v.ids.push_back(item.as<int64_t>());
+      } else {
+        v.fraction = node.as<double>();
+      }
+    } catch (const YAML::Exception&) {
+      fail("not a list of integers or a number");
+    }
+    for (int64_t id : v.ids) {
+      if (id < 0)
+        fail("class ids are never negative");
+    }
+    if (node.IsSequence() && v.ids.empty())
+      fail("an empty list");
+    if (!node.IsSequence() && !(v.fraction > 0 && v.fraction < 1))
+      fail("out of range");
+    *k.c(cfg) = v;
+    return;
+  }
   if (!node.IsScalar())
     fail("expected a single value");
   switch (k.type) {
@@ -839,6 +939,7 @@ void assign(
       *k.s(cfg) = node.Scalar();
       break;
     case Key::Type::kInt3:
+    case Key::Type::kClasses:
       break;  // handled above
   }
 }
@@ -901,6 +1002,18 @@ std::string value_text(const Key& k, TrainConfig& cfg) {
       out << "[" << v[0] << ", " << v[1] << ", " << v[2] << "]";
       break;
     }
+    case Key::Type::kClasses: {
+      const ClassChoice& v = *k.c(cfg);
+      if (v.ids.empty()) {
+        out << v.fraction;
+        break;
+      }
+      out << "[";
+      for (size_t i = 0; i < v.ids.size(); ++i)
+        out << (i ? ", " : "") << v.ids[i];
+      out << "]";
+      break;
+    }
     case Key::Type::kString:
     case Key::Type::kChoice: {
       YAML::Emitter e;
@@ -915,14 +1028,25 @@ std::string value_text(const Key& k, TrainConfig& cfg) {
 std::string emit(const TrainConfig& cfg_in, bool with_help) {
   TrainConfig cfg = cfg_in;
   std::ostringstream out;
-  std::string section;
+  std::string section, sub;
   for (const auto& k : keys()) {
     const std::string s = k.name.substr(0, k.name.find('.'));
     if (s != section) {
       section = s;
+      sub.clear();
       out << s << ":\n";
     }
-    out << "  " << k.name.substr(s.size() + 1) << ": " << value_text(k, cfg);
+    // A third level (data.episodes.n_way): its keys sit together in the
+    // table, under one "  episodes:" line.
+    std::string rest = k.name.substr(s.size() + 1);
+    const size_t dot = rest.find('.');
+    const std::string ks = dot == std::string::npos ? "" : rest.substr(0, dot);
+    if (ks != sub && !ks.empty())
+      out << "  " << ks << ":\n";
+    sub = ks;
+    if (!ks.empty())
+      rest = "  " + rest.substr(dot + 1);
+    out << "  " << rest << ": " << value_text(k, cfg);
     if (with_help)
       out << "  # " << k.help;
     out << "\n";
@@ -1044,6 +1168,19 @@ void TrainConfig::validate() const {
       "config: training.amp=fp16 needs a CUDA build (fp16 autocast runs "
       "on CUDA devices); on this CPU build use training.amp=bf16");
   resolve_budget(memory.budget, memory.headroom);  // throws with the profiles
+  const bool episodic = data.episodes.n_way > 0;
+  MT_CHECK(
+      episodic == (model.head != "linear"),
+      "config: data.episodes.n_way=",
+      data.episodes.n_way,
+      " with model.head=",
+      model.head,
+      ": episodes need a few-shot head and a few-shot head needs episodes; "
+      "set model.head=prototype or cosine with data.episodes.n_way >= 2, or "
+      "model.head=linear with data.episodes.n_way=0");
+  MT_CHECK(
+      !episodic || data.episodes.n_way >= 2,
+      "config: data.episodes.n_way=1: an episode needs at least 2 classes");
   MT_CHECK(
       training.optimizer == "sgd" || training.momentum == 0.0 ||
           training.momentum == TrainingConfig{}.momentum,

@@ -524,6 +524,7 @@ H5Dataset H5Dataset::open(
   info.label_counts.assign(num_classes, 0);
   for (int64_t v : labels)
     ++info.label_counts[v];
+  info.row_labels = std::move(labels);
   std::string names;
   if (h5::read_attr(f, "class_names", &names)) {
     info.class_names = split_names(names);

@@ -50,11 +50,18 @@ at::Tensor forward(
 }
 
 // Cross-entropy for classifiers, Dice + cross-entropy per volume patch for
-// segmentation (a per-sample Dice, so that Note [Window weighting] holds).
+// segmentation (a per-sample Dice, so that Note [Window weighting] holds),
+// the mean query cross-entropy per episode for few-shot heads (an episode
+// is the sample, Note [Episodes]).
 at::Tensor loss_sum(
     const RunState& run, const at::Tensor& logits, const at::Tensor& y) {
   if (run.volumes())
     return dice_ce_loss_sum(logits, y);
+  if (run.episodic()) {  // logits: embeddings; y: episode labels
+    const EpisodeShape shape = run.episode_shape();
+    return episode_loss_sum(
+        run.fewshot->episode_logits(logits, shape), query_labels(y, shape));
+  }
   return torch::nn::functional::cross_entropy(
       logits,
       y,

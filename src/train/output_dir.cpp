@@ -104,6 +104,7 @@ std::vector<std::string> clear_previous_run(const std::string& dir) {
         "best.safetensors",
         "initial.safetensors",
         "memory_plan.json",
+        "episodes.json",
         "progress.png"})
     remove(n);
   return gone;

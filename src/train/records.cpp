@@ -96,6 +96,13 @@ nlohmann::json validation_record(
     vrec["val_accuracy"] = v.accuracy;
     vrec["val_samples"] = v.samples;
     out << ", val accuracy " << v.accuracy;
+    if (run.episodic()) {  // mean over episodes +- its 95% interval
+      rec["val_accuracy_ci95"] = v.accuracy_ci95;
+      vrec["val_accuracy_ci95"] = v.accuracy_ci95;
+      vrec["val_episodes"] = v.episodes;
+      out << " +- " << v.accuracy_ci95 << " (95%, " << v.episodes
+          << " episodes)";
+    }
   }
   vrec["val_oom_retries"] = v.oom_retries;
   line += out.str();
@@ -216,12 +223,18 @@ std::string describe_run(const RunState& m) {
       << (m.patches ? "feature_size " : "hidden ")
       << (m.patches ? m.cfg.model.feature_size : m.cfg.model.hidden)
       << ", depth " << m.cfg.model.depth << ", norm " << m.cfg.model.norm
-      << ", " << m.num_classes << " classes), " << numel << " parameters ("
-      << format_bytes(numel * 4.0) << " fp32), optimizer "
-      << m.cfg.training.optimizer << " lr " << m.cfg.training.lr << ", amp "
-      << m.cfg.training.amp << "\nwindow: effective batch "
-      << m.shape.effective_batch << " = " << m.comm.size() << " ranks x "
-      << m.shape.accumulation_steps << " micro-steps x " << m.shape.micro_batch;
+      << ", "
+      << (m.episodic()
+              ? m.cfg.model.head + " head on a " +
+                    std::to_string(m.cfg.model.embed_dim) + "-wide embedding"
+              : std::to_string(m.num_classes) + " classes")
+      << "), " << numel << " parameters (" << format_bytes(numel * 4.0)
+      << " fp32), optimizer " << m.cfg.training.optimizer << " lr "
+      << m.cfg.training.lr << ", amp " << m.cfg.training.amp
+      << "\nwindow: effective batch " << m.shape.effective_batch << " = "
+      << m.comm.size() << " ranks x " << m.shape.accumulation_steps
+      << " micro-steps x " << m.shape.micro_batch
+      << (m.episodic() ? " episodes" : "");
   if (m.shape.last_micro_smaller()) {
     out << " (last micro-batch smaller)";
   }

@@ -53,7 +53,8 @@ void open_data(RunState& run) {
       log_event("warning: data.train: " + warn, /*echo=*/run.comm.rank() == 0);
     }
   }
-  if (!run.cfg.data.val.empty()) {
+  // Few-shot runs validate on data.train's validation classes instead.
+  if (!run.cfg.data.val.empty() && !run.episodic()) {
     run.val_data.emplace(H5Dataset::open(run.cfg.data.val, "data.val", opts));
     const DatasetInfo& vi = run.val_data->info();
     if (!vi.checksummed)
@@ -101,7 +102,9 @@ void open_data(RunState& run) {
       ti.num_classes,
       " or 0 (from the data)");
   check_model_fits(run.cfg.model.name, ti.kind, "data.train '" + ti.path + "'");
-  if (run.volumes()) {
+  if (run.episodic()) {
+    set_up_episodes(run);
+  } else if (run.volumes()) {
     MT_CHECK(
         run.cfg.model.in_channels == 0 ||
             run.cfg.model.in_channels == ti.sample_shape[0],
@@ -166,14 +169,21 @@ void build_model(RunState& run) {
     shape.insert(
         shape.end(), cfg.data.patch_size.begin(), cfg.data.patch_size.end());
   }
-  run.model = make_model(
-      cfg.model, {ti.kind, shape, run.num_classes, ti.context_features});
+  const ModelInput input{ti.kind, shape, run.num_classes, ti.context_features};
+  if (run.episodic()) {
+    run.fewshot = make_fewshot_model(cfg.model, input);
+    run.model = run.fewshot;
+  } else {
+    run.model = make_model(cfg.model, input);
+  }
   run.model->to(run.placement.device());
   run.model->train();
   run.params = run.model->parameters();
   run.optimizer = make_optimizer(cfg.training, run.params);
   run.sampler = std::make_unique<ShardedSampler>(
-      run.patches ? run.patches->num_samples() : ti.num_samples,
+      run.patches      ? run.patches->num_samples()
+      : run.episodic() ? cfg.data.episodes.per_epoch  // Note [Episodes]
+                       : ti.num_samples,
       run.shape.effective_batch,
       run.comm.rank(),
       run.comm.size(),

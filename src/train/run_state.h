@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "memtrain/config/train_config.h"
+#include "memtrain/data/episodes.h"
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/data/patch_sampler.h"
 #include "memtrain/data/sharded_sampler.h"
@@ -23,9 +24,11 @@
 #include "memtrain/memory/budget.h"
 #include "memtrain/memory/monitor.h"
 #include "memtrain/memory/planner.h"
+#include "memtrain/model/fewshot_head.h"
 #include "memtrain/model/models.h"
 #include "memtrain/train/batch_loader.h"
 #include "memtrain/train/loss_scaler.h"
+#include "memtrain/train/oom_guard.h"
 #include "memtrain/train/prefetcher.h"
 #include "memtrain/train/trainer.h"
 #include "memtrain/train/window_shape.h"
@@ -47,6 +50,12 @@ struct RunState {
   std::unique_ptr<SampleSource> source;
   std::unique_ptr<Prefetcher> loader;
   int64_t num_classes = 0;  // the model's outputs
+  // Few-shot (data.episodes.n_way > 0; Note [Episodes]): the classes'
+  // rows, their split, the training and validation episodes, the model.
+  ClassRows class_rows;
+  ClassSplit class_split;
+  std::unique_ptr<EpisodeSampler> episodes, val_episodes;
+  std::shared_ptr<FewShotModel> fewshot;
 
   std::shared_ptr<Classifier> model;
   std::vector<at::Tensor> params;
@@ -60,6 +69,13 @@ struct RunState {
 
   bool volumes() const {
     return train_data->info().kind == SampleKind::kVolumes;
+  }
+  bool episodic() const {
+    return cfg.data.episodes.n_way > 0;
+  }
+  EpisodeShape episode_shape() const {
+    const EpisodeConfig& e = cfg.data.episodes;
+    return {e.n_way, e.k_shot, e.n_query};
   }
   bool amp_on() const {
     return cfg.training.amp != "off";
@@ -142,6 +158,24 @@ void release_cache_if_due(const RunState& run, bool before_validation);
 // output.dir/val/epoch-<overlay_epoch + 1> (Note [Validation overlays]).
 ValResult validate(
     RunState& run, RunCounters& counters, int64_t overlay_epoch = -1);
+// How validation halves its batch on OOM; the message names `least`, the
+// smallest batch ("batch 1", "one episode").
+OomRetry validation_oom_retry(const RunState& run, const std::string& least);
+
+// --- few-shot episodes (episodic.cpp) --------------------------------------
+
+// Splits data.train's classes, builds the episode samplers and the episode
+// source; validation episodes read a second handle of data.train
+// (run.val_data). Throws memtrain::Error (a class too small, too few
+// classes, volumes or context features).
+void set_up_episodes(RunState& run);
+// Collective. validation.episodes episodes of the validation classes,
+// episode v on rank v mod world; mean accuracy and its 95% interval over
+// all of them, exact (each episode counted once).
+ValResult validate_episodes(RunState& run, RunCounters& counters);
+// Writes `path` (atomically): the episode shape and the training and
+// validation classes.
+void write_episode_classes(const RunState& run, const std::string& path);
 
 // --- planning (planning.cpp) -------------------------------------------------
 

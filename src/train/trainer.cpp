@@ -183,6 +183,8 @@ void Trainer::Impl::start_run() {
     write_file_atomically(
         r.cfg.output.dir + "/memory_plan.json",
         plan_json(r, counters).dump(2) + "\n");
+    if (r.episodic())  // the class split, for inspection
+      write_episode_classes(r, r.cfg.output.dir + "/episodes.json");
     const std::string path = r.cfg.output.dir + "/metrics.jsonl";
     if (start.resumed)
       trim_metrics(path, start);

@@ -53,20 +53,7 @@ ValResult validate_rows(RunState& run, RunCounters& counters) {
   double loss_sum = 0.0;
   int64_t correct = 0;
   int64_t retries = 0;
-  OomRetry how;
-  how.what = "validation batch";
-  how.where = "validation";
-  how.replay = "the batch";
-  how.rank = run.comm.rank();
-  how.give_up = [&run](int64_t, int64_t, int64_t peak) {
-    return detail::concat(
-        "out of device memory in validation even at batch 1 within "
-        "memory.budget=",
-        run.budget.spec,
-        " (measured peak ",
-        format_bytes(static_cast<double>(peak)),
-        ")");
-  };
+  const OomRetry how = validation_oom_retry(run, "batch 1");
   for (int64_t s = begin; s < end;) {
     retries += retry_on_oom(how, counters.val_micro, [&](int64_t micro) {
       std::vector<int64_t> idx;
@@ -108,11 +95,31 @@ ValResult validate_rows(RunState& run, RunCounters& counters) {
 
 }  // namespace
 
+OomRetry validation_oom_retry(const RunState& run, const std::string& least) {
+  OomRetry how;
+  how.what = "validation batch";
+  how.where = "validation";
+  how.replay = "the batch";
+  how.rank = run.comm.rank();
+  how.give_up = [&run, least](int64_t, int64_t, int64_t peak) {
+    return detail::concat(
+        "out of device memory in validation even at ",
+        least,
+        " within memory.budget=",
+        run.budget.spec,
+        " (measured peak ",
+        format_bytes(static_cast<double>(peak)),
+        ")");
+  };
+  return how;
+}
+
 ValResult validate(
     RunState& run, RunCounters& counters, int64_t overlay_epoch) {
   torch::NoGradGuard no_grad;
   run.model->eval();
-  ValResult r = run.volumes()
+  ValResult r = run.episodic() ? validate_episodes(run, counters)
+                : run.volumes()
                     ? validate_volumes(run, overlay_dir(run, overlay_epoch))
                     : validate_rows(run, counters);
   run.model->train();

@@ -168,6 +168,15 @@ std::string open_error(const std::string& path) {
   return "";
 }
 
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 const Placement& cpu_placement() {
   static const std::unique_ptr<Placement> p = Placement::cpu();
   return *p;

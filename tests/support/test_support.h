@@ -3,6 +3,7 @@
 // files, hand-made broken HDF5 files.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ void write_raw_h5(const std::string& path, const RawH5& spec);
 // The memtrain::Error H5Dataset::open(path, "data.train") throws ("" if
 // it opens).
 std::string open_error(const std::string& path);
+
+// The message of the memtrain::Error that `f` throws ("" if none).
+std::string error_of(const std::function<void()>& f);
 
 // The CPU placement (accounting allocator), shared by the tests.
 const Placement& cpu_placement();

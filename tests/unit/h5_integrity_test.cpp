@@ -80,14 +80,7 @@ bool has_fletcher32(const std::string& path, const char* name) {
   return chunked && flet;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 SyntheticSpec features_spec() {  // 2048 x 64 float32: 2 chunks of 1024 rows
   SyntheticSpec s;

@@ -23,14 +23,7 @@
 namespace memtrain {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(Placement, CpuIsChosenForCpuAndAutoWithoutAGpu) {
   EXPECT_EQ(Placement::choose("cpu", 0, "")->describe(), "cpu");

@@ -22,6 +22,29 @@ struct ModelConfig {
   int64_t in_channels = 0;    // unet3d: 0 = the data's C
   int64_t num_classes = 0;    // 0 = the data's num_classes
   int64_t seed = 1234;        // parameter initialisation
+  // Few-shot: linear (a class per output) | prototype | cosine: the
+  // backbone's outputs are an embed_dim-wide embedding, scored against the
+  // episode's class prototypes (src/model/fewshot_head.cpp).
+  std::string head = "linear";
+  int64_t embed_dim = 64;
+  double cosine_scale = 10.0;  // cosine: initial value of the learnable s
+};
+
+// data.val_classes: the classes held out for validation episodes, as a
+// list of class ids, or (ids empty) a fraction of the classes drawn from
+// data.seed.
+struct ClassChoice {
+  std::vector<int64_t> ids;
+  double fraction = 0.2;
+};
+
+// data.episodes: N-way K-shot episodes with Q queries per class; n_way 0
+// trains on rows (no episodes).
+struct EpisodeConfig {
+  int64_t n_way = 0;
+  int64_t k_shot = 1;
+  int64_t n_query = 15;
+  int64_t per_epoch = 1000;  // training episodes per epoch
 };
 
 constexpr int64_t kAuto = 0;  // "auto" for integer keys that allow it
@@ -42,6 +65,8 @@ struct DataConfig {
   double intensity_shift = 0.0;    // used when intensity_scale != 0
   int64_t prefetch = 2;      // micro-batches read ahead (0: read in place)
   int64_t read_threads = 2;  // background reader threads
+  EpisodeConfig episodes;
+  ClassChoice val_classes;
 };
 
 struct ValidationConfig {
@@ -57,6 +82,7 @@ struct ValidationConfig {
   std::string best_metric = "auto";  // auto | val_dice | val_accuracy |
                                      // val_loss | none
   std::string best_mode = "auto";    // auto | max | min
+  int64_t episodes = 600;  // few-shot: validation episodes (fixed by seed)
 };
 
 struct TrainingConfig {

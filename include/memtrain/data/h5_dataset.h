@@ -33,6 +33,9 @@ struct DatasetInfo {
   std::vector<std::string> class_names;  // may be empty
   // Samples per class; voxels per class (all volumes) for /volumes files.
   std::vector<int64_t> label_counts;
+  // /features and /images: every row's label (few-shot episodes draw rows
+  // by class); empty for /volumes.
+  std::vector<int64_t> row_labels;
   int64_t context_features = 0;  // F2 of /context_features; 0 without it
   // /volumes only: chunk shape [C, cd, ch, cw] (empty: contiguous), the
   // intensity normalisation in use, and the root attribute spacing_mm.

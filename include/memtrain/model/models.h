@@ -37,7 +37,7 @@ class Classifier : public torch::nn::Module {
   // Checkpoints the first `count` segments (0: none, num_segments(): all),
   // in the model's preference order: the segments with the largest
   // activations first.
-  void set_checkpointed(int64_t count);
+  virtual void set_checkpointed(int64_t count);
   int64_t checkpointed() const {
     return checkpointed_;
   }

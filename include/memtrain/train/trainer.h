@@ -62,7 +62,11 @@ struct WindowResult {
 struct ValResult {
   int64_t epoch = 0;
   double loss = 0.0;
-  double accuracy = 0.0;    // classifiers
+  double accuracy = 0.0;  // classifiers
+  // Few-shot: accuracy is the mean over episodes, with the half-width of
+  // its 95% confidence interval, 1.96 x std / sqrt(episodes).
+  double accuracy_ci95 = 0.0;
+  int64_t episodes = 0;
   int64_t samples = 0;      // samples, or volumes
   int64_t oom_retries = 0;  // validation batch halvings on this rank
   int64_t batch = 0;  // this rank's validation batch (sw_batch) at the end
