@@ -124,6 +124,7 @@ std::vector<std::string> metrics_csv_header(
   h.insert(h.end(), std::begin(kEpochColumns), std::end(kEpochColumns));
   if (dice_classes.empty()) {
     h.push_back("val_accuracy");
+    h.push_back("val_accuracy_ci95");  // episodes: the 95% interval
   } else {
     h.push_back("val_dice");
     for (const auto& name : dice_classes)
@@ -161,7 +162,8 @@ class MetricsLog::Csv {
       pending_["val_dice_per_class"] = record["val_dice_per_class"];
     } else if (type == "epoch") {
       for (const char* key :
-           {"train_loss", "val_loss", "val_accuracy", "val_dice"}) {
+           {"train_loss", "val_loss", "val_accuracy", "val_accuracy_ci95",
+            "val_dice"}) {
         if (record.contains(key))
           pending_[key] = record[key];
       }
@@ -273,6 +275,7 @@ void MetricsLog::write_tb(const nlohmann::json& r) {
   } else if (type == "validation") {
     add("val/loss", "val_loss");
     add("val/accuracy", "val_accuracy");
+    add("val/accuracy_ci95", "val_accuracy_ci95");
     add("val/dice", "val_dice");
     const auto per = r.value("val_dice_per_class", nlohmann::json::array());
     for (size_t c = 0; c < per.size() && c < out_.dice_classes.size(); ++c) {

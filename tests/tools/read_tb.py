@@ -46,7 +46,7 @@ for r in recs:
                 "memory/reserved_MiB": r["mem_reserved"] / MiB}
     elif t == "validation":
         vals = {"val/loss": r["val_loss"]}
-        for k in ("val_dice", "val_accuracy"):
+        for k in ("val_dice", "val_accuracy", "val_accuracy_ci95"):
             if r.get(k) is not None:
                 vals["val/" + k[4:]] = r[k]
         for name, d in zip(classes, r.get("val_dice_per_class", [])):
