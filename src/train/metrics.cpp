@@ -162,7 +162,10 @@ class MetricsLog::Csv {
       pending_["val_dice_per_class"] = record["val_dice_per_class"];
     } else if (type == "epoch") {
       for (const char* key :
-           {"train_loss", "val_loss", "val_accuracy", "val_accuracy_ci95",
+           {"train_loss",
+            "val_loss",
+            "val_accuracy",
+            "val_accuracy_ci95",
             "val_dice"}) {
         if (record.contains(key))
           pending_[key] = record[key];
