@@ -208,10 +208,13 @@ std::vector<int64_t> EpisodeSampler::episode_classes(
   return draw_distinct(classes_, shape_.n_way, rng);
 }
 
-std::vector<int64_t> EpisodeSampler::rows(int64_t epoch, int64_t index) const {
+std::vector<int64_t> EpisodeSampler::rows(
+    int64_t epoch, int64_t index, std::vector<int64_t>* classes) const {
   EpisodeRng rng(seed_, stream_, epoch, index);
   const std::vector<int64_t> chosen =
       draw_distinct(classes_, shape_.n_way, rng);
+  if (classes)
+    *classes = chosen;
   std::vector<int64_t> out(shape_.rows());
   for (int64_t j = 0; j < shape_.n_way; ++j) {
     const std::vector<int64_t> picks =

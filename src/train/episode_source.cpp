@@ -26,16 +26,17 @@ void EpisodeSource::read(
   const EpisodeShape& shape = sampler_.shape();
   const int64_t e = fixed_epoch_ >= 0 ? fixed_epoch_ : epoch;
   std::vector<int64_t> rows;
+  std::vector<std::vector<int64_t>> classes(ids.size());
   rows.reserve(ids.size() * shape.rows());
-  for (int64_t id : ids) {
-    const std::vector<int64_t> r = sampler_.rows(e, id);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const std::vector<int64_t> r = sampler_.rows(e, ids[k], &classes[k]);
     rows.insert(rows.end(), r.begin(), r.end());
   }
   int64_t* y = into.y.data_ptr<int64_t>();
   data_.read(rows, into.x.data_ptr<float>(), y);
   // The file's labels -> episode labels (and a check of the layout).
   for (size_t k = 0; k < ids.size(); ++k) {
-    const std::vector<int64_t> cls = sampler_.episode_classes(e, ids[k]);
+    const std::vector<int64_t>& cls = classes[k];
     for (int64_t p = 0; p < shape.rows(); ++p) {
       int64_t& label = y[k * shape.rows() + p];
       MT_INTERNAL_ASSERT(label == cls[shape.label_at(p)]);

@@ -103,7 +103,12 @@ class EpisodeSampler {
   std::vector<int64_t> episode_classes(int64_t epoch, int64_t index) const;
   // Its shape().rows() dataset rows: support class-major, then queries
   // class-major (EpisodeShape::label_at).
-  std::vector<int64_t> rows(int64_t epoch, int64_t index) const;
+  // `classes`, when given, receives episode_classes(epoch, index) from the
+  // same draw.
+  std::vector<int64_t> rows(
+      int64_t epoch,
+      int64_t index,
+      std::vector<int64_t>* classes = nullptr) const;
 
  private:
   const ClassRows& rows_;
