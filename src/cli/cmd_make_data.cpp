@@ -23,9 +23,11 @@ void add_make_data(CLI::App& app) {
   cmd->add_option(
          "--kind",
          spec.kind,
-         "features, images, volumes or fewshot (/features of many classes "
-         "with few samples each; default 64 classes x 20)")
-      ->check(CLI::IsMember({"features", "images", "volumes", "fewshot"}))
+         "features, images, volumes, fewshot (/features of many classes "
+         "with few samples each; default 64 classes x 20) or pairs "
+         "(/features_a and /features_b sharing a latent vector per row)")
+      ->check(
+          CLI::IsMember({"features", "images", "volumes", "fewshot", "pairs"}))
       ->capture_default_str();
   cmd->add_option("--out", out_path, "output file (.h5)")->required();
   samples_opt =
@@ -40,8 +42,14 @@ void add_make_data(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option(
-         "--context", spec.context, "features: F2 of /context_features")
+         "--context",
+         spec.context,
+         "features: F2 of /context_features; pairs: Fb of /features_b (0: "
+         "--features)")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--latent", spec.latent, "pairs: dimensions a and b share")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--depth", spec.depth, "volumes: D")
       ->check(CLI::PositiveNumber)
@@ -85,6 +93,16 @@ int run_make_data() {
       spec.samples = spec.classes * 20;
   }
   make_synthetic(spec, out_path);
+  if (spec.kind == "pairs") {
+    std::printf(
+        "wrote %s: %ld pairs, latent %ld, seed %lu, split %s\n",
+        out_path.c_str(),
+        static_cast<long>(spec.samples),
+        static_cast<long>(spec.latent),
+        static_cast<unsigned long>(spec.seed),
+        spec.split.c_str());
+    return 0;
+  }
   std::printf(
       "wrote %s: %ld %s samples, %ld classes, seed %lu, split %s\n",
       out_path.c_str(),

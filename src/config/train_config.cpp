@@ -155,9 +155,10 @@ const std::vector<Key>& keys() {
       choice_key(
           "model.name",
           [](TrainConfig& c) { return &c.model.name; },
-          {"mlp", "cnn", "unet3d"},
-          "model: mlp (for /features files), cnn (for /images) or unet3d "
-          "(for /volumes)"),
+          {"mlp", "cnn", "unet3d", "dual_encoder"},
+          "model: mlp (for /features files), cnn (for /images), unet3d "
+          "(for /volumes) or dual_encoder (for pair files: two towers, "
+          "symmetric InfoNCE)"),
       int_key(
           "model.hidden",
           [](TrainConfig& c) { return &c.model.hidden; },
@@ -222,7 +223,17 @@ const std::vector<Key>& keys() {
           [](TrainConfig& c) { return &c.model.embed_dim; },
           2,
           1 << 16,
-          "prototype/cosine: width of the embedding (the backbone's outputs)"),
+          "prototype/cosine/dual_encoder: width of the embedding (the "
+          "backbone's or each tower's outputs)"),
+      float_key(
+          "model.init_temperature",
+          [](TrainConfig& c) { return &c.model.init_temperature; },
+          0,
+          true,
+          kInf,
+          "dual_encoder: the softmax temperature to start from (logit scale "
+          "log(1/T), learnable, clamped to [0, log 100] after each step as "
+          "CLIP does)"),
       float_key(
           "model.cosine_scale",
           [](TrainConfig& c) { return &c.model.cosine_scale; },
@@ -531,6 +542,15 @@ const std::vector<Key>& keys() {
           {"off", "all", "auto"},
           "activation checkpointing of the model's segments; auto: the "
           "fewest segments that reach the micro-batch memory.budget allows"),
+      choice_key(
+          "training.contrastive_accumulation",
+          [](TrainConfig& c) { return &c.training.contrastive_accumulation; },
+          {"exact", "local"},
+          "dual_encoder: exact: the window's loss and update are those of "
+          "one batch of the whole effective batch (embeddings gathered over "
+          "micro-steps and ranks, then each micro-batch re-run with its "
+          "graph); local: each micro-batch is its own contrastive batch "
+          "(what plain accumulation gives; for comparison)"),
       choice_key(
           "training.amp",
           [](TrainConfig& c) { return &c.training.amp; },
@@ -1178,6 +1198,10 @@ void TrainConfig::validate() const {
       ": episodes need a few-shot head and a few-shot head needs episodes; "
       "set model.head=prototype or cosine with data.episodes.n_way >= 2, or "
       "model.head=linear with data.episodes.n_way=0");
+  MT_CHECK(
+      model.name != "dual_encoder" || !episodic,
+      "config: model.name=dual_encoder trains on pairs, not episodes; set "
+      "data.episodes.n_way=0 and model.head=linear");
   MT_CHECK(
       !episodic || data.episodes.n_way >= 2,
       "config: data.episodes.n_way=1: an episode needs at least 2 classes");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "h5_dataset_impl.h"
 #include "h5_read.h"
 #include "h5_util.h"
 #include "memtrain/util/error.h"
@@ -43,37 +44,6 @@ int64_t DatasetInfo::voxels() const {
     return 0;
   return sample_shape.at(1) * sample_shape.at(2) * sample_shape.at(3);
 }
-
-struct H5Dataset::Impl {
-  h5::Handle file;
-  h5::Handle samples;
-  h5::Handle labels;   // /labels, or /masks for volumes
-  h5::Handle context;  // /context_features (optional)
-  // x = raw * scale + shift, for integer-typed sample datasets (and any
-  // volumes with the attributes or data.intensity_*).
-  bool normalise = false;
-  double scale = 1.0;
-  double shift = 0.0;
-  std::vector<std::vector<int64_t>> foreground;  // volumes
-
-  // DatasetInfo::checksummed / unchecksummed from the open datasets.
-  void note_checksums(DatasetInfo& info) const {
-    for (const h5::Handle* ds : {&samples, &labels, &context}) {
-      if (ds->valid() && !h5::has_fletcher32(ds->get()))
-        info.unchecksummed.push_back(h5::object_name(ds->get()));
-    }
-    info.checksummed = info.unchecksummed.empty();
-  }
-
-  void apply_normalisation(float* x, int64_t n) const {
-    if (!normalise)
-      return;
-    const float s = static_cast<float>(scale);
-    const float t = static_cast<float>(shift);
-    for (int64_t i = 0; i < n; ++i)
-      x[i] = x[i] * s + t;
-  }
-};
 
 H5Dataset::H5Dataset(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 H5Dataset::H5Dataset(H5Dataset&&) noexcept = default;
@@ -375,14 +345,24 @@ H5Dataset H5Dataset::open(
         version,
         " is not supported (this memtrain reads version 1)");
   }
-  const bool has_features = h5::has_link(f, "features");
+  // A pair file (data/FORMAT.md "Pairs"): /features_a or /images is tower
+  // a's input, /features_b tower b's; /pair_ids replaces /labels.
+  const bool paired = h5::has_link(f, "features_b");
+  const bool has_features = h5::has_link(f, paired ? "features_a" : "features");
   const bool has_images = h5::has_link(f, "images");
   const bool has_volumes = h5::has_link(f, "volumes");
   MT_CHECK(
       has_features || has_images || has_volumes,
       where,
-      ": has no /features, /images or /volumes dataset (see "
-      "data/FORMAT.md)");
+      paired ? ": has /features_b but no /features_a or /images for the "
+               "pairs' first element (see data/FORMAT.md, Pairs)"
+             : ": has no /features, /images or /volumes dataset (see "
+               "data/FORMAT.md)");
+  MT_CHECK(
+      !paired || !has_volumes,
+      where,
+      ": has /features_b and /volumes; pairs are rows of /features_a or "
+      "/images with /features_b");
   MT_CHECK(
       int(has_features) + int(has_images) + int(has_volumes) == 1,
       where,
@@ -396,7 +376,10 @@ H5Dataset H5Dataset::open(
     return out;
   }
   info.kind = has_features ? SampleKind::kFeatures : SampleKind::kImages;
-  info.sample_dataset = has_features ? "/features" : "/images";
+  info.sample_dataset = !has_features ? "/images"
+                        : paired      ? "/features_a"
+                                      : "/features";
+  info.paired = paired;
   const std::string ds_where = where + " dataset '" + info.sample_dataset + "'";
 
   h5::Handle dapl = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
@@ -453,6 +436,13 @@ H5Dataset H5Dataset::open(
     h5::read_attr(impl->samples.get(), "shift", &impl->shift);
   }
 
+  if (paired) {
+    open_pairs(*impl, info, where);
+    impl->note_checksums(info);
+    H5Dataset out(std::move(impl));
+    out.info_ = std::move(info);
+    return out;
+  }
   const std::string lbl_where = where + " dataset '/labels'";
   MT_CHECK(
       h5::has_link(f, "labels"),
@@ -587,7 +577,11 @@ void H5Dataset::read(
   const char* noun = info_.kind == SampleKind::kVolumes ? "volumes" : "rows";
   const auto read_into = [&](float* xs, int64_t* ys, float* cs) {
     h5::read_rows(impl_->samples.get(), rows, H5T_NATIVE_FLOAT, xs, noun);
-    h5::read_rows(impl_->labels.get(), rows, H5T_NATIVE_INT64, ys, noun);
+    if (impl_->labels.valid()) {
+      h5::read_rows(impl_->labels.get(), rows, H5T_NATIVE_INT64, ys, noun);
+    } else {  // pairs without /pair_ids: each row is its own pair
+      std::copy(rows.begin(), rows.end(), ys);
+    }
     if (want_context)
       h5::read_rows(impl_->context.get(), rows, H5T_NATIVE_FLOAT, cs, noun);
     impl_->apply_normalisation(xs, static_cast<int64_t>(n) * numel);

@@ -108,6 +108,27 @@ InspectReport inspect_file(const std::string& path) {
   try {
     const H5Dataset ds = H5Dataset::open(path, "inspect");
     const DatasetInfo& info = ds.info();
+    if (info.paired) {
+      out << "layout: pairs, " << info.num_samples
+          << " rows: " << info.sample_dataset << " [";
+      for (size_t i = 0; i < info.sample_shape.size(); ++i)
+        out << (i ? ", " : "") << info.sample_shape[i];
+      out << "] " << info.sample_dtype << " with /features_b ["
+          << info.context_features << "]\npair ids: ";
+      if (info.row_labels.empty()) {
+        out << "none (row i of both is pair i)";
+      } else {
+        std::vector<int64_t> ids = info.row_labels;
+        std::sort(ids.begin(), ids.end());
+        out << (std::unique(ids.begin(), ids.end()) - ids.begin())
+            << " distinct (rows sharing an id are not each other's "
+               "negatives)";
+      }
+      out << "\nproblems: none\n";
+      report.ok = true;
+      report.text = out.str();
+      return report;
+    }
     out << "layout: " << to_string(info.kind) << ", " << info.num_samples
         << " samples of shape [";
     for (size_t i = 0; i < info.sample_shape.size(); ++i) {

@@ -100,6 +100,7 @@ WindowPlan ShardedSampler::plan(int64_t epoch, int64_t w) const {
   const int64_t begin = n * rank_ / world_size_;
   const int64_t end = n * (rank_ + 1) / world_size_;
   p.rank_indices.assign(all.begin() + begin, all.begin() + end);
+  p.rank_offset = begin;
   return p;
 }
 

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "memtrain/util/error.h"
+
 namespace memtrain {
 
 CollectiveWork::~CollectiveWork() = default;
@@ -53,6 +55,24 @@ void staged_broadcast(
   at::Tensor staged = t.to(device, /*non_blocking=*/false, /*copy=*/true);
   comm.broadcast(staged, root);
   t.copy_(staged);
+}
+
+at::Tensor Communicator::all_gather_rows(
+    const at::Tensor& mine, int64_t offset, int64_t total) {
+  MT_INTERNAL_ASSERT(
+      mine.dim() >= 1 && offset >= 0 && offset + mine.size(0) <= total,
+      "all_gather_rows: rows out of range");
+  std::vector<int64_t> shape = mine.sizes().vec();
+  shape[0] = total;
+  at::Tensor all = at::zeros(shape, mine.options());
+  all.narrow(0, offset, mine.size(0)).copy_(mine);
+  const CommStats before = stats_;
+  all_reduce(all, ReduceOp::kSum);
+  stats_.allreduce_calls = before.allreduce_calls;
+  stats_.allreduce_bytes = before.allreduce_bytes;
+  ++stats_.allgather_calls;
+  stats_.allgather_bytes += static_cast<int64_t>(all.nbytes());
+  return all;
 }
 
 bool all_ranks_ok(Communicator& comm, bool ok) {

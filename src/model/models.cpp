@@ -202,21 +202,26 @@ class SmallCnn : public Classifier {
 }  // namespace
 
 void check_model_fits(
-    const std::string& model, SampleKind kind, const std::string& source) {
-  const char* fits = kind == SampleKind::kFeatures ? "mlp"
-                     : kind == SampleKind::kImages ? "cnn"
-                                                   : "unet3d";
+    const std::string& model,
+    SampleKind kind,
+    bool paired,
+    const std::string& source) {
+  const char* fits = paired                          ? "dual_encoder"
+                     : kind == SampleKind::kFeatures ? "mlp"
+                     : kind == SampleKind::kImages   ? "cnn"
+                                                     : "unet3d";
   MT_CHECK(
       model == fits,
       "model.name=",
       model,
       " cannot train on ",
-      to_string(kind),
+      paired ? "pairs" : to_string(kind),
       " (",
       source,
       "); use model.name=",
       fits,
-      " (mlp: /features, cnn: /images, unet3d: /volumes)");
+      " (mlp: /features, cnn: /images, unet3d: /volumes, dual_encoder: "
+      "pairs of /features_a or /images with /features_b)");
 }
 
 std::shared_ptr<Classifier> make_model(
@@ -226,7 +231,7 @@ std::shared_ptr<Classifier> make_model(
       "model: the training data has ",
       input.num_classes,
       " class(es); a classifier needs at least 2 (check /labels)");
-  check_model_fits(cfg.name, input.kind, "data.train");
+  check_model_fits(cfg.name, input.kind, false, "data.train");
   // Initialisation draws from LibTorch's default generator: seed it so that
   // every rank, at every world size, starts from the same parameters.
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <limits>
+
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -38,6 +40,32 @@ at::Tensor dice_ce_loss_sum(
   const torch::Tensor dice =
       (2.0 * inter + kDiceEps) / (p.sum(voxels) + g.sum(voxels) + kDiceEps);
   return (ce + (1.0 - dice.mean(1))).sum();
+}
+
+at::Tensor contrastive_losses(
+    const at::Tensor& emb,
+    const at::Tensor& logit_scale,
+    const at::Tensor& ids) {
+  MT_CHECK(
+      emb.dim() == 3 && emb.size(1) == 2 && ids.dim() == 1 &&
+          ids.size(0) == emb.size(0),
+      "contrastive_losses: embeddings ",
+      emb.sizes(),
+      " and ids ",
+      ids.sizes(),
+      " do not match; expected (n, 2, d) and (n)");
+  const int64_t n = emb.size(0);
+  const torch::Tensor a = emb.select(1, 0), b = emb.select(1, 1);
+  torch::Tensor logits = logit_scale.exp() * a.mm(b.t());  // (n, n)
+  const torch::Tensor same = ids.unsqueeze(1).eq(ids.unsqueeze(0));
+  const torch::Tensor eye = torch::eye(
+      n, torch::TensorOptions().dtype(torch::kBool).device(emb.device()));
+  logits = logits.masked_fill(
+      same.logical_and(eye.logical_not()),
+      -std::numeric_limits<float>::infinity());
+  const torch::Tensor a_to_b = -torch::log_softmax(logits, 1).diagonal();
+  const torch::Tensor b_to_a = -torch::log_softmax(logits, 0).diagonal();
+  return (a_to_b + b_to_a) * 0.5;
 }
 
 }  // namespace memtrain

@@ -52,11 +52,15 @@ at::Tensor forward(
 // Cross-entropy for classifiers, Dice + cross-entropy per volume patch for
 // segmentation (a per-sample Dice, so that Note [Window weighting] holds),
 // the mean query cross-entropy per episode for few-shot heads (an episode
-// is the sample, Note [Episodes]).
+// is the sample, Note [Episodes]), the symmetric InfoNCE of the micro-batch
+// for dual encoders (training.contrastive_accumulation=local, and the
+// planner's probes).
 at::Tensor loss_sum(
     const RunState& run, const at::Tensor& logits, const at::Tensor& y) {
   if (run.volumes())
     return dice_ce_loss_sum(logits, y);
+  if (run.dual)  // logits: embeddings (n, 2, d); y: pair ids
+    return contrastive_losses(logits, run.dual->logit_scale(), y).sum();
   if (run.episodic()) {  // logits: embeddings; y: episode labels
     const EpisodeShape shape = run.episode_shape();
     return episode_loss_sum(

@@ -33,6 +33,8 @@ nlohmann::json window_record(
       {"samples_per_s", r.samples / std::max(r.seconds, 1e-9)},
       {"allreduce_calls", r.allreduce_calls},
       {"allreduce_bytes", r.allreduce_bytes},
+      {"allgather_calls", r.allgather_calls},
+      {"allgather_bytes", r.allgather_bytes},
       {"data_wait_s", r.data_wait_s},
       {"t_data_s", r.data_wait_s},
       {"t_compute_s", r.compute_s},

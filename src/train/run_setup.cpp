@@ -2,6 +2,7 @@
 
 #include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/model/dual_encoder.h"
 #include "memtrain/model/unet3d.h"
 #include "memtrain/train/window_totals.h"
 #include "memtrain/util/error.h"
@@ -66,7 +67,7 @@ void open_data(RunState& run) {
                       : vi.sample_shape == ti.sample_shape &&
                             vi.context_features == ti.context_features;
     MT_CHECK(
-        vi.kind == ti.kind && same_shape,
+        vi.kind == ti.kind && vi.paired == ti.paired && same_shape,
         "data.val: '",
         vi.path,
         "' holds ",
@@ -101,7 +102,8 @@ void open_data(RunState& run) {
       " classes); set model.num_classes to at least ",
       ti.num_classes,
       " or 0 (from the data)");
-  check_model_fits(run.cfg.model.name, ti.kind, "data.train '" + ti.path + "'");
+  check_model_fits(
+      run.cfg.model.name, ti.kind, ti.paired, "data.train '" + ti.path + "'");
   if (run.episodic()) {
     set_up_episodes(run);
   } else if (run.volumes()) {
@@ -173,6 +175,9 @@ void build_model(RunState& run) {
   if (run.episodic()) {
     run.fewshot = make_fewshot_model(cfg.model, input);
     run.model = run.fewshot;
+  } else if (ti.paired) {
+    run.dual = make_dual_encoder(cfg.model, input);
+    run.model = run.dual;
   } else {
     run.model = make_model(cfg.model, input);
   }

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "memtrain/memory/budget.h"
 #include "memtrain/memory/monitor.h"
 #include "memtrain/memory/planner.h"
+#include "memtrain/model/dual_encoder.h"
 #include "memtrain/model/fewshot_head.h"
 #include "memtrain/model/models.h"
 #include "memtrain/train/batch_loader.h"
@@ -56,6 +58,8 @@ struct RunState {
   ClassSplit class_split;
   std::unique_ptr<EpisodeSampler> episodes, val_episodes;
   std::shared_ptr<FewShotModel> fewshot;
+  // Pair files (model.name dual_encoder): the model, as run.model too.
+  std::shared_ptr<DualEncoder> dual;
 
   std::shared_ptr<Classifier> model;
   std::vector<at::Tensor> params;
@@ -76,6 +80,11 @@ struct RunState {
   EpisodeShape episode_shape() const {
     const EpisodeConfig& e = cfg.data.episodes;
     return {e.n_way, e.k_shot, e.n_query};
+  }
+  // Note [Exact contrastive accumulation]: a dual encoder whose windows
+  // are one contrastive batch.
+  bool contrastive_exact() const {
+    return dual && cfg.training.contrastive_accumulation == "exact";
   }
   bool amp_on() const {
     return cfg.training.amp != "off";
@@ -133,6 +142,34 @@ double micro_step(
     int64_t epoch,
     const std::vector<int64_t>& indices,
     double weight);
+
+// --- exact contrastive accumulation (contrastive.cpp) ----------------------
+
+// Note [Exact contrastive accumulation]. This rank's micro-batches
+// `batches` of window `wp`, run twice: embedded without a graph, the
+// window's embeddings gathered from every rank, the loss of the whole
+// window and its gradient with respect to the embeddings computed, then
+// each micro-batch re-run with its graph and back-propagated from its rows'
+// embedding gradients. `before_step(k)` runs before re-run k's forward.
+// Collective (one all-gather). Returns this rank's rows' share of the
+// window's loss sum.
+double contrastive_steps(
+    RunState& run,
+    const WindowPlan& wp,
+    const std::vector<std::vector<int64_t>>& batches,
+    double weight,
+    const std::function<void(size_t)>& before_step);
+// The pair ids of dataset rows `rows` (DatasetInfo::row_labels, or the row
+// index when the file has no /pair_ids), int64 on `device`.
+at::Tensor pair_ids(
+    const DatasetInfo& info,
+    const std::vector<int64_t>& rows,
+    const c10::Device& device);
+// Collective. Validation of a dual encoder on data.val: every row embedded
+// (one batch at a time on the device, embeddings kept in host memory),
+// gathered; loss = the symmetric InfoNCE of the whole validation set as
+// one batch, accuracy = top-1 retrieval (a -> b and b -> a, averaged).
+ValResult validate_pairs(RunState& run, RunCounters& counters);
 
 // --- the window (window.cpp) -----------------------------------------------
 

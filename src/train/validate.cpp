@@ -119,6 +119,7 @@ ValResult validate(
   torch::NoGradGuard no_grad;
   run.model->eval();
   ValResult r = run.episodic() ? validate_episodes(run, counters)
+                : run.dual     ? validate_pairs(run, counters)
                 : run.volumes()
                     ? validate_volumes(run, overlay_dir(run, overlay_epoch))
                     : validate_rows(run, counters);

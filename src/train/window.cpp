@@ -78,15 +78,22 @@ double accumulate(
     run.grad_sync->attach();
     const auto batches = split_micro_batches(wp.rank_indices, m);
     run.loader->expect(wp.epoch, batches);
-    for (size_t k = 0; k < batches.size(); ++k) {
+    const auto before_step = [&](size_t k) {
       r.micro_step_start_bytes.push_back(memory::stats().allocated);
       inject_test_oom(run, c);
       // The last micro-step's backward starts the buckets' all-reduces
       // (Note [Overlapping the boundary all-reduce]).
       if (k + 1 == batches.size() && run.cfg.dist.overlap)
         run.grad_sync->arm();
-      loss += micro_step(run, wp.epoch, batches[k], weight);
       ++r.micro_steps;
+    };
+    if (run.contrastive_exact()) {  // Note [Exact contrastive accumulation]
+      loss = contrastive_steps(run, wp, batches, weight, before_step);
+      return;
+    }
+    for (size_t k = 0; k < batches.size(); ++k) {
+      before_step(k);
+      loss += micro_step(run, wp.epoch, batches[k], weight);
     }
   });
   if (micro != run.shape.micro_batch)
@@ -154,6 +161,8 @@ void update(
           run.params, run.cfg.training.grad_clip_norm);
     }
     run.optimizer->step();
+    if (run.dual)
+      run.dual->clamp_logit_scale();
   }
   r.skipped = !finite;
   scaler.update(finite);
@@ -262,6 +271,8 @@ WindowResult run_window(
       memory::stats().cache_releases - counters.releases_at_start;
   r.allreduce_calls = run.comm.stats().allreduce_calls - before.allreduce_calls;
   r.allreduce_bytes = run.comm.stats().allreduce_bytes - before.allreduce_bytes;
+  r.allgather_calls = run.comm.stats().allgather_calls - before.allgather_calls;
+  r.allgather_bytes = run.comm.stats().allgather_bytes - before.allgather_bytes;
   r.data_wait_s = run.loader->take_wait_seconds();
   r.seconds = seconds_since(start);
   return r;

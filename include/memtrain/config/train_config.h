@@ -11,7 +11,8 @@
 namespace memtrain {
 
 struct ModelConfig {
-  // mlp (for /features) | cnn (for /images) | unet3d (for /volumes)
+  // mlp (for /features) | cnn (for /images) | unet3d (for /volumes) |
+  // dual_encoder (for pair files)
   std::string name = "mlp";
   int64_t hidden = 64;  // width of the MLP's hidden layer / CNN channels
   // MLP residual blocks / CNN stages / U-Net levels (checkpoint segments)
@@ -28,6 +29,8 @@ struct ModelConfig {
   std::string head = "linear";
   int64_t embed_dim = 64;
   double cosine_scale = 10.0;  // cosine: initial value of the learnable s
+  // dual_encoder: the temperature the learnable logit scale starts from.
+  double init_temperature = 0.07;
 };
 
 // data.val_classes: the classes held out for validation episodes, as a
@@ -107,8 +110,11 @@ struct TrainingConfig {
   std::string nonfinite = "skip";    // skip | stop (non-fp16 runs)
   int64_t max_nonfinite_skips = 10;  // consecutive skips before stopping
   std::string gradient_checkpointing = "off";  // off | all | auto
-  std::string amp = "off";                     // off | fp16 | bf16
-  double amp_init_scale = 65536.0;             // fp16 loss scale to start from
+  // dual_encoder: exact (one batch of the whole window) | local (each
+  // micro-batch its own batch).
+  std::string contrastive_accumulation = "exact";
+  std::string amp = "off";             // off | fp16 | bf16
+  double amp_init_scale = 65536.0;     // fp16 loss scale to start from
   int64_t amp_growth_interval = 2000;  // finite steps before the scale grows
   // Dropout and other random draws: each rank draws from its own stream
   // derived from (seed, rank).

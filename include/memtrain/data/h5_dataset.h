@@ -2,10 +2,11 @@
 // H5Dataset: one HDF5 file of samples and labels in memtrain's layout
 // (data/FORMAT.md): `/features` [N, F] (+ optional `/context_features`
 // [N, F2]) or `/images` [N, C, H, W] with `/labels` [N], or `/volumes`
-// [N, C, D, H, W] with `/masks` [N, D, H, W]. Opening validates the whole
-// layout, so a bad file fails with a message naming the file and the dataset
-// before training starts, never mid-epoch. No LibTorch here: reads go into
-// caller-provided buffers.
+// [N, C, D, H, W] with `/masks` [N, D, H, W], or pairs: `/features_a` or
+// `/images` with `/features_b` [N, Fb] and optional `/pair_ids` [N]. Opening
+// validates the whole layout, so a bad file fails with a message naming the
+// file and the dataset before training starts, never mid-epoch. No LibTorch
+// here: reads go into caller-provided buffers.
 
 #include <array>
 #include <cstdint>
@@ -37,6 +38,11 @@ struct DatasetInfo {
   // by class); empty for /volumes.
   std::vector<int64_t> row_labels;
   int64_t context_features = 0;  // F2 of /context_features; 0 without it
+  // A pair file (data/FORMAT.md, Pairs): the sample dataset is /features_a
+  // or /images (tower a's input), context_features is the width Fb of
+  // /features_b (tower b's input, read into read()'s `context`), the labels
+  // are /pair_ids (without them, the row index), and num_classes is 0.
+  bool paired = false;
   // /volumes only: chunk shape [C, cd, ch, cw] (empty: contiguous), the
   // intensity normalisation in use, and the root attribute spacing_mm.
   std::vector<int64_t> chunk_shape;
@@ -123,6 +129,9 @@ class H5Dataset {
  private:
   struct Impl;
   explicit H5Dataset(std::unique_ptr<Impl> impl);
+  // Pairs: /features_b and the optional /pair_ids (h5_pairs.cpp).
+  static void open_pairs(
+      Impl& impl, DatasetInfo& info, const std::string& where);
   static void open_volumes(
       Impl& impl,
       DatasetInfo& info,

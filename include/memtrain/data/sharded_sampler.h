@@ -23,6 +23,9 @@ struct WindowPlan {
   // This rank's share (dataset indices), in order; empty when the rank's
   // share of a short last window is empty.
   std::vector<int64_t> rank_indices;
+  // Where this rank's share starts in the window's samples (ranks' shares
+  // are contiguous, in rank order).
+  int64_t rank_offset = 0;
 };
 
 // Cuts `indices` into consecutive micro-batches of `micro` samples, the last

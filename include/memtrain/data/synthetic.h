@@ -10,7 +10,8 @@
 namespace memtrain {
 
 struct SyntheticSpec {
-  std::string kind = "features";  // features | images | volumes
+  std::string kind = "features";  // features | images | volumes | fewshot |
+                                  // pairs
   int64_t samples = 4096;
   int64_t classes = 4;
   int64_t features = 32;  // features: F
@@ -18,7 +19,9 @@ struct SyntheticSpec {
   int64_t height = 16;
   int64_t width = 16;
   int64_t depth = 32;   // volumes: C, D, H, W
-  int64_t context = 0;  // features: F2 of /context_features (0: none)
+  int64_t context = 0;  // features: F2 of /context_features (0: none);
+                        // pairs: Fb of /features_b (0: --features)
+  int64_t latent = 16;  // pairs: dimensions the two elements share
   int64_t chunk = 16;   // volumes: chunk edge in voxels (0: a whole volume)
   std::string dtype = "float32";  // images: float32 | uint8; volumes: +int16
   double noise = 1.0;  // noise standard deviation (centres: N(0, 0.5^2))
@@ -30,5 +33,9 @@ struct SyntheticSpec {
 // atomically: a temporary file in the same folder, renamed when complete.
 // Throws memtrain::Error on a bad spec or an I/O failure.
 void make_synthetic(const SyntheticSpec& spec, const std::string& path);
+
+// make_synthetic's --kind pairs (synthetic_pairs.cpp): /features_a [N, F]
+// and /features_b [N, Fb] sharing a latent vector per row.
+void make_pairs(const SyntheticSpec& spec, const std::string& path);
 
 }  // namespace memtrain

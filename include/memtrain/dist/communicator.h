@@ -24,6 +24,10 @@ struct CommStats {
   int64_t allreduce_bytes = 0;  // payload bytes handed to all-reduce
   int64_t broadcast_calls = 0;
   int64_t broadcast_bytes = 0;
+  // all_gather_rows (embeddings of a contrastive window): counted here,
+  // not in allreduce_*.
+  int64_t allgather_calls = 0;
+  int64_t allgather_bytes = 0;  // bytes of the gathered tensor
 };
 
 enum class ReduceOp { kSum, kMin, kMax };
@@ -90,6 +94,14 @@ class Communicator {
   void all_reduce_sum(at::Tensor& t) {
     all_reduce(t, ReduceOp::kSum);
   }
+  // Collective, blocking: every rank's `mine` (rows of one trailing shape,
+  // same dtype on every rank) placed at rows [offset, offset + rows) of a
+  // (total, ...) tensor on mine's device, which every rank gets. The
+  // ranks' row ranges must not overlap; rows nobody wrote are zero. Done
+  // as one sum of zero-padded tensors (exact: x + 0 = x), so every backend
+  // and device that all-reduces can gather; counted as an all-gather.
+  at::Tensor all_gather_rows(
+      const at::Tensor& mine, int64_t offset, int64_t total);
 
   // Collective, blocking: copies `t` from rank `root` to every rank, in
   // place. Same rules as all_reduce_async; returns when done, as wait().

@@ -69,10 +69,14 @@ struct ModelInput {
 };
 
 // Throws memtrain::Error unless model `model` trains on samples of `kind`
-// (mlp: features, cnn: images, unet3d: volumes); `source` names the file
+// (mlp: features, cnn: images, unet3d: volumes, dual_encoder: pairs, i.e.
+// DatasetInfo::paired); `source` names the file
 // in the message.
 void check_model_fits(
-    const std::string& model, SampleKind kind, const std::string& source);
+    const std::string& model,
+    SampleKind kind,
+    bool paired,
+    const std::string& source);
 
 // Builds `cfg.name` for `input`, initialised from `cfg.seed` alone (the same
 // parameters on every rank and at every world size). Throws memtrain::Error

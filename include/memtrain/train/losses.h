@@ -1,5 +1,5 @@
 #pragma once
-// Segmentation losses.
+// Segmentation and contrastive losses.
 
 #include <ATen/core/Tensor.h>
 
@@ -23,5 +23,19 @@ namespace memtrain {
 at::Tensor dice_ce_loss_sum(const at::Tensor& logits, const at::Tensor& target);
 
 constexpr double kDiceEps = 1e-5;
+
+// The symmetric InfoNCE of CLIP, per sample.
+//   emb (n, 2, d) float32: row i's embeddings of a and b, unit L2 norm
+//   (DualEncoder::forward); logit_scale t, 0-dim; ids (n,) int64 pair ids.
+// With logits L_ij = exp(t) <a_i, b_j>,
+//   l_i = ( -log softmax_j(L_i.)_i  -log softmax_j(L_.i)_i ) / 2,
+// where an entry j != i with ids_j == ids_i (the same pair, e.g. a second
+// caption of one image) is left out of both softmaxes. Returns l (n,)
+// float32; its mean is CLIP's loss of that batch of n pairs. Every sample's
+// loss depends on the whole batch: Note [Exact contrastive accumulation].
+at::Tensor contrastive_losses(
+    const at::Tensor& emb,
+    const at::Tensor& logit_scale,
+    const at::Tensor& ids);
 
 }  // namespace memtrain

@@ -27,6 +27,10 @@ struct WindowResult {
   int64_t micro_steps = 0;  // micro-batches this rank ran
   int64_t allreduce_calls = 0;  // collectives in this window
   int64_t allreduce_bytes = 0;  // bytes all-reduced in this window
+  // Exact contrastive windows: the all-gather of the window's embeddings
+  // (Note [Exact contrastive accumulation]).
+  int64_t allgather_calls = 0;
+  int64_t allgather_bytes = 0;
   double seconds = 0.0;
   double data_wait_s = 0.0;
   int64_t micro_batch = 0;     // this rank's micro-batch when the window ended

@@ -1,0 +1,50 @@
+#pragma once
+// DualEncoder (model.name: dual_encoder): two towers for pair files
+// (data/FORMAT.md, Pairs). Tower a is make_model's mlp (on /features_a) or
+// cnn (on /images), tower b the mlp on /features_b, each with
+// model.embed_dim outputs, L2-normalised. A learnable logit scale
+// t = log(1 / model.init_temperature) multiplies the cosine similarities
+// by exp(t); after each optimizer step t is clamped to [0, log 100], as
+// CLIP does. The loss (contrastive_losses in train/losses.h) is the
+// symmetric InfoNCE. Parameter names: "tower_a.<mlp's or cnn's>",
+// "tower_b.<mlp's>", "logit_scale".
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "memtrain/config/train_config.h"
+#include "memtrain/model/models.h"
+
+namespace memtrain {
+
+class DualEncoder : public Classifier {
+ public:
+  DualEncoder(
+      std::shared_ptr<Classifier> a,
+      std::shared_ptr<Classifier> b,
+      double init_temperature);
+  using Classifier::forward;
+  // (n, 2, embed_dim): [i][0] = a's embedding of row i, [i][1] = b's, each
+  // of unit L2 norm (computed in float32).
+  torch::Tensor forward(torch::Tensor a, torch::Tensor b) override;
+  // Tower a's segments first (the larger activations for images), then b's.
+  void set_checkpointed(int64_t count) override;
+  const torch::Tensor& logit_scale() const {
+    return logit_scale_;
+  }
+  // CLIP's clamp of the logit scale to [0, log 100], after each step.
+  void clamp_logit_scale();
+
+ private:
+  std::shared_ptr<Classifier> a_, b_;
+  torch::Tensor logit_scale_;
+};
+
+// Builds the dual encoder for a pair file whose tower a input is `input`
+// (kind features or images, sample shape) and tower b input is
+// input.context_features wide; tower a from cfg.seed, tower b from
+// cfg.seed + 1.
+std::shared_ptr<DualEncoder> make_dual_encoder(
+    const ModelConfig& cfg, const ModelInput& input);
+
+}  // namespace memtrain

@@ -1,0 +1,82 @@
+// Pair files (data/FORMAT.md, Pairs): /features_b, tower b's input, and the
+// optional /pair_ids. The sample dataset (/features_a or /images) has been
+// opened and checked by H5Dataset::open like /features or /images.
+#include <algorithm>
+
+#include "h5_dataset_impl.h"
+#include "h5_read.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+
+void H5Dataset::open_pairs(
+    Impl& impl, DatasetInfo& info, const std::string& where) {
+  const hid_t f = impl.file.get();
+  MT_CHECK(
+      !h5::has_link(f, "labels") && !h5::has_link(f, "context_features"),
+      where,
+      ": a pair file (it has /features_b) has no /labels or "
+      "/context_features; pairs are matched by row, or by /pair_ids "
+      "(data/FORMAT.md, Pairs)");
+  const std::string bw = where + " dataset '/features_b'";
+  h5::Handle dapl = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
+  H5Pset_chunk_cache(dapl.get(), 12421, 64u << 20, 1.0);
+  impl.context = h5::dataset(H5Dopen2(f, "features_b", dapl.get()));
+  MT_CHECK(impl.context.valid(), bw, ": cannot open: ", h5::last_error());
+  const auto bdims = h5::dims_of(impl.context.get());
+  MT_CHECK(
+      bdims.size() == 2 && bdims[1] > 0,
+      bw,
+      ": expected 2-D [N, Fb] with Fb > 0, found ",
+      bdims.size(),
+      "-D");
+  MT_CHECK(
+      static_cast<int64_t>(bdims[0]) == info.num_samples,
+      bw,
+      ": has ",
+      bdims[0],
+      " rows but '",
+      info.sample_dataset,
+      "' has ",
+      info.num_samples,
+      "; row i of both is pair i, so they must be equal");
+  MT_CHECK(
+      h5::is_float(impl.context.get()),
+      bw,
+      ": expected float32 or float64 values, found ",
+      h5::type_name(impl.context.get()));
+  info.context_features = static_cast<int64_t>(bdims[1]);
+  info.num_classes = 0;
+
+  if (!h5::has_link(f, "pair_ids"))
+    return;  // each row is its own pair: read() gives the row index
+  const std::string pw = where + " dataset '/pair_ids'";
+  impl.labels = h5::dataset(H5Dopen2(f, "pair_ids", H5P_DEFAULT));
+  MT_CHECK(impl.labels.valid(), pw, ": cannot open: ", h5::last_error());
+  const auto pdims = h5::dims_of(impl.labels.get());
+  MT_CHECK(
+      pdims.size() == 1 && static_cast<int64_t>(pdims[0]) == info.num_samples,
+      pw,
+      ": expected 1-D [N] with N = ",
+      info.num_samples,
+      " (one id per row)");
+  MT_CHECK(
+      h5::is_integer(impl.labels.get()),
+      pw,
+      ": expected integer ids, found ",
+      h5::type_name(impl.labels.get()));
+  std::vector<int64_t> ids(info.num_samples);
+  h5::read_all(impl.labels.get(), H5T_NATIVE_INT64, ids.data());
+  const auto lo = std::min_element(ids.begin(), ids.end());
+  MT_CHECK(
+      *lo >= 0,
+      pw,
+      ": id ",
+      *lo,
+      " at row ",
+      lo - ids.begin(),
+      " is negative; ids are >= 0");
+  info.row_labels = std::move(ids);
+}
+
+}  // namespace memtrain

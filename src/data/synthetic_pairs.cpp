@@ -1,0 +1,86 @@
+// make-data --kind pairs: N pairs (a, b) of feature vectors that share a
+// latent vector, as precomputed image and text embeddings of one item do:
+//   z ~ N(0, I_L), a = A z + noise e_a, b = B z + noise e_b,
+// with A (Fa x L) and B (Fb x L) drawn N(0, 1/L) from the task seed (so a
+// train and a val file of one seed share them), z and the noise from the
+// seed and split. Tower a can learn to map a to z and tower b b to z: the
+// correspondence is learnable, and row i of /features_a matches row i of
+// /features_b only.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "h5_util.h"
+#include "memtrain/data/synthetic.h"
+#include "memtrain/util/error.h"
+#include "synthetic_common.h"
+
+namespace memtrain {
+
+void make_pairs(const SyntheticSpec& spec, const std::string& path) {
+  const int64_t fa = spec.features;
+  const int64_t fb = spec.context > 0 ? spec.context : spec.features;
+  const int64_t latent = spec.latent;
+  MT_CHECK(
+      fa > 0 && latent > 0,
+      "make-data --kind pairs: --features and --latent must be positive");
+  std::seed_seq task_seq{
+      static_cast<uint32_t>(spec.seed),
+      static_cast<uint32_t>(spec.seed >> 32),
+      0x9a1u};
+  synth::Gaussian task(task_seq);
+  const double s = 1.0 / std::sqrt(static_cast<double>(latent));
+  std::vector<double> a(fa * latent), b(fb * latent);
+  for (double& v : a)
+    v = s * task.next();
+  for (double& v : b)
+    v = s * task.next();
+  std::seed_seq sample_seq{
+      static_cast<uint32_t>(spec.seed),
+      static_cast<uint32_t>(spec.seed >> 32),
+      synth::hash_name(spec.split)};
+  synth::Gaussian gen(sample_seq);
+  const int64_t n = spec.samples;
+  std::vector<float> xa(n * fa), xb(n * fb);
+  std::vector<double> z(latent);
+  const auto project =
+      [&](const std::vector<double>& m, int64_t f, float* out) {
+        for (int64_t j = 0; j < f; ++j) {
+          double v = spec.noise * gen.next();
+          for (int64_t k = 0; k < latent; ++k)
+            v += m[j * latent + k] * z[k];
+          out[j] = static_cast<float>(v);
+        }
+      };
+  for (int64_t i = 0; i < n; ++i) {
+    for (double& v : z)
+      v = gen.next();
+    project(a, fa, xa.data() + i * fa);
+    project(b, fb, xb.data() + i * fb);
+  }
+  synth::write_file(path, [&](hid_t f) {
+    const hsize_t rows = static_cast<hsize_t>(n);
+    for (const auto& [name, width, data] :
+         {std::tuple{"features_a", fa, xa.data()},
+          std::tuple{"features_b", fb, xb.data()}}) {
+      const hsize_t w = static_cast<hsize_t>(width);
+      h5::write_dataset(
+          f,
+          name,
+          H5T_IEEE_F32LE,
+          H5T_NATIVE_FLOAT,
+          {rows, w},
+          {std::min<hsize_t>(rows, std::max<hsize_t>(1, 65536 / w)), w},
+          data);
+    }
+    h5::write_attr(f, "layout_version", int64_t{1});
+    h5::write_attr(f, "kind", std::string("pairs"));
+    h5::write_attr(f, "generator", std::string("memtrain make-data pairs"));
+    h5::write_attr(f, "seed", static_cast<int64_t>(spec.seed));
+    h5::write_attr(f, "split", spec.split);
+    h5::write_attr(f, "noise", spec.noise);
+    h5::write_attr(f, "latent", latent);
+  });
+}
+
+}  // namespace memtrain
