@@ -21,6 +21,29 @@ int world() {
   return w;
 }
 
+// all_gather_rows: rank r's r + 1 rows land at its offset, exactly, on
+// every rank; counted as one all-gather, not as an all-reduce.
+TEST(MpiCommunicator, AllGatherRowsPlacesEveryRanksRows) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int64_t w = comm.size(), r = comm.rank();
+  const int64_t total = w * (w + 1) / 2, offset = r * (r + 1) / 2;
+  const auto mine = torch::full({r + 1, 2, 3}, 0.1f * static_cast<float>(r)) +
+                    torch::arange(r + 1, torch::kFloat32).view({-1, 1, 1});
+  const CommStats before = comm.stats();
+  const auto all = comm.all_gather_rows(mine, offset, total);
+  ASSERT_EQ(all.sizes(), (std::vector<int64_t>{total, 2, 3}));
+  for (int64_t q = 0; q < w; ++q) {
+    const auto theirs =
+        torch::full({q + 1, 2, 3}, 0.1f * static_cast<float>(q)) +
+        torch::arange(q + 1, torch::kFloat32).view({-1, 1, 1});
+    EXPECT_TRUE(torch::equal(all.narrow(0, q * (q + 1) / 2, q + 1), theirs))
+        << "rows of rank " << q;
+  }
+  EXPECT_EQ(comm.stats().allgather_calls, before.allgather_calls + 1);
+  EXPECT_EQ(comm.stats().allgather_bytes, before.allgather_bytes + total * 24);
+  EXPECT_EQ(comm.stats().allreduce_calls, before.allreduce_calls);
+}
+
 TEST(MpiCommunicator, AllReduceSumsRankValuedTensorsExactly) {
   MpiCommunicator comm(MPI_COMM_WORLD);
   const int64_t w = comm.size();
