@@ -194,10 +194,17 @@ std::string describe_run(const RunState& m) {
     return t + "]";
   };
   out << "data: train '" << ti.path << "' " << ti.num_samples << " x "
+      << (ti.paired ? std::string("pairs of ") : std::string())
       << to_string(ti.kind) << " " << shape(ti.sample_shape) << " "
-      << ti.sample_dtype << ", " << ti.num_classes << " classes";
-  if (ti.context_features > 0)
-    out << ", context features " << ti.context_features;
+      << ti.sample_dtype;
+  if (ti.paired) {
+    out << " and /features_b [" << ti.context_features << "]"
+        << (ti.row_labels.empty() ? "" : " with /pair_ids");
+  } else {
+    out << ", " << ti.num_classes << " classes";
+    if (ti.context_features > 0)
+      out << ", context features " << ti.context_features;
+  }
   if (m.patches) {
     const auto& p = m.cfg.data.patch_size;
     out << "; patches " << p[0] << "x" << p[1] << "x" << p[2] << ", "
@@ -229,7 +236,10 @@ std::string describe_run(const RunState& m) {
       << (m.episodic()
               ? m.cfg.model.head + " head on a " +
                     std::to_string(m.cfg.model.embed_dim) + "-wide embedding"
-              : std::to_string(m.num_classes) + " classes")
+          : m.dual ? std::to_string(m.cfg.model.embed_dim) +
+                         "-wide embeddings, contrastive accumulation " +
+                         m.cfg.training.contrastive_accumulation
+                   : std::to_string(m.num_classes) + " classes")
       << "), " << numel << " parameters (" << format_bytes(numel * 4.0)
       << " fp32), optimizer " << m.cfg.training.optimizer << " lr "
       << m.cfg.training.lr << ", amp " << m.cfg.training.amp
