@@ -11,36 +11,10 @@
 
 #include "h5_util.h"
 #include "memtrain/util/error.h"
+#include "synthetic_util.h"
 
 namespace memtrain {
-namespace {
-
-// Box-Muller on our own uniform draws: std::normal_distribution is not the
-// same across standard libraries, and these files must be.
-class Gaussian {
- public:
-  explicit Gaussian(std::seed_seq& seq) : rng_(seq) {}
-  double next() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    const double u1 = (static_cast<double>(rng_() >> 11) + 0.5) * 0x1.0p-53;
-    const double u2 = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    spare_ = r * std::sin(2.0 * M_PI * u2);
-    has_spare_ = true;
-    return r * std::cos(2.0 * M_PI * u2);
-  }
-  uint64_t raw() {
-    return rng_();
-  }
-
- private:
-  std::mt19937_64 rng_;
-  bool has_spare_ = false;
-  double spare_ = 0.0;
-};
+namespace synthetic {
 
 uint32_t hash_name(const std::string& s) {
   uint32_t h = 2166136261u;
@@ -77,6 +51,14 @@ void write_file(
     throw Error("make-data: cannot move '" + tmp + "' to '" + path + "'");
   }
 }
+
+}  // namespace synthetic
+
+namespace {
+
+using synthetic::Gaussian;
+using synthetic::hash_name;
+using synthetic::write_file;
 
 // Volumes: each has classes-1 spheres (class c = the c-th sphere, later ones
 // drawn over earlier ones) on background 0; every class has its own mean
@@ -294,10 +276,11 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
   h5::silence_errors();
   MT_CHECK(
       spec.kind == "features" || spec.kind == "images" ||
-          spec.kind == "volumes" || spec.kind == "fewshot",
+          spec.kind == "volumes" || spec.kind == "fewshot" ||
+          spec.kind == "patch-features",
       "make-data: --kind '",
       spec.kind,
-      "' is not features, images, volumes or fewshot");
+      "' is not features, images, volumes, fewshot or patch-features");
   MT_CHECK(spec.samples > 0, "make-data: --samples must be positive");
   MT_CHECK(spec.classes >= 2, "make-data: --classes must be at least 2");
   MT_CHECK(spec.noise >= 0, "make-data: --noise must be >= 0");
@@ -307,6 +290,10 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
   }
   if (spec.kind == "fewshot") {
     make_fewshot(spec, path);
+    return;
+  }
+  if (spec.kind == "patch-features") {
+    synthetic::make_patch_features(spec, path);
     return;
   }
   MT_CHECK(

@@ -10,7 +10,8 @@
 namespace memtrain {
 
 struct SyntheticSpec {
-  std::string kind = "features";  // features | images | volumes
+  std::string kind = "features";  // features | images | volumes |
+                                  // fewshot | patch-features
   int64_t samples = 4096;
   int64_t classes = 4;
   int64_t features = 32;  // features: F
@@ -24,6 +25,12 @@ struct SyntheticSpec {
   double noise = 1.0;  // noise standard deviation (centres: N(0, 0.5^2))
   uint64_t seed = 0;
   std::string split = "train";  // any name; different names, other samples
+  // patch-features (data/FORMAT.md, "Rows that belong to volumes"):
+  // `volumes` grids of grid^3 rows each; rows in a seeded random order
+  // instead of volume by volume with `shuffle`.
+  int64_t volumes = 8;
+  int64_t grid = 8;
+  bool shuffle = false;
 };
 
 // Writes an HDF5 file in memtrain's layout (data/FORMAT.md) to `path`,
