@@ -121,7 +121,13 @@ ValResult validate(
   ValResult r = run.episodic() ? validate_episodes(run, counters)
                 : run.volumes()
                     ? validate_volumes(run, overlay_dir(run, overlay_epoch))
-                    : validate_rows(run, counters);
+                : run.volume_rows() ? validate_volume_rows(
+                                          run,
+                                          counters,
+                                          run.cfg.validation.dump_predictions
+                                              ? overlay_dir(run, overlay_epoch)
+                                              : "")
+                                    : validate_rows(run, counters);
   run.model->train();
   return r;
 }
