@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "memtrain/data/volume_rows.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/util/error.h"
 
@@ -248,6 +249,11 @@ std::string describe_run(const RunState& m) {
   if (m.val_data) {
     out << "; val '" << m.val_data->info().path << "' "
         << m.val_data->info().num_samples;
+    if (m.volume_rows()) {  // Note [Volume rows]
+      out << " rows of "
+          << describe_volume_rows(index_volume_rows(m.val_data->info()))
+          << ", Dice per volume";
+    }
     if (m.patches) {
       const auto r = m.roi();
       out << " volume(s) " << shape(m.val_data->info().sample_shape)
