@@ -12,6 +12,7 @@ SyntheticSpec spec;
 std::string out_path;
 CLI::Option* samples_opt = nullptr;
 CLI::Option* classes_opt = nullptr;
+CLI::Option* context_opt = nullptr;
 }  // namespace
 
 void add_make_data(CLI::App& app) {
@@ -24,10 +25,17 @@ void add_make_data(CLI::App& app) {
          "--kind",
          spec.kind,
          "features, images, volumes, fewshot (/features of many classes "
-         "with few samples each; default 64 classes x 20) or pairs "
-         "(/features_a and /features_b sharing a latent vector per row)")
-      ->check(
-          CLI::IsMember({"features", "images", "volumes", "fewshot", "pairs"}))
+         "with few samples each; default 64 classes x 20), pairs "
+         "(/features_a and /features_b sharing a latent vector per row) or "
+         "patch-features (/features rows of volumes' patch grids with "
+         "/volume_ids and /voxel_index; default 2 classes, --context 16)")
+      ->check(CLI::IsMember(
+          {"features",
+           "images",
+           "volumes",
+           "fewshot",
+           "pairs",
+           "patch-features"}))
       ->capture_default_str();
   cmd->add_option("--out", out_path, "output file (.h5)")->required();
   samples_opt =
@@ -41,16 +49,31 @@ void add_make_data(CLI::App& app) {
   cmd->add_option("--features", spec.features, "features: F")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option(
-         "--context",
-         spec.context,
-         "features: F2 of /context_features; pairs: Fb of /features_b (0: "
-         "--features)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  context_opt =
+      cmd->add_option(
+             "--context",
+             spec.context,
+             "features, patch-features: F2 of /context_features; pairs: Fb "
+             "of /features_b (0: --features)")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
   cmd->add_option("--latent", spec.latent, "pairs: dimensions a and b share")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option(
+         "--volumes",
+         spec.volumes,
+         "patch-features: volumes (--samples unused)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option(
+         "--grid", spec.grid, "patch-features: grid edge G (G^3 rows a volume)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+      ->capture_default_str();
+  cmd->add_flag(
+      "--shuffle",
+      spec.shuffle,
+      "patch-features: rows in a seeded random order, not volume by volume");
   cmd->add_option("--depth", spec.depth, "volumes: D")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -91,6 +114,13 @@ int run_make_data() {
       spec.classes = 64;
     if (samples_opt->count() == 0)
       spec.samples = spec.classes * 20;
+  }
+  if (spec.kind == "patch-features") {
+    if (classes_opt->count() == 0)
+      spec.classes = 2;
+    if (context_opt->count() == 0)
+      spec.context = 16;
+    spec.samples = spec.volumes * spec.grid * spec.grid * spec.grid;
   }
   make_synthetic(spec, out_path);
   if (spec.kind == "pairs") {

@@ -403,8 +403,8 @@ const std::vector<Key>& keys() {
           [](TrainConfig& c) { return &c.validation.best_metric; },
           {"auto", "val_dice", "val_accuracy", "val_loss", "none"},
           "output.dir/best.safetensors holds the weights of the epoch with "
-          "the best value of this (auto: val_dice for volumes, "
-          "val_accuracy otherwise; none: no best file)"),
+          "the best value of this (auto: val_dice for volumes and rows of "
+          "volumes, val_accuracy otherwise; none: no best file)"),
       choice_key(
           "validation.best_mode",
           [](TrainConfig& c) { return &c.validation.best_mode; },
@@ -419,6 +419,12 @@ const std::vector<Key>& keys() {
           "few-shot: validation episodes from the validation classes, the "
           "same at every validation (mean accuracy and its 95% interval); "
           "0: none"),
+      bool_key(
+          "validation.dump_predictions",
+          [](TrainConfig& c) { return &c.validation.dump_predictions; },
+          "rows that belong to volumes (data.val with /volume_ids): write "
+          "each volume's predicted classes to "
+          "output.dir/val/epoch-EEE/volume-<id>.h5"),
       int_key(
           "training.epochs",
           [](TrainConfig& c) { return &c.training.epochs; },

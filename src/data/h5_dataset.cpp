@@ -8,6 +8,7 @@
 #include "h5_dataset_impl.h"
 #include "h5_read.h"
 #include "h5_util.h"
+#include "h5_volume_rows.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -544,6 +545,7 @@ H5Dataset H5Dataset::open(
         h5::type_name(impl->context.get()));
     info.context_features = static_cast<int64_t>(cdims[1]);
   }
+  open_volume_rows(f, info, where);  // /volume_ids, /voxel_index
   impl->note_checksums(info);
 
   H5Dataset out(std::move(impl));

@@ -7,6 +7,7 @@
 
 #include "h5_util.h"
 #include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/volume_rows.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -137,6 +138,8 @@ InspectReport inspect_file(const std::string& path) {
     out << "] " << info.sample_dtype << ", " << info.num_classes << " classes";
     if (info.context_features > 0)
       out << ", context features " << info.context_features;
+    if (info.has_volume_rows)
+      out << "\nvolume rows: " << describe_volume_rows(index_volume_rows(info));
     if (info.kind == SampleKind::kVolumes) {
       out << "\nintensity: x = raw * " << info.scale << " + " << info.shift;
       if (info.spacing_mm[0] > 0) {

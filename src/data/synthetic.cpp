@@ -11,10 +11,10 @@
 
 #include "h5_util.h"
 #include "memtrain/util/error.h"
-#include "synthetic_common.h"
+#include "synthetic_util.h"
 
 namespace memtrain {
-namespace synth {
+namespace synthetic {
 
 uint32_t hash_name(const std::string& s) {
   uint32_t h = 2166136261u;
@@ -52,13 +52,13 @@ void write_file(
   }
 }
 
-}  // namespace synth
+}  // namespace synthetic
 
 namespace {
 
-using synth::Gaussian;
-using synth::hash_name;
-using synth::write_file;
+using synthetic::Gaussian;
+using synthetic::hash_name;
+using synthetic::write_file;
 
 // Volumes: each has classes-1 spheres (class c = the c-th sphere, later ones
 // drawn over earlier ones) on background 0; every class has its own mean
@@ -277,10 +277,11 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
   MT_CHECK(
       spec.kind == "features" || spec.kind == "images" ||
           spec.kind == "volumes" || spec.kind == "fewshot" ||
-          spec.kind == "pairs",
+          spec.kind == "patch-features" || spec.kind == "pairs",
       "make-data: --kind '",
       spec.kind,
-      "' is not features, images, volumes, fewshot or pairs");
+      "' is not features, images, volumes, fewshot, patch-features or "
+      "pairs");
   MT_CHECK(spec.samples > 0, "make-data: --samples must be positive");
   MT_CHECK(spec.classes >= 2, "make-data: --classes must be at least 2");
   MT_CHECK(spec.noise >= 0, "make-data: --noise must be >= 0");
@@ -293,7 +294,11 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
     return;
   }
   if (spec.kind == "pairs") {
-    make_pairs(spec, path);
+    synthetic::make_pairs(spec, path);
+    return;
+  }
+  if (spec.kind == "patch-features") {
+    synthetic::make_patch_features(spec, path);
     return;
   }
   MT_CHECK(

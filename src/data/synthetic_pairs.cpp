@@ -13,9 +13,9 @@
 #include "h5_util.h"
 #include "memtrain/data/synthetic.h"
 #include "memtrain/util/error.h"
-#include "synthetic_common.h"
+#include "synthetic_util.h"
 
-namespace memtrain {
+namespace memtrain::synthetic {
 
 void make_pairs(const SyntheticSpec& spec, const std::string& path) {
   const int64_t fa = spec.features;
@@ -28,7 +28,7 @@ void make_pairs(const SyntheticSpec& spec, const std::string& path) {
       static_cast<uint32_t>(spec.seed),
       static_cast<uint32_t>(spec.seed >> 32),
       0x9a1u};
-  synth::Gaussian task(task_seq);
+  Gaussian task(task_seq);
   const double s = 1.0 / std::sqrt(static_cast<double>(latent));
   std::vector<double> a(fa * latent), b(fb * latent);
   for (double& v : a)
@@ -38,8 +38,8 @@ void make_pairs(const SyntheticSpec& spec, const std::string& path) {
   std::seed_seq sample_seq{
       static_cast<uint32_t>(spec.seed),
       static_cast<uint32_t>(spec.seed >> 32),
-      synth::hash_name(spec.split)};
-  synth::Gaussian gen(sample_seq);
+      hash_name(spec.split)};
+  Gaussian gen(sample_seq);
   const int64_t n = spec.samples;
   std::vector<float> xa(n * fa), xb(n * fb);
   std::vector<double> z(latent);
@@ -58,7 +58,7 @@ void make_pairs(const SyntheticSpec& spec, const std::string& path) {
     project(a, fa, xa.data() + i * fa);
     project(b, fb, xb.data() + i * fb);
   }
-  synth::write_file(path, [&](hid_t f) {
+  write_file(path, [&](hid_t f) {
     const hsize_t rows = static_cast<hsize_t>(n);
     for (const auto& [name, width, data] :
          {std::tuple{"features_a", fa, xa.data()},
@@ -83,4 +83,4 @@ void make_pairs(const SyntheticSpec& spec, const std::string& path) {
   });
 }
 
-}  // namespace memtrain
+}  // namespace memtrain::synthetic

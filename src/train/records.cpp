@@ -4,10 +4,45 @@
 #include <cstdio>
 #include <sstream>
 
+#include "memtrain/data/volume_rows.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
+namespace {
+
+// NaN (a class or volume with nothing to score) is written as null.
+nlohmann::json number_or_null(double d) {
+  return std::isnan(d) ? nlohmann::json(nullptr) : nlohmann::json(d);
+}
+
+// Note [Volume rows]: Dice per volume and its means, accuracy over rows.
+void volume_rows_fields(
+    const ValResult& v,
+    nlohmann::json& rec,
+    nlohmann::json& vrec,
+    std::ostringstream& out) {
+  nlohmann::json per_class = nlohmann::json::array();
+  for (double d : v.dice_per_class)
+    per_class.push_back(number_or_null(d));
+  nlohmann::json per_volume = nlohmann::json::object();
+  for (const auto& [id, d] : v.volume_dice)
+    per_volume[std::to_string(id)] = number_or_null(d);
+  rec["val_dice"] = number_or_null(v.dice);
+  rec["val_accuracy"] = v.accuracy;
+  vrec["val_dice"] = number_or_null(v.dice);
+  vrec["val_dice_per_class"] = per_class;
+  vrec["val_dice_volumes"] = per_volume;
+  vrec["val_dice_volume_mean"] = number_or_null(v.volume_dice_mean);
+  vrec["val_volumes"] = v.volumes;
+  vrec["val_accuracy"] = v.accuracy;
+  vrec["val_samples"] = v.samples;
+  vrec["val_batch"] = v.batch;
+  out << ", val Dice " << v.dice << " (" << v.volumes
+      << " volumes), val accuracy " << v.accuracy;
+}
+
+}  // namespace
 
 std::string hex(uint64_t v) {
   char buf[17];
@@ -78,7 +113,9 @@ nlohmann::json validation_record(
       {"val_seconds", v.seconds}};
   std::ostringstream out;
   out << ", val loss " << v.loss;
-  if (run.volumes()) {
+  if (run.volume_rows()) {
+    volume_rows_fields(v, rec, vrec, out);
+  } else if (run.volumes()) {
     // NaN (a class in no volume) is written as null.
     auto num = [](double d) {
       return std::isnan(d) ? nlohmann::json(nullptr) : nlohmann::json(d);
@@ -115,15 +152,19 @@ std::string best_metric(const RunState& run) {
   const std::string& m = run.cfg.validation.best_metric;
   if (m == "none")
     return "";
+  const bool dice = run.volumes() || run.volume_rows();
   if (m == "auto")
-    return run.volumes() ? "val_dice" : "val_accuracy";
+    return dice ? "val_dice" : "val_accuracy";
+  // Rows that belong to volumes report both val_dice and val_accuracy.
   MT_CHECK(
-      m == "val_loss" || (m == "val_dice") == run.volumes(),
+      m == "val_loss" || (m == "val_dice" && dice) ||
+          (m == "val_accuracy" && !run.volumes()),
       "validation.best_metric=",
       m,
       ": this run reports ",
-      run.volumes() ? "val_dice (a volumes dataset)"
-                    : "val_accuracy (a classifier)",
+      run.volume_rows() ? "val_dice, val_accuracy (rows of volumes)"
+      : run.volumes()   ? "val_dice (a volumes dataset)"
+                        : "val_accuracy (a classifier)",
       " and val_loss; choose one of those, auto or none");
   return m;
 }
@@ -217,6 +258,11 @@ std::string describe_run(const RunState& m) {
   if (m.val_data) {
     out << "; val '" << m.val_data->info().path << "' "
         << m.val_data->info().num_samples;
+    if (m.volume_rows()) {  // Note [Volume rows]
+      out << " rows of "
+          << describe_volume_rows(index_volume_rows(m.val_data->info()))
+          << ", Dice per volume";
+    }
     if (m.patches) {
       const auto r = m.roi();
       out << " volume(s) " << shape(m.val_data->info().sample_shape)

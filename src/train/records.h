@@ -25,9 +25,9 @@ nlohmann::json validation_record(
     std::string& line);
 
 // validation.best_metric resolved for this run ("val_dice",
-// "val_accuracy", "val_loss", or "" for none; auto: val_dice for volumes,
-// val_accuracy otherwise). Throws memtrain::Error when the run does not
-// report it.
+// "val_accuracy", "val_loss", or "" for none; auto: val_dice for volumes
+// and rows of volumes, val_accuracy otherwise). Throws memtrain::Error
+// when the run does not report it.
 std::string best_metric(const RunState& run);
 
 // Whether `v` beats the best so far (`counters.best_value`, NaN: none) by

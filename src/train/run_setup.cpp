@@ -87,6 +87,12 @@ void open_data(RunState& run) {
         ti.num_classes,
         "; the model is sized by data.train");
   }
+  MT_CHECK(
+      !run.cfg.validation.dump_predictions || run.volume_rows(),
+      "validation.dump_predictions=true needs data.val with rows that belong "
+      "to volumes (/volume_ids and /voxel_index, data/FORMAT.md); data.val ",
+      run.cfg.data.val.empty() ? std::string("is not set")
+                               : "'" + run.cfg.data.val + "' has none");
   run.num_classes = std::max(ti.num_classes, run.cfg.model.num_classes);
   MT_CHECK(
       run.cfg.model.num_classes == 0 ||

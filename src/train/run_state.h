@@ -77,6 +77,11 @@ struct RunState {
   bool episodic() const {
     return cfg.data.episodes.n_way > 0;
   }
+  // data.val's rows belong to volumes: validation is per volume (Note
+  // [Volume rows]).
+  bool volume_rows() const {
+    return val_data && !episodic() && val_data->info().has_volume_rows;
+  }
   EpisodeShape episode_shape() const {
     const EpisodeConfig& e = cfg.data.episodes;
     return {e.n_way, e.k_shot, e.n_query};
@@ -198,6 +203,15 @@ ValResult validate(
 // How validation halves its batch on OOM; the message names `least`, the
 // smallest batch ("batch 1", "one episode").
 OomRetry validation_oom_retry(const RunState& run, const std::string& least);
+
+// --- rows that belong to volumes (volume_rows.cpp) ---------------------------
+
+// Collective. Note [Volume rows]: volume v (of the distinct ids, ascending)
+// on rank v mod world; per-volume Dice, its means, loss and accuracy over
+// rows, exact over ranks. With `dump_dir`, each rank writes its volumes'
+// prediction grids there (data/FORMAT.md).
+ValResult validate_volume_rows(
+    RunState& run, RunCounters& counters, const std::string& dump_dir);
 
 // --- few-shot episodes (episodic.cpp) --------------------------------------
 

@@ -192,7 +192,7 @@ void Trainer::Impl::start_run() {
     out.dir = r.cfg.output.dir;
     out.resumed = start.resumed;
     out.resume_step = start.step;
-    if (r.volumes()) {
+    if (r.volumes() || r.volume_rows()) {
       out.dice_classes =
           metrics_class_names(r.train_data->info().class_names, r.num_classes);
     }

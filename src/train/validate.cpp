@@ -122,7 +122,13 @@ ValResult validate(
                 : run.dual     ? validate_pairs(run, counters)
                 : run.volumes()
                     ? validate_volumes(run, overlay_dir(run, overlay_epoch))
-                    : validate_rows(run, counters);
+                : run.volume_rows() ? validate_volume_rows(
+                                          run,
+                                          counters,
+                                          run.cfg.validation.dump_predictions
+                                              ? overlay_dir(run, overlay_epoch)
+                                              : "")
+                                    : validate_rows(run, counters);
   run.model->train();
   return r;
 }

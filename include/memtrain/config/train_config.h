@@ -86,6 +86,9 @@ struct ValidationConfig {
                                      // val_loss | none
   std::string best_mode = "auto";    // auto | max | min
   int64_t episodes = 600;  // few-shot: validation episodes (fixed by seed)
+  // Rows that belong to volumes: each rank writes its volumes' prediction
+  // grids to output.dir/val/epoch-EEE/volume-<id>.h5 (data/FORMAT.md).
+  bool dump_predictions = false;
 };
 
 struct TrainingConfig {

@@ -54,6 +54,12 @@ struct DatasetInfo {
   // training on; `unchecksummed` names those that have none ("/labels").
   bool checksummed = true;
   std::vector<std::string> unchecksummed;
+  // /features files whose rows belong to volumes (data/FORMAT.md, "Rows
+  // that belong to volumes"): each row's /volume_ids entry and its
+  // /voxel_index (d, h, w) in that volume's grid; empty without them.
+  bool has_volume_rows = false;
+  std::vector<int64_t> row_volume_ids;
+  std::vector<std::array<int64_t, 3>> row_voxel_index;
 
   int64_t sample_numel() const;
   // Volumes: D * H * W (the voxels of one mask).

@@ -10,8 +10,8 @@
 namespace memtrain {
 
 struct SyntheticSpec {
-  std::string kind = "features";  // features | images | volumes | fewshot |
-                                  // pairs
+  // features | images | volumes | fewshot | pairs | patch-features
+  std::string kind = "features";
   int64_t samples = 4096;
   int64_t classes = 4;
   int64_t features = 32;  // features: F
@@ -27,15 +27,17 @@ struct SyntheticSpec {
   double noise = 1.0;  // noise standard deviation (centres: N(0, 0.5^2))
   uint64_t seed = 0;
   std::string split = "train";  // any name; different names, other samples
+  // patch-features (data/FORMAT.md, "Rows that belong to volumes"):
+  // `volumes` grids of grid^3 rows each; rows in a seeded random order
+  // instead of volume by volume with `shuffle`.
+  int64_t volumes = 8;
+  int64_t grid = 8;
+  bool shuffle = false;
 };
 
 // Writes an HDF5 file in memtrain's layout (data/FORMAT.md) to `path`,
 // atomically: a temporary file in the same folder, renamed when complete.
 // Throws memtrain::Error on a bad spec or an I/O failure.
 void make_synthetic(const SyntheticSpec& spec, const std::string& path);
-
-// make_synthetic's --kind pairs (synthetic_pairs.cpp): /features_a [N, F]
-// and /features_b [N, Fb] sharing a latent vector per row.
-void make_pairs(const SyntheticSpec& spec, const std::string& path);
 
 }  // namespace memtrain

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -80,6 +81,13 @@ struct ValResult {
   std::vector<double> dice_per_class;
   int64_t device_peak = 0;  // device-domain peak bytes of the validation
   double seconds = 0.0;
+  // Rows that belong to volumes (data/FORMAT.md): dice and
+  // dice_per_class as for volumes; each volume's Dice (the mean over its
+  // counted foreground classes; NaN: none counted) by volume id, their
+  // mean over the volumes that have one, and the number of volumes.
+  std::map<int64_t, double> volume_dice;
+  double volume_dice_mean = 0.0;
+  int64_t volumes = 0;
 };
 
 struct TrainSummary {

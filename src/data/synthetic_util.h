@@ -1,8 +1,7 @@
 #pragma once
-// Private to src/data/: what the synthetic generators (synthetic.cpp,
-// synthetic_pairs.cpp) share: a Gaussian stream that is the same with every
-// standard library, a split name's hash, and the atomic HDF5 file writer.
-#include <hdf5.h>
+// Private to make_synthetic's files (synthetic.cpp, synthetic_patches.cpp,
+// synthetic_pairs.cpp):
+// the Gaussian draws every kind uses, the split's seed and the atomic write.
 
 #include <cmath>
 #include <cstdint>
@@ -10,8 +9,13 @@
 #include <random>
 #include <string>
 
+#include "h5_util.h"
+
 namespace memtrain {
-namespace synth {
+
+struct SyntheticSpec;
+
+namespace synthetic {
 
 // Box-Muller on our own uniform draws: std::normal_distribution is not the
 // same across standard libraries, and these files must be.
@@ -40,14 +44,20 @@ class Gaussian {
   double spare_ = 0.0;
 };
 
-// FNV-1a of `s`: different split names draw different samples.
+// FNV-1a of a split's name: the sample draws' seed.
 uint32_t hash_name(const std::string& s);
 
-// Writes `path` atomically: `fill` writes a temporary HDF5 file in the same
-// folder, which is flushed and renamed to `path` when complete (removed on
-// an error). Throws memtrain::Error.
+// Creates `path` atomically: `fill` writes the datasets into a temporary
+// HDF5 file beside it, which is renamed over `path` when complete.
 void write_file(
     const std::string& path, const std::function<void(hid_t)>& fill);
 
-}  // namespace synth
+// --kind pairs (synthetic_pairs.cpp): /features_a [N, F] and /features_b
+// [N, Fb] sharing a latent vector per row.
+void make_pairs(const SyntheticSpec& spec, const std::string& path);
+
+// --kind patch-features (synthetic_patches.cpp).
+void make_patch_features(const SyntheticSpec& spec, const std::string& path);
+
+}  // namespace synthetic
 }  // namespace memtrain

@@ -1,0 +1,194 @@
+// Validation of rows that belong to volumes (Note [Volume rows] in
+// ARCHITECTURE.md; data/FORMAT.md, "Rows that belong to volumes").
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "memtrain/data/volume_rows.h"
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/train/oom_guard.h"
+#include "memtrain/util/error.h"
+#include "run_state.h"
+
+namespace memtrain {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// One volume's slots of the all-reduced table: the loss sum, rows, correct
+// rows, then per class c the rows predicted c and labelled c, predicted c,
+// labelled c. Counts are integers (exact in float64).
+int64_t slot_width(int64_t k) {
+  return 3 + 3 * k;
+}
+
+// Hard Dice per class of one volume's slots, 2|P∩T| / (|P| + |T|); NaN for
+// a class in neither the labels nor the prediction (it does not count).
+std::vector<double> class_dice(const double* slot, int64_t k) {
+  std::vector<double> d(k);
+  for (int64_t c = 0; c < k; ++c) {
+    const double inter = slot[3 + 3 * c];
+    const double both = slot[4 + 3 * c] + slot[5 + 3 * c];
+    d[c] = both > 0 ? 2 * inter / both : kNaN;
+  }
+  return d;
+}
+
+// The mean over classes 1..k-1 that count; NaN when none does.
+double foreground_mean(const std::vector<double>& dice) {
+  double sum = 0.0;
+  int64_t n = 0;
+  for (size_t c = 1; c < dice.size(); ++c) {
+    if (!std::isnan(dice[c])) {
+      sum += dice[c];
+      ++n;
+    }
+  }
+  return n > 0 ? sum / static_cast<double>(n) : kNaN;
+}
+
+}  // namespace
+
+ValResult validate_volume_rows(
+    RunState& run, RunCounters& counters, const std::string& dump_dir) {
+  const DatasetInfo& info = run.val_data->info();
+  const VolumeRowIndex index = index_volume_rows(info);
+  const int64_t k = run.num_classes;
+  const int64_t nv = index.volumes();
+  const int64_t width = slot_width(k);
+  const int rank = run.comm.rank();
+  const int world = run.comm.size();
+  MT_CHECK(
+      dump_dir.empty() || k <= 32767,
+      "validation.dump_predictions: ",
+      k,
+      " classes do not fit the int16 prediction grid");
+
+  // This rank's rows: those of volumes rank, rank + world, ..., one volume
+  // after the other; batches may span volumes.
+  std::vector<int64_t> rows;
+  for (int64_t v = rank; v < nv; v += world)
+    rows.insert(rows.end(), index.rows[v].begin(), index.rows[v].end());
+
+  // Forward in batches of counters.val_micro (halved on OOM); only the
+  // predicted class and the loss of each row come back to host memory.
+  std::vector<int64_t> pred(rows.size());
+  std::vector<double> loss(rows.size());
+  const RowSource source(*run.val_data);
+  Prefetcher loader(source, /*depth=*/0, /*threads=*/0);
+  int64_t retries = 0;
+  const OomRetry how = validation_oom_retry(run, "batch 1");
+  for (size_t s = 0; s < rows.size();) {
+    retries += retry_on_oom(how, counters.val_micro, [&](int64_t micro) {
+      const size_t e = std::min(rows.size(), s + static_cast<size_t>(micro));
+      const std::vector<int64_t> idx(rows.begin() + s, rows.begin() + e);
+      at::Tensor classes, ce;
+      {
+        const Batch b = load_batch(run, loader, 0, idx);
+        const at::Tensor logits = forward(run, b.x, b.context);
+        const at::Tensor row_loss = torch::nn::functional::cross_entropy(
+            logits,
+            b.y,
+            torch::nn::functional::CrossEntropyFuncOptions().reduction(
+                torch::kNone));
+        classes = run.placement.to_host(logits.argmax(1));
+        ce = run.placement.to_host(row_loss.to(torch::kFloat64));
+      }  // the batch, its logits and losses leave the device here
+      memory::HostScope host;
+      const auto c = classes.contiguous();
+      const auto l = ce.contiguous();
+      // Written only once the whole batch succeeded (an OOM replays it).
+      std::copy_n(c.data_ptr<int64_t>(), idx.size(), pred.begin() + s);
+      std::copy_n(l.data_ptr<double>(), idx.size(), loss.begin() + s);
+      s = e;
+    });
+  }
+
+  // Host: this rank's volumes' slots; the others stay zero, so the sum over
+  // ranks is every volume's counts exactly, each volume once.
+  std::vector<double> table(nv * width, 0.0);
+  size_t at = 0;
+  for (int64_t v = rank; v < nv; v += world) {
+    double* slot = table.data() + v * width;
+    const std::vector<int64_t>& vrows = index.rows[v];
+    std::vector<int16_t> grid;
+    if (!dump_dir.empty())
+      grid.assign(index.grid_voxels(v), -1);
+    for (size_t i = 0; i < vrows.size(); ++i, ++at) {
+      const int64_t r = vrows[i];
+      const int64_t p = pred[at];
+      const int64_t y = info.row_labels[r];
+      slot[0] += loss[at];
+      slot[1] += 1;
+      slot[2] += p == y;
+      slot[3 + 3 * p] += p == y;
+      slot[4 + 3 * p] += 1;
+      slot[5 + 3 * y] += 1;
+      if (!dump_dir.empty()) {
+        grid[index.grid_offset(v, info.row_voxel_index[r])] =
+            static_cast<int16_t>(p);
+      }
+    }
+    if (!dump_dir.empty()) {
+      char name[48];
+      std::snprintf(
+          name, sizeof name, "/volume-%lld.h5", (long long)index.ids[v]);
+      write_volume_prediction(
+          dump_dir + name,
+          index.ids[v],
+          foreground_mean(class_dice(slot, k)),
+          index.extent[v],
+          grid);
+    }
+  }
+  at::Tensor t =
+      torch::from_blob(
+          table.data(), {static_cast<int64_t>(table.size())}, torch::kFloat64)
+          .clone();
+  run.comm.all_reduce_sum(t);
+  const double* all = t.data_ptr<double>();
+
+  // Every rank scores the same table in the same order: the result does
+  // not depend on the number of ranks.
+  ValResult r;
+  double loss_sum = 0.0, rows_all = 0.0, correct = 0.0;
+  std::vector<double> class_sum(k, 0.0), class_n(k, 0.0);
+  double volume_sum = 0.0;
+  int64_t volume_n = 0;
+  for (int64_t v = 0; v < nv; ++v) {
+    const double* slot = all + v * width;
+    loss_sum += slot[0];
+    rows_all += slot[1];
+    correct += slot[2];
+    const std::vector<double> dice = class_dice(slot, k);
+    for (int64_t c = 0; c < k; ++c) {
+      if (!std::isnan(dice[c])) {
+        class_sum[c] += dice[c];
+        class_n[c] += 1;
+      }
+    }
+    const double d = foreground_mean(dice);
+    r.volume_dice[index.ids[v]] = d;
+    if (!std::isnan(d)) {
+      volume_sum += d;
+      ++volume_n;
+    }
+  }
+  for (int64_t c = 0; c < k; ++c)
+    r.dice_per_class.push_back(
+        class_n[c] > 0 ? class_sum[c] / class_n[c] : kNaN);
+  r.dice = foreground_mean(r.dice_per_class);
+  r.volume_dice_mean = volume_n > 0 ? volume_sum / volume_n : kNaN;
+  r.volumes = nv;
+  r.loss = rows_all > 0 ? loss_sum / rows_all : 0.0;
+  r.accuracy = rows_all > 0 ? correct / rows_all : 0.0;
+  r.samples = static_cast<int64_t>(rows_all);
+  r.oom_retries = retries;
+  r.batch = counters.val_micro;
+  return r;
+}
+
+}  // namespace memtrain
