@@ -2,6 +2,8 @@
 #include <ATen/Context.h>
 #include <torch/torch.h>
 
+#include <numeric>
+
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/losses.h"
 #include "memtrain/train/oom_guard.h"
@@ -180,28 +182,19 @@ ValResult validate_pairs(RunState& run, RunCounters& counters) {
   const int64_t begin = n * run.comm.rank() / run.comm.size();
   const int64_t end = n * (run.comm.rank() + 1) / run.comm.size();
   const int64_t d = run.cfg.model.embed_dim;
-  const RowSource source(data);
-  Prefetcher loader(source, /*depth=*/0, /*threads=*/0);
   at::Tensor mine;
   {
     memory::HostScope host;  // offloaded: only one batch on the device
     mine = torch::zeros({end - begin, 2, d});
   }
-  int64_t retries = 0;
-  const OomRetry how = validation_oom_retry(run, "batch 1");
-  for (int64_t s = begin; s < end;) {
-    retries += retry_on_oom(how, counters.val_micro, [&](int64_t micro) {
-      std::vector<int64_t> idx;
-      for (int64_t i = s; i < std::min(end, s + micro); ++i)
-        idx.push_back(i);
-      const Batch b = load_batch(run, loader, 0, idx);
-      const at::Tensor z = forward(run, b.x, b.context);
-      memory::HostScope host;
-      mine.narrow(0, s - begin, static_cast<int64_t>(idx.size()))
-          .copy_(z.cpu());
-      s += static_cast<int64_t>(idx.size());
-    });
-  }
+  std::vector<int64_t> rows(end - begin);
+  std::iota(rows.begin(), rows.end(), begin);
+  const int64_t retries = for_each_val_batch(
+      run, counters, rows, [&](const Batch& b, size_t first) {
+        const at::Tensor z = forward(run, b.x, b.context);
+        memory::HostScope host;
+        mine.narrow(0, static_cast<int64_t>(first), b.size()).copy_(z.cpu());
+      });
   ValResult r;
   {
     // The whole validation set as one contrastive batch, on the host

@@ -1,6 +1,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <numeric>
 
 #include "memtrain/train/oom_guard.h"
 #include "memtrain/train/validator.h"
@@ -43,40 +44,32 @@ ValResult validate_volumes(RunState& run, const std::string& overlays) {
   return r;
 }
 
-// Rows: this rank's contiguous share, in batches of counters.val_micro.
+// Rows: this rank's contiguous share.
 ValResult validate_rows(RunState& run, RunCounters& counters) {
   const int64_t n = run.val_data->info().num_samples;
   const int64_t begin = n * run.comm.rank() / run.comm.size();
   const int64_t end = n * (run.comm.rank() + 1) / run.comm.size();
-  const RowSource val_source(*run.val_data);
-  Prefetcher val_loader(val_source, /*depth=*/0, /*threads=*/0);
+  std::vector<int64_t> rows(end - begin);
+  std::iota(rows.begin(), rows.end(), begin);
   double loss_sum = 0.0;
   int64_t correct = 0;
-  int64_t retries = 0;
-  const OomRetry how = validation_oom_retry(run, "batch 1");
-  for (int64_t s = begin; s < end;) {
-    retries += retry_on_oom(how, counters.val_micro, [&](int64_t micro) {
-      std::vector<int64_t> idx;
-      for (int64_t i = s; i < std::min(end, s + micro); ++i)
-        idx.push_back(i);
-      const Batch b = load_batch(run, val_loader, 0, idx);
-      const at::Tensor logits = forward(run, b.x, b.context);
-      const double batch_loss =
-          torch::nn::functional::cross_entropy(
-              logits,
-              b.y,
-              torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                  torch::kSum))
-              .item<double>();
-      const int64_t batch_correct =
-          logits.argmax(1).eq(b.y).sum().item<int64_t>();
-      // Counted only once the whole batch succeeded: a retry after an OOM
-      // must not count it twice.
-      loss_sum += batch_loss;
-      correct += batch_correct;
-      s += static_cast<int64_t>(idx.size());
-    });
-  }
+  const int64_t retries =
+      for_each_val_batch(run, counters, rows, [&](const Batch& b, size_t) {
+        const at::Tensor logits = forward(run, b.x, b.context);
+        const double batch_loss =
+            torch::nn::functional::cross_entropy(
+                logits,
+                b.y,
+                torch::nn::functional::CrossEntropyFuncOptions().reduction(
+                    torch::kSum))
+                .item<double>();
+        const int64_t batch_correct =
+            logits.argmax(1).eq(b.y).sum().item<int64_t>();
+        // Counted only once the whole batch succeeded: a retry after an
+        // OOM must not count it twice.
+        loss_sum += batch_loss;
+        correct += batch_correct;
+      });
   auto totals = torch::tensor(
       {loss_sum,
        static_cast<double>(correct),
@@ -112,6 +105,26 @@ OomRetry validation_oom_retry(const RunState& run, const std::string& least) {
         ")");
   };
   return how;
+}
+
+int64_t for_each_val_batch(
+    RunState& run,
+    RunCounters& counters,
+    const std::vector<int64_t>& rows,
+    const std::function<void(const Batch&, size_t)>& fn) {
+  const RowSource source(*run.val_data);
+  Prefetcher loader(source, /*depth=*/0, /*threads=*/0);
+  const OomRetry how = validation_oom_retry(run, "batch 1");
+  int64_t retries = 0;
+  for (size_t s = 0; s < rows.size();) {
+    retries += retry_on_oom(how, counters.val_micro, [&](int64_t micro) {
+      const size_t e = std::min(rows.size(), s + static_cast<size_t>(micro));
+      const std::vector<int64_t> idx(rows.begin() + s, rows.begin() + e);
+      fn(load_batch(run, loader, 0, idx), s);
+      s = e;  // only once the whole batch succeeded
+    });
+  }
+  return retries;
 }
 
 ValResult validate(

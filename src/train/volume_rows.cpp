@@ -77,35 +77,26 @@ ValResult validate_volume_rows(
   // predicted class and the loss of each row come back to host memory.
   std::vector<int64_t> pred(rows.size());
   std::vector<double> loss(rows.size());
-  const RowSource source(*run.val_data);
-  Prefetcher loader(source, /*depth=*/0, /*threads=*/0);
-  int64_t retries = 0;
-  const OomRetry how = validation_oom_retry(run, "batch 1");
-  for (size_t s = 0; s < rows.size();) {
-    retries += retry_on_oom(how, counters.val_micro, [&](int64_t micro) {
-      const size_t e = std::min(rows.size(), s + static_cast<size_t>(micro));
-      const std::vector<int64_t> idx(rows.begin() + s, rows.begin() + e);
-      at::Tensor classes, ce;
-      {
-        const Batch b = load_batch(run, loader, 0, idx);
-        const at::Tensor logits = forward(run, b.x, b.context);
-        const at::Tensor row_loss = torch::nn::functional::cross_entropy(
-            logits,
-            b.y,
-            torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                torch::kNone));
-        classes = run.placement.to_host(logits.argmax(1));
-        ce = run.placement.to_host(row_loss.to(torch::kFloat64));
-      }  // the batch, its logits and losses leave the device here
-      memory::HostScope host;
-      const auto c = classes.contiguous();
-      const auto l = ce.contiguous();
-      // Written only once the whole batch succeeded (an OOM replays it).
-      std::copy_n(c.data_ptr<int64_t>(), idx.size(), pred.begin() + s);
-      std::copy_n(l.data_ptr<double>(), idx.size(), loss.begin() + s);
-      s = e;
-    });
-  }
+  const int64_t retries = for_each_val_batch(
+      run, counters, rows, [&](const Batch& b, size_t first) {
+        at::Tensor classes, ce;
+        {
+          const at::Tensor logits = forward(run, b.x, b.context);
+          const at::Tensor row_loss = torch::nn::functional::cross_entropy(
+              logits,
+              b.y,
+              torch::nn::functional::CrossEntropyFuncOptions().reduction(
+                  torch::kNone));
+          classes = run.placement.to_host(logits.argmax(1));
+          ce = run.placement.to_host(row_loss.to(torch::kFloat64));
+        }  // the logits and losses leave the device here
+        memory::HostScope host;
+        const auto c = classes.contiguous();
+        const auto l = ce.contiguous();
+        const int64_t n = b.size();
+        std::copy_n(c.data_ptr<int64_t>(), n, pred.begin() + first);
+        std::copy_n(l.data_ptr<double>(), n, loss.begin() + first);
+      });
 
   // Host: this rank's volumes' slots; the others stay zero, so the sum over
   // ranks is every volume's counts exactly, each volume once.
