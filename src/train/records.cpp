@@ -231,7 +231,17 @@ std::string describe_run(const RunState& m) {
                     std::to_string(m.cfg.model.embed_dim) + "-wide embedding"
               : std::to_string(m.num_classes) + " classes")
       << "), " << numel << " parameters (" << format_bytes(numel * 4.0)
-      << " fp32), optimizer " << m.cfg.training.optimizer << " lr "
+      << " fp32)";
+  if (!m.frozen.empty()) {
+    int64_t trained = 0;
+    for (const auto& p : m.trainable)
+      trained += p.numel();
+    out << ", " << numel - trained << " of them frozen (" << m.frozen.size()
+        << " tensors, model.freeze)";
+  }
+  if (!m.cfg.model.pretrained.empty())
+    out << ", from model.pretrained " << m.cfg.model.pretrained;
+  out << ", optimizer " << m.cfg.training.optimizer << " lr "
       << m.cfg.training.lr << ", amp " << m.cfg.training.amp
       << "\nwindow: effective batch " << m.shape.effective_batch << " = "
       << m.comm.size() << " ranks x " << m.shape.accumulation_steps
