@@ -183,7 +183,7 @@ ResumePoint resume_run(
       path,
       "' has ",
       ck->params.size(),
-      " model tensors, this model has ",
+      " parameter tensors (buffers included), this model has ",
       mine.size(),
       " (model.depth or another shape key differs?)");
   for (size_t i = 0; i < mine.size(); ++i) {
