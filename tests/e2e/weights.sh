@@ -12,7 +12,9 @@
 #   starts from it exactly (initial.safetensors = the export, byte for
 #   byte), reports "320 of 320 tensors loaded" (stdout and metrics.jsonl);
 #   another head loads with model.pretrained_strict=false and a report of
-#   the two mismatched head tensors;
+#   the two mismatched head tensors; a 2-rank run resumed after window 1
+#   (model.pretrained's file deleted: not read again) ends bit for bit
+#   with the uninterrupted run's weights and batch-norm statistics;
 # - model.freeze=[conv1,bn1,layer1]: those tensors (batch-norm statistics
 #   too) stay bit-identical, the others train, and the window's
 #   allreduce_bytes drop by exactly the frozen parameters' bytes;
@@ -99,6 +101,23 @@ grep -q "fc.weight \[3, 2048\] vs \[5, 2048\], fc.bias \[3\] vs \[5\]" strict_he
 grep -q "model.pretrained: a.safetensors: 318 of 320 tensors loaded" c.log || fail "c: loaded"
 grep -q "model.pretrained: 2 shape-mismatched (file vs model): fc.weight \[3, 2048\] vs \[5, 2048\], fc.bias \[3\] vs \[5\]" c.log ||
   { cat c.log; fail "c: mismatch line"; }
+
+# Resume: the checkpoint wins, model.pretrained is not read again (its
+# file is gone), and the 2-rank run resumed after window 1 ends with the
+# uninterrupted run's weights, batch-norm statistics included, bit for bit.
+cp a.safetensors p.safetensors
+for run in r2 r1; do
+  mpi -np 2 "$MEMTRAIN" train "${common[@]}" --model.pretrained=p.safetensors \
+    --training.max_windows=${run#r} --output.dir=$run >$run.log 2>&1 ||
+    { cat $run.log; fail "run $run"; }
+done
+rm p.safetensors
+mpi -np 2 "$MEMTRAIN" train "${common[@]}" --model.pretrained=p.safetensors \
+  --training.max_windows=2 --output.dir=r1 --resume auto >r1b.log 2>&1 ||
+  { cat r1b.log; fail "resume with model.pretrained gone"; }
+! grep -q "model.pretrained:" r1b.log || fail "model.pretrained read again on resume"
+"$PY" "$CHECK" equal r1/model.safetensors r2/model.safetensors ||
+  fail "resumed run != uninterrupted run"
 
 # 4. Freeze: bit-identical, and exactly their bytes fewer all-reduced.
 frozen=(conv1 bn1 layer1)
