@@ -221,11 +221,15 @@ std::string describe_run(const RunState& m) {
   int64_t numel = 0;
   for (const auto& p : m.params)
     numel += p.numel();
-  out << "\nmodel: " << m.cfg.model.name << " ("
-      << (m.patches ? "feature_size " : "hidden ")
-      << (m.patches ? m.cfg.model.feature_size : m.cfg.model.hidden)
-      << ", depth " << m.cfg.model.depth << ", norm " << m.cfg.model.norm
-      << ", "
+  out << "\nmodel: " << m.cfg.model.name << " (";
+  if (m.buffers.empty()) {
+    out << (m.patches ? "feature_size " : "hidden ")
+        << (m.patches ? m.cfg.model.feature_size : m.cfg.model.hidden)
+        << ", depth " << m.cfg.model.depth << ", norm " << m.cfg.model.norm;
+  } else {  // the ResNets: fixed layers, batch-norm
+    out << m.buffers.size() << " buffers (batch-norm statistics)";
+  }
+  out << ", "
       << (m.episodic()
               ? m.cfg.model.head + " head on a " +
                     std::to_string(m.cfg.model.embed_dim) + "-wide embedding"
