@@ -9,6 +9,7 @@
 #include <memory>
 #include <sstream>
 
+#include "agreed.h"
 #include "commands.h"
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/device/placement.h"
@@ -42,58 +43,13 @@ void add_train(CLI::App& app, TrainArgs& args) {
       "--print-config",
       args.print_config,
       "print the resolved config as YAML and exit");
-  cmd->allow_extras();
   cmd->footer(
       "Config keys (YAML sections, or --section.key=value):\n" +
       TrainConfig::describe_keys());
-  cmd->callback([cmd, &args] {
-    for (const auto& extra : cmd->remaining()) {
-      if (extra.rfind("--", 0) == 0 && extra.find('.') != std::string::npos &&
-          extra.find('=') != std::string::npos) {
-        args.overrides.push_back(extra.substr(2));
-      } else {
-        throw CLI::ExtrasError(
-            "unexpected argument '" + extra +
-                "': config overrides are written --section.key=value "
-                "(e.g. --training.lr=0.1); see memtrain train --help",
-            CLI::ExitCodes::ExtrasError);
-      }
-    }
-  });
+  accept_overrides(cmd, args.overrides);
 }
 
 namespace {
-
-// Runs `step` on every rank; if it throws memtrain::Error on any rank, the
-// lowest failing rank prints its message and every rank returns false.
-// For checks that happen before ranks exchange data: nobody is left waiting.
-template <typename F>
-bool agreed(const Environment& env, const char* what, F&& step) {
-  std::string error;
-  bool peer = false;  // failed only because another rank did
-  try {
-    step();
-  } catch (const PeerError&) {
-    peer = true;
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  int first = 0;
-  if (env.all_ok(error.empty(), &first)) {
-    MT_INTERNAL_ASSERT(!peer, "a peer failure without a failing rank");
-    return true;
-  }
-  if (env.rank() == first) {
-    std::fprintf(
-        stderr,
-        "memtrain: error: %s%s\n",
-        error.c_str(),
-        env.world_size() > 1
-            ? (" [rank " + std::to_string(first) + ", " + what + "]").c_str()
-            : "");
-  }
-  return false;
-}
 
 // environment.json (rank 0): where and with what this run ran.
 void write_environment(
@@ -254,6 +210,15 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
     return kExitUsage;
   }
 
+  // model.pretrained: after the resume decision (a resumed run keeps the
+  // checkpoint's weights), before initial.safetensors.
+  std::vector<std::string> pretrained;
+  if (!agreed(env, "model.pretrained", [&] {
+        pretrained = trainer->load_pretrained();
+      })) {
+    return kExitUsage;
+  }
+
   log_event("plan: " + trainer->describe());
   if (!resumed.empty())
     log_event(resumed);
@@ -279,6 +244,8 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
     std::printf("%s\n", trainer->describe().c_str());
     if (!resumed.empty())
       std::printf("%s\n", resumed.c_str());
+    for (const auto& l : pretrained)
+      std::printf("%s\n", l.c_str());
     std::fflush(stdout);
   }
 

@@ -20,6 +20,18 @@ struct TrainArgs {
 void add_train(CLI::App& app, TrainArgs& args);
 int run_train(const TrainArgs& args, int* argc, char*** argv);
 
+struct EvalArgs {
+  std::string config;
+  std::vector<std::string> overrides;  // "section.key=value"
+  std::string weights;
+};
+
+void add_eval(CLI::App& app, EvalArgs& args);
+int run_eval(const EvalArgs& args, int* argc, char*** argv);
+
+void add_export(CLI::App& app);
+int run_export();
+
 void add_make_data(CLI::App& app);
 int run_make_data();
 

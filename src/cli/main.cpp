@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
 
   memtrain::cli::TrainArgs train_args;
   memtrain::cli::add_train(app, train_args);
+  memtrain::cli::EvalArgs eval_args;
+  memtrain::cli::add_eval(app, eval_args);
+  memtrain::cli::add_export(app);
   memtrain::cli::add_make_data(app);
   memtrain::cli::add_inspect(app);
   memtrain::cli::add_convert_nifti(app);
@@ -32,6 +35,10 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("train")) {
       return memtrain::cli::run_train(train_args, &argc, &argv);
     }
+    if (app.got_subcommand("eval"))
+      return memtrain::cli::run_eval(eval_args, &argc, &argv);
+    if (app.got_subcommand("export"))
+      return memtrain::cli::run_export();
     if (app.got_subcommand("make-data"))
       return memtrain::cli::run_make_data();
     if (app.got_subcommand("inspect"))

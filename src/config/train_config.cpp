@@ -19,7 +19,16 @@ namespace {
 // where it lives in a TrainConfig. The table below is the single source of
 // truth for parsing, defaults, `--help` and the resolved YAML.
 struct Key {
-  enum class Type { kInt, kFloat, kBool, kString, kChoice, kInt3, kClasses };
+  enum class Type {
+    kInt,
+    kFloat,
+    kBool,
+    kString,
+    kChoice,
+    kInt3,
+    kClasses,
+    kStrings
+  };
   std::string name;
   Type type = Type::kString;
   std::string help;
@@ -35,6 +44,7 @@ struct Key {
   std::function<std::string*(TrainConfig&)> s;
   std::function<std::array<int64_t, 3>*(TrainConfig&)> t;
   std::function<ClassChoice*(TrainConfig&)> c;
+  std::function<std::vector<std::string>*(TrainConfig&)> l;
 };
 
 Key int_key(
@@ -148,6 +158,19 @@ Key classes_key(
   return k;
 }
 
+// A list [a, b, ...] of strings (a single string is a list of one).
+Key strings_key(
+    std::string name,
+    std::function<std::vector<std::string>*(TrainConfig&)> at,
+    std::string help) {
+  Key k;
+  k.name = std::move(name);
+  k.type = Key::Type::kStrings;
+  k.help = std::move(help);
+  k.l = std::move(at);
+  return k;
+}
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 const std::vector<Key>& keys() {
@@ -155,10 +178,16 @@ const std::vector<Key>& keys() {
       choice_key(
           "model.name",
           [](TrainConfig& c) { return &c.model.name; },
-          {"mlp", "cnn", "unet3d", "dual_encoder"},
-          "model: mlp (for /features files), cnn (for /images), unet3d "
-          "(for /volumes) or dual_encoder (for pair files: two towers, "
-          "symmetric InfoNCE)"),
+          {"mlp",
+           "cnn",
+           "resnet50",
+           "seresnext50_32x4d",
+           "unet3d",
+           "dual_encoder"},
+          "model: mlp (for /features files), cnn, resnet50 or "
+          "seresnext50_32x4d (for /images; the ResNets are timm's, with "
+          "timm's tensor names and batch-norm), unet3d (for /volumes) or "
+          "dual_encoder (for pair files: two towers, symmetric InfoNCE)"),
       int_key(
           "model.hidden",
           [](TrainConfig& c) { return &c.model.hidden; },
@@ -169,9 +198,10 @@ const std::vector<Key>& keys() {
           "model.norm",
           [](TrainConfig& c) { return &c.model.norm; },
           {"none", "group", "instance"},
-          "normalisation layers: none, group, or instance (unet3d); no "
-          "batch-norm: it would make the update depend on the micro-batch "
-          "split"),
+          "normalisation layers of mlp, cnn, unet3d: none, group, or "
+          "instance (unet3d); no batch-norm there: it would make the "
+          "update depend on the micro-batch split (the ResNets have "
+          "batch-norm, as timm's)"),
       int_key(
           "model.depth",
           [](TrainConfig& c) { return &c.model.depth; },
@@ -241,6 +271,26 @@ const std::vector<Key>& keys() {
           true,
           kInf,
           "cosine: initial value of the learnable logit scale s"),
+      string_key(
+          "model.pretrained",
+          [](TrainConfig& c) { return &c.model.pretrained; },
+          "a safetensors file whose tensors are loaded by name (and shape) "
+          "before training, on every rank; \"\" for none; not on resume "
+          "(the checkpoint wins)"),
+      bool_key(
+          "model.pretrained_strict",
+          [](TrainConfig& c) { return &c.model.pretrained_strict; },
+          "true: a tensor of model.pretrained missing, unexpected or of "
+          "another shape stops the run (exit 2) naming it; false: load what "
+          "matches, report the rest, keep model.seed's values for it (a "
+          "new head)"),
+      strings_key(
+          "model.freeze",
+          [](TrainConfig& c) { return &c.model.freeze; },
+          "name prefixes ([conv1, bn1, layer1]) of parameters that do not "
+          "train: no gradient, no optimizer state, not all-reduced; their "
+          "batch-norms use their running statistics; a prefix matching "
+          "no parameter is an error"),
       string_key(
           "data.train",
           [](TrainConfig& c) { return &c.data.train; },
@@ -752,6 +802,8 @@ const char* type_name(const Key& k) {
       return "an integer or a list [D, H, W] of integers";
     case Key::Type::kClasses:
       return "a list [c1, c2, ...] of class ids or a fraction in (0, 1)";
+    case Key::Type::kStrings:
+      return "a list [a, b, ...] of strings";
   }
   return "";
 }
@@ -911,6 +963,22 @@ void assign(
     *k.c(cfg) = v;
     return;
   }
+  if (k.type == Key::Type::kStrings) {
+    std::vector<std::string> v;
+    if (node.IsSequence()) {
+      for (const auto& item : node) {
+        if (!item.IsScalar() || item.Scalar().empty())
+          fail("expected a list of non-empty strings");
+        v.push_back(item.Scalar());
+      }
+    } else if (node.IsScalar() && !node.Scalar().empty()) {
+      v.push_back(node.Scalar());
+    } else if (!node.IsNull() && !node.IsScalar()) {
+      fail("expected a list of strings");
+    }
+    *k.l(cfg) = v;
+    return;
+  }
   if (!node.IsScalar())
     fail("expected a single value");
   switch (k.type) {
@@ -966,6 +1034,7 @@ void assign(
       break;
     case Key::Type::kInt3:
     case Key::Type::kClasses:
+    case Key::Type::kStrings:
       break;  // handled above
   }
 }
@@ -1038,6 +1107,12 @@ std::string value_text(const Key& k, TrainConfig& cfg) {
       for (size_t i = 0; i < v.ids.size(); ++i)
         out << (i ? ", " : "") << v.ids[i];
       out << "]";
+      break;
+    }
+    case Key::Type::kStrings: {
+      YAML::Emitter e;
+      e << YAML::Flow << *k.l(cfg);
+      out << e.c_str();
       break;
     }
     case Key::Type::kString:

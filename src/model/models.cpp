@@ -1,6 +1,7 @@
 #include "memtrain/model/models.h"
 
 #include "memtrain/model/checkpointed.h"
+#include "memtrain/model/resnet.h"
 #include "memtrain/model/unet3d.h"
 #include "memtrain/util/error.h"
 
@@ -210,8 +211,9 @@ void check_model_fits(
                      : kind == SampleKind::kFeatures ? "mlp"
                      : kind == SampleKind::kImages   ? "cnn"
                                                      : "unet3d";
+  const bool image_model = model == "cnn" || is_resnet(model);
   MT_CHECK(
-      model == fits,
+      model == fits || (!paired && kind == SampleKind::kImages && image_model),
       "model.name=",
       model,
       " cannot train on ",
@@ -220,8 +222,9 @@ void check_model_fits(
       source,
       "); use model.name=",
       fits,
-      " (mlp: /features, cnn: /images, unet3d: /volumes, dual_encoder: "
-      "pairs of /features_a or /images with /features_b)");
+      " (mlp: /features, cnn, resnet50 or seresnext50_32x4d: /images, "
+      "unet3d: /volumes, dual_encoder: pairs of /features_a or /images with "
+      "/features_b)");
 }
 
 std::shared_ptr<Classifier> make_model(
@@ -241,6 +244,9 @@ std::shared_ptr<Classifier> make_model(
         input.context_features,
         cfg,
         input.num_classes);
+  }
+  if (is_resnet(cfg.name)) {
+    return make_resnet(cfg, input.sample_shape.at(0), input.num_classes);
   }
   if (cfg.name == "cnn") {
     return std::make_shared<SmallCnn>(

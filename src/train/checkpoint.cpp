@@ -15,7 +15,8 @@
 namespace memtrain {
 
 // Note [Checkpoint format]
-// A safetensors file: "model/<name>" holds each parameter, "optimizer" the
+// A safetensors file: "model/<name>" holds each parameter and buffer
+// (batch-norm statistics; train/model_state.h), "optimizer" the
 // bytes of LibTorch's own optimizer archive (Optimizer::save, exact for SGD
 // momentum and AdamW moments), "rng/<rank>" each rank's CPU generator state,
 // "rng_device/<rank>" each rank's CUDA generator state (CUDA runs).

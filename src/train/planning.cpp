@@ -13,10 +13,13 @@ namespace {
 // rank; everything is put back as it was. See Note [Planning].
 ProbeResult probe(RunState& run, int64_t micro_batch, int64_t segments) {
   const int64_t usable = run.budget.usable();
+  // Parameters and buffers (batch-norm statistics move in the probes' steps).
+  std::vector<at::Tensor> state = run.params;
+  state.insert(state.end(), run.buffers.begin(), run.buffers.end());
   std::vector<at::Tensor> saved;
   {
     torch::NoGradGuard no_grad;
-    for (const auto& p : run.params)
+    for (const auto& p : state)
       saved.push_back(run.placement.to_host(p.detach()));
   }
   std::vector<int64_t> indices(micro_batch);
@@ -30,7 +33,7 @@ ProbeResult probe(RunState& run, int64_t micro_batch, int64_t segments) {
   bool ran = true;
   {
     memory::DeviceScope device;
-    auto opt = make_optimizer(run.cfg.training, run.params);
+    auto opt = make_optimizer(run.cfg.training, run.trainable);
     try {
       // Two steps: the second runs with the optimizer state the first
       // created, which is what every later window looks like.
@@ -47,8 +50,8 @@ ProbeResult probe(RunState& run, int64_t micro_batch, int64_t segments) {
   const int64_t peak = memory::stats().peak_reserved;
   {
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < run.params.size(); ++i)
-      run.params[i].copy_(saved[i]);
+    for (size_t i = 0; i < state.size(); ++i)
+      state[i].copy_(saved[i]);
   }
   memory::release_cache();
   memory::set_cap(run.budget.bytes);

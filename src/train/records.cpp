@@ -274,11 +274,15 @@ std::string describe_run(const RunState& m) {
   int64_t numel = 0;
   for (const auto& p : m.params)
     numel += p.numel();
-  out << "\nmodel: " << m.cfg.model.name << " ("
-      << (m.patches ? "feature_size " : "hidden ")
-      << (m.patches ? m.cfg.model.feature_size : m.cfg.model.hidden)
-      << ", depth " << m.cfg.model.depth << ", norm " << m.cfg.model.norm
-      << ", "
+  out << "\nmodel: " << m.cfg.model.name << " (";
+  if (m.buffers.empty()) {
+    out << (m.patches ? "feature_size " : "hidden ")
+        << (m.patches ? m.cfg.model.feature_size : m.cfg.model.hidden)
+        << ", depth " << m.cfg.model.depth << ", norm " << m.cfg.model.norm;
+  } else {  // the ResNets: fixed layers, batch-norm
+    out << m.buffers.size() << " buffers (batch-norm statistics)";
+  }
+  out << ", "
       << (m.episodic()
               ? m.cfg.model.head + " head on a " +
                     std::to_string(m.cfg.model.embed_dim) + "-wide embedding"
@@ -287,7 +291,17 @@ std::string describe_run(const RunState& m) {
                          m.cfg.training.contrastive_accumulation
                    : std::to_string(m.num_classes) + " classes")
       << "), " << numel << " parameters (" << format_bytes(numel * 4.0)
-      << " fp32), optimizer " << m.cfg.training.optimizer << " lr "
+      << " fp32)";
+  if (!m.frozen.empty()) {
+    int64_t trained = 0;
+    for (const auto& p : m.trainable)
+      trained += p.numel();
+    out << ", " << numel - trained << " of them frozen (" << m.frozen.size()
+        << " tensors, model.freeze)";
+  }
+  if (!m.cfg.model.pretrained.empty())
+    out << ", from model.pretrained " << m.cfg.model.pretrained;
+  out << ", optimizer " << m.cfg.training.optimizer << " lr "
       << m.cfg.training.lr << ", amp " << m.cfg.training.amp
       << "\nwindow: effective batch " << m.shape.effective_batch << " = "
       << m.comm.size() << " ranks x " << m.shape.accumulation_steps

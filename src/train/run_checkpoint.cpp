@@ -14,6 +14,7 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/checkpoint.h"
 #include "memtrain/train/metrics.h"
+#include "memtrain/train/model_state.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
@@ -45,7 +46,8 @@ void save_run_checkpoint(
     int64_t samples_done,
     double loss_sum) {
   const auto start = std::chrono::steady_clock::now();
-  memory::HostScope host;  // checkpoint buffers are host memory
+  broadcast_buffers(m.comm, m.buffers);  // rank 0's statistics, everywhere
+  memory::HostScope host;                // checkpoint buffers are host memory
   // Every rank's RNG states travel to rank 0 (one all-reduce of a
   // [world, state] table in which each rank fills its own row).
   const RngState mine = m.placement.rng_state();
@@ -72,10 +74,8 @@ void save_run_checkpoint(
   st.best_metric = best_metric(m);
   st.best_value = counters.best_value;
   st.best_step = counters.best_step;
-  for (const auto& item : m.model->named_parameters()) {
-    c.params.emplace_back(
-        item.key(), m.placement.to_host(item.value().detach()));
-  }
+  for (const auto& [name, t] : state_tensors(*m.model))
+    c.params.emplace_back(name, m.placement.to_host(t.detach()));
   torch::serialize::OutputArchive archive;
   m.optimizer->save(archive);
   std::ostringstream bytes;
@@ -107,9 +107,10 @@ void trim_metrics(const std::string& path, const ResumePoint& from) {
   const bool found = for_each_record(
       path, [&](const nlohmann::json& j, const std::string& line) {
         const std::string type = j.value("type", "");
-        const bool keep = type == "window" || type == "checkpoint"
-                              ? j.value("step", int64_t{0}) <= from.step
-                              : j.value("epoch", int64_t{0}) < from.epoch;
+        const bool keep = type == "pretrained" ||  // the run's start
+                          (type == "window" || type == "checkpoint"
+                               ? j.value("step", int64_t{0}) <= from.step
+                               : j.value("epoch", int64_t{0}) < from.epoch);
         if (keep)
           kept += line + "\n";
       });
@@ -174,16 +175,15 @@ ResumePoint resume_run(
       "' but model.name is '",
       m.cfg.model.name,
       "'; resume with the model it was trained with");
-  NamedTensors mine;
-  for (const auto& item : m.model->named_parameters())
-    mine.emplace_back(item.key(), item.value());
+  // Parameters and buffers (model_state.h), in the same order.
+  const NamedTensors mine = state_tensors(*m.model);
   MT_CHECK(
       mine.size() == ck->params.size(),
       "checkpoint '",
       path,
       "' has ",
       ck->params.size(),
-      " parameter tensors, this model has ",
+      " parameter tensors (buffers included), this model has ",
       mine.size(),
       " (model.depth or another shape key differs?)");
   for (size_t i = 0; i < mine.size(); ++i) {
@@ -221,7 +221,7 @@ ResumePoint resume_run(
     memory::DeviceScope device;  // optimizer state is device memory
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < mine.size(); ++i) {
-      m.params[i].copy_(ck->params[i].second);  // to the device
+      mine[i].second.copy_(ck->params[i].second);  // to the device
     }
     try {
       torch::serialize::InputArchive archive;

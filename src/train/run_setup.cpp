@@ -4,6 +4,7 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/dual_encoder.h"
 #include "memtrain/model/unet3d.h"
+#include "memtrain/train/model_state.h"
 #include "memtrain/train/window_totals.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
@@ -189,8 +190,21 @@ void build_model(RunState& run) {
   }
   run.model->to(run.placement.device());
   run.model->train();
+  // Frozen parameters get no gradient, no optimizer state and no place in
+  // the gradient buckets.
+  run.frozen = freeze_parameters(*run.model, cfg.model.freeze);
   run.params = run.model->parameters();
-  run.optimizer = make_optimizer(cfg.training, run.params);
+  for (const auto& p : run.params) {
+    if (p.requires_grad())
+      run.trainable.push_back(p);
+  }
+  MT_CHECK(
+      !run.trainable.empty(),
+      "model.freeze freezes every parameter of model.name=",
+      cfg.model.name,
+      ": nothing would train");
+  run.buffers = run.model->buffers();
+  run.optimizer = make_optimizer(cfg.training, run.trainable);
   run.sampler = std::make_unique<ShardedSampler>(
       run.patches      ? run.patches->num_samples()
       : run.episodic() ? cfg.data.episodes.per_epoch  // Note [Episodes]
@@ -203,7 +217,7 @@ void build_model(RunState& run) {
   MT_INTERNAL_ASSERT(run.sampler->max_rank_share() == run.shape.rank_share);
   run.grad_sync = std::make_unique<GradientSync>(
       run.comm,
-      run.params,
+      run.trainable,
       static_cast<int64_t>(cfg.dist.bucket_mib * 1024.0 * 1024.0),
       WindowTotals::size(run.comm.size()));
   run.loader = std::make_unique<Prefetcher>(

@@ -62,7 +62,10 @@ struct RunState {
   std::shared_ptr<DualEncoder> dual;
 
   std::shared_ptr<Classifier> model;
-  std::vector<at::Tensor> params;
+  std::vector<at::Tensor> params;     // all of them, registration order
+  std::vector<at::Tensor> trainable;  // those not frozen (model.freeze)
+  std::vector<at::Tensor> buffers;    // batch-norm statistics (ResNets)
+  std::vector<std::string> frozen;    // the frozen parameters' names
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<ShardedSampler> sampler;
   std::unique_ptr<GradientSync> grad_sync;

@@ -15,6 +15,7 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/monitor.h"
 #include "memtrain/train/metrics.h"
+#include "memtrain/train/model_state.h"
 #include "memtrain/train/output_dir.h"
 #include "memtrain/train/progress.h"
 #include "memtrain/util/atomic_file.h"
@@ -28,15 +29,16 @@
 namespace memtrain {
 namespace {
 
-// The model's parameters by name, copied to host memory.
+// The model's parameters and buffers by name (model_state.h), copied to
+// host memory.
 NamedTensors host_parameters(const RunState& run) {
   NamedTensors out;
-  for (const auto& item : run.model->named_parameters())
-    out.emplace_back(item.key(), run.placement.to_host(item.value()));
+  for (const auto& [name, t] : state_tensors(*run.model))
+    out.emplace_back(name, run.placement.to_host(t.detach()));
   return out;
 }
 
-// The parameters as a safetensors file PyTorch loads, after `windows`;
+// The weights as a safetensors file PyTorch loads, after `windows`;
 // `extra` adds to the metadata.
 void write_parameters(
     const RunState& run,
@@ -65,6 +67,8 @@ struct Trainer::Impl {
   std::unique_ptr<MetricsLog> metrics;
   std::unique_ptr<Progress> progress;
   std::unique_ptr<memory::LeakDetector> leak;
+  bool pretrained_done = false;  // load_pretrained() ran (or had nothing)
+  nlohmann::json pretrained;     // its metrics.jsonl record (null: none)
 
   // Per epoch: loss and samples so far, and OOM retries.
   struct Epoch {
@@ -167,6 +171,7 @@ void Trainer::Impl::start_run() {
     for (auto& p : r.params)
       r.comm.broadcast(p, 0);
   }
+  broadcast_buffers(r.comm, r.buffers);
   if (writer) {
     // --output.overwrite=true on a fresh run: the previous run's files go
     // (Note [Output folders]); a refused run would not have got here.
@@ -198,6 +203,8 @@ void Trainer::Impl::start_run() {
     }
     out.budget_bytes = r.budget.limited() ? r.budget.bytes : 0;
     metrics = std::make_unique<MetricsLog>(out);
+    if (!pretrained.is_null())
+      metrics->write(pretrained);
     // What the first window starts from, for an outside reference (such
     // as benchmarks/vs_pytorch) to start from the same parameters.
     if (r.cfg.output.save_initial) {
@@ -237,6 +244,7 @@ bool Trainer::Impl::record_window(
 void Trainer::Impl::finish_run(
     int64_t step, bool checked_last, TrainSummary& summary) {
   const RunState& rs = *run;
+  broadcast_buffers(rs.comm, rs.buffers);  // model.safetensors: rank 0's
   if (rs.cfg.dist.check_replicas != "off" && !checked_last) {
     check_replicas("at the end of training", &summary.checksum);
   } else if (rs.cfg.dist.check_replicas == "off") {
@@ -264,6 +272,7 @@ void Trainer::Impl::check_replicas(const char* when, uint64_t* checksum) {
 TrainSummary Trainer::run() {
   Impl& m = *impl_;
   prepare();
+  load_pretrained();
   RunState& run = *m.run;
   TrainSummary summary;
   // Everything from here on that is not explicitly host memory is device
@@ -358,7 +367,8 @@ void Trainer::Impl::end_epoch(
                      e.index + 1 == epochs)) {
     const auto val_start = Clock::now();
     release_cache_if_due(r, /*before_validation=*/true);
-    counters.monitor.note_peak();  // the last window's step
+    broadcast_buffers(r.comm, r.buffers);  // validate rank 0's statistics
+    counters.monitor.note_peak();          // the last window's step
     memory::reset_peak();
     ValResult v = validate(r, counters, options.write_outputs ? e.index : -1);
     v.device_peak = memory::stats().peak_allocated;
@@ -423,6 +433,64 @@ void Trainer::Impl::end_epoch(
         {{"type", "warning"}, {"epoch", e.index}, {"leak_warning", *leaked}});
     progress->line("warning: " + *leaked);
   }
+}
+
+std::vector<std::string> Trainer::load_pretrained() {
+  Impl& m = *impl_;
+  const ModelConfig& cfg = m.run->cfg.model;
+  if (m.pretrained_done || cfg.pretrained.empty() || m.start.resumed) {
+    m.pretrained_done = true;
+    return {};
+  }
+  const LoadReport r = load_weights_file(
+      *m.run->model, cfg.pretrained, cfg.pretrained_strict, "model.pretrained");
+  m.pretrained_done = true;
+  nlohmann::json mismatched = nlohmann::json::array();
+  for (const auto& x : r.mismatched)
+    mismatched.push_back(
+        {{"name", x.name}, {"file", x.file}, {"model", x.model}});
+  m.pretrained = {
+      {"type", "pretrained"},
+      {"path", r.path},
+      {"strict", cfg.pretrained_strict},
+      {"model_tensors", r.model_tensors},
+      {"loaded", r.loaded.size()},
+      {"missing", r.missing},
+      {"unexpected", r.unexpected},
+      {"mismatched", mismatched},
+      {"counters_absent", r.counters_absent.size()}};
+  const auto lines = r.lines("model.pretrained");
+  for (const auto& l : lines)
+    log_event(l);
+  return lines;
+}
+
+void Trainer::load_weights(const std::string& path) {
+  load_weights_file(*impl_->run->model, path, /*strict=*/true, "--weights");
+  impl_->pretrained_done = true;  // these weights, not model.pretrained
+}
+
+std::string Trainer::evaluate(std::string* line) {
+  Impl& m = *impl_;
+  RunState& r = *m.run;
+  MT_CHECK(
+      r.val_data || r.episodic(),
+      "eval: data.val is empty: nothing to validate (set data.val)");
+  prepare();  // the validation batch, as in training
+  memory::DeviceScope device;
+  const auto start = Clock::now();
+  ValResult v = validate(r, m.counters);
+  v.device_peak = memory::stats().peak_allocated;
+  v.seconds = seconds_since(start);
+  nlohmann::json unused;
+  std::string text;  // ", val loss ..., val accuracy ..."
+  nlohmann::json rec = validation_record(r, v, unused, text);
+  rec["type"] = "eval";
+  rec.erase("epoch");
+  rec["ranks"] = r.comm.size();
+  if (line)
+    *line = text.substr(std::min<size_t>(2, text.size()));
+  return rec.dump();
 }
 
 std::string Trainer::describe() const {

@@ -52,7 +52,17 @@ double accumulate(
   how.max_retries = run.cfg.memory.max_oom_retries;
   how.in_use_cap = std::max<int64_t>(1, wp.rank_indices.size());
   how.snapshot_dir = run.cfg.output.dir;
-  how.cleanup = [&] { compat::zero_grad_to_none(*run.optimizer); };
+  // Batch-norm running statistics (ResNets): a replay starts from the
+  // window's own, so that it equals a run at the smaller micro-batch.
+  std::vector<at::Tensor> buffers_before;
+  for (const auto& b : run.buffers)
+    buffers_before.push_back(b.detach().clone());
+  how.cleanup = [&] {
+    compat::zero_grad_to_none(*run.optimizer);
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < buffers_before.size(); ++i)
+      run.buffers[i].copy_(buffers_before[i]);
+  };
   how.give_up = [&](int64_t micro, int64_t retries, int64_t peak) {
     return detail::concat(
         "out of device memory: the window does not fit memory.budget=",
@@ -152,13 +162,13 @@ void update(
       run.cfg.training.epochs * wpe);
   for (auto& group : run.optimizer->param_groups())
     group.options().set_lr(r.lr);
-  const bool finite = scaler.enabled() ? scaler.unscale_and_check(run.params)
+  const bool finite = scaler.enabled() ? scaler.unscale_and_check(run.trainable)
                                        : std::isfinite(t.loss_sum) &&
                                              run.grad_sync->all_finite();
   if (finite) {
     if (run.cfg.training.grad_clip_norm > 0) {
       torch::nn::utils::clip_grad_norm_(
-          run.params, run.cfg.training.grad_clip_norm);
+          run.trainable, run.cfg.training.grad_clip_norm);
     }
     run.optimizer->step();
     if (run.dual)

@@ -11,8 +11,8 @@
 namespace memtrain {
 
 struct ModelConfig {
-  // mlp (for /features) | cnn (for /images) | unet3d (for /volumes) |
-  // dual_encoder (for pair files)
+  // mlp (for /features) | cnn, resnet50, seresnext50_32x4d (for /images) |
+  // unet3d (for /volumes) | dual_encoder (for pair files)
   std::string name = "mlp";
   int64_t hidden = 64;  // width of the MLP's hidden layer / CNN channels
   // MLP residual blocks / CNN stages / U-Net levels (checkpoint segments)
@@ -31,6 +31,13 @@ struct ModelConfig {
   double cosine_scale = 10.0;  // cosine: initial value of the learnable s
   // dual_encoder: the temperature the learnable logit scale starts from.
   double init_temperature = 0.07;
+  // A safetensors file whose tensors are loaded by name before training
+  // ("": none; not on resume: the checkpoint wins); strict: any missing,
+  // unexpected or shape-mismatched tensor is a start-up error.
+  std::string pretrained;
+  bool pretrained_strict = true;
+  // Name prefixes of parameters that do not train (train/model_state.h).
+  std::vector<std::string> freeze;
 };
 
 // data.val_classes: the classes held out for validation episodes, as a

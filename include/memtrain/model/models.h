@@ -69,7 +69,8 @@ struct ModelInput {
 };
 
 // Throws memtrain::Error unless model `model` trains on samples of `kind`
-// (mlp: features, cnn: images, unet3d: volumes, dual_encoder: pairs, i.e.
+// (mlp: features, cnn, resnet50, seresnext50_32x4d: images, unet3d:
+// volumes, dual_encoder: pairs, i.e.
 // DatasetInfo::paired); `source` names the file
 // in the message.
 void check_model_fits(

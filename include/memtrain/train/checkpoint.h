@@ -36,7 +36,9 @@ struct Checkpoint {
   std::string path;
   bool metadata_checked = true;  // false: format 1, tensors only
   CheckpointState state;
-  NamedTensors params;          // "fc1.weight", ... (host, float32)
+  // The model's parameters and buffers (train/model_state.h): "fc1.weight",
+  // "bn1.running_mean", ... (host; float32, int64 for batch-norm counters).
+  NamedTensors params;
   std::string optimizer;        // LibTorch's optimizer archive, as bytes
   std::vector<at::Tensor> rng;  // one CPU generator state per rank
   // One device (CUDA) generator state per rank; empty for CPU runs.

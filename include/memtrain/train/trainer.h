@@ -137,6 +137,28 @@ class Trainer {
   // a window boundary of this run. Returns what it did, for the log.
   std::string resume(const std::string& spec);
 
+  // After resume() (or without it); local, no collective (callers agree on
+  // failure). With model.pretrained set and the run not resumed (the
+  // checkpoint wins): loads the file's tensors into the model by name and
+  // shape (train/model_state.h), the same on every rank. Throws
+  // memtrain::Error for a file that cannot be read and, with
+  // model.pretrained_strict, for any missing, unexpected or
+  // shape-mismatched tensor, naming them. Returns the report's lines (none
+  // when nothing was loaded); run() writes it to metrics.jsonl as a
+  // `type: "pretrained"` record. Runs once; run() calls it if nobody did.
+  std::vector<std::string> load_pretrained();
+
+  // Local: loads a weights file (parameters and buffers by name, strict),
+  // in place of model.pretrained. Throws memtrain::Error naming what
+  // differs.
+  void load_weights(const std::string& path);
+
+  // Collective: the validation of a training run (validate()) on data.val
+  // with the model as it is, nothing written. Returns the record as JSON
+  // (the validation record's fields, type "eval", ranks) and `line`, the
+  // progress line's words.
+  std::string evaluate(std::string* line = nullptr);
+
   // Collective. Trains until training.epochs or training.max_windows
   // (counted from the beginning of the run, across resumes).
   TrainSummary run();

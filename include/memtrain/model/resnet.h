@@ -1,0 +1,51 @@
+#pragma once
+// ResNets for /images (model.name: resnet50, seresnext50_32x4d): the
+// architecture of timm's models of those names, with timm's state-dict
+// names, so that weights move both ways between memtrain and timm
+// (`load_state_dict(strict=True)`):
+//
+//   conv1 (7x7/2, no bias) -> bn1 -> relu -> 3x3/2 max-pool
+//   layer1..layer4: [3, 4, 6, 3] bottlenecks of planes 64, 128, 256, 512
+//     (stride 1, 2, 2, 2 on the first block's conv2), each
+//     conv1 1x1 -> bn1 -> relu -> conv2 3x3 (groups = cardinality, the
+//     stride) -> bn2 -> relu -> conv3 1x1 -> bn3 -> [se] -> + shortcut ->
+//     relu; width = floor(planes * base_width / 64) * cardinality, output
+//     planes * 4; shortcut = downsample.0 (1x1 conv, stride, no bias) ->
+//     downsample.1 (bn) where the shape changes, else the input.
+//   se (seresnext50_32x4d): x * sigmoid(fc2(relu(fc1(mean_hw(x))))), fc1
+//     and fc2 1x1 convs with bias, channels -> rd -> channels, rd =
+//     make_divisible(channels / 16, 8) (timm's SEModule).
+//   global average pool -> fc (Linear 2048 -> classes).
+// resnet50: cardinality 1, base width 64, no se; seresnext50_32x4d:
+// cardinality 32, base width 4, se. With 1000 classes: 25,557,032 and
+// 27,559,896 parameters (tests/unit/resnet_test.cpp).
+//
+// Batch-norm (torch::nn::BatchNorm2d: weight, bias, running_mean,
+// running_var, num_batches_tracked) trains on each micro-batch's own
+// statistics, as PyTorch DDP without SyncBatchNorm does: the update then
+// depends on the micro-batch split (not on the ranks' count alone).
+// Running statistics are buffers, saved with the parameters. A batch-norm
+// whose weight does not train (model.freeze) normalises with its running
+// statistics and leaves them as they are (timm's freeze(): frozen
+// batch-norm). The checkpoint segments are the four stages, layer1 first
+// (the largest activations); a checkpointed stage's recomputation in
+// backward does not update the running statistics a second time.
+
+#include <memory>
+
+#include "memtrain/config/train_config.h"
+#include "memtrain/model/models.h"
+
+namespace memtrain {
+
+// Whether `name` is one of the ResNets above.
+bool is_resnet(const std::string& name);
+
+// Builds cfg.name (resnet50 or seresnext50_32x4d) for images of
+// `in_channels` channels, initialised from cfg.seed as timm initialises
+// (convs Kaiming-normal fan-out, batch-norm 1 and 0, the last batch-norm
+// of every block 0, Linear and conv biases as PyTorch's defaults).
+std::shared_ptr<Classifier> make_resnet(
+    const ModelConfig& cfg, int64_t in_channels, int64_t num_classes);
+
+}  // namespace memtrain
