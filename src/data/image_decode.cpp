@@ -291,12 +291,13 @@ RgbImage decode_image(const std::string& bytes, std::string* warning) {
       throw Error(std::string("PNG (libpng): ") + ctx->message);
     return out;
   }
-  char head[3 * 8 + 1] = {0};
-  const size_t n = std::min<size_t>(bytes.size(), 8);
-  for (size_t i = 0; i < n; ++i)
-    std::snprintf(head + 3 * i, 4, i ? " %02x" : "%02x ", b[i]);
-  throw Error(
-      std::string("not a JPEG or PNG file (its first bytes are ") + head + ")");
+  std::string head;
+  for (size_t i = 0; i < std::min<size_t>(bytes.size(), 8); ++i) {
+    char hex[4];
+    std::snprintf(hex, sizeof(hex), "%s%02x", i ? " " : "", b[i]);
+    head += hex;
+  }
+  throw Error("not a JPEG or PNG file (its first bytes are " + head + ")");
 }
 
 std::vector<uint8_t> resize_center_crop(const RgbImage& im, int64_t size) {
