@@ -12,7 +12,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -99,10 +98,12 @@ void open_output(Output* o, int64_t size, TempFiles* temps) {
 }
 
 bool read_bytes(const fs::path& p, std::string* out, std::string* why) {
-  std::ifstream in(p, std::ios::binary);
+  std::ifstream in(p, std::ios::binary | std::ios::ate);
   if (in) {
-    out->assign(std::istreambuf_iterator<char>(in), {});
-    if (!in.bad())
+    const std::streamoff size = in.tellg();
+    out->resize(size > 0 ? static_cast<size_t>(size) : 0);
+    in.seekg(0);
+    if (in.read(out->data(), static_cast<std::streamsize>(out->size())))
       return true;
   }
   *why = std::string("cannot read: ") + std::strerror(errno);

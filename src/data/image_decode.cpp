@@ -122,14 +122,17 @@ bool run_jpeg(JpegContext* ctx) {
   const bool adobe = ci->saw_Adobe_marker;
   while (ci->output_scanline < ci->output_height) {
     uint8_t* dst = ctx->out->rgb.data() + ci->output_scanline * w * 3;
+    if (comps == 3) {  // RGB: straight into the image
+      JSAMPROW r = dst;
+      jpeg_read_scanlines(ci, &r, 1);
+      continue;
+    }
     JSAMPROW r = ctx->row.data();
     jpeg_read_scanlines(ci, &r, 1);
     const uint8_t* s = ctx->row.data();
     for (size_t x = 0; x < w; ++x, dst += 3) {
       if (comps == 1) {
         dst[0] = dst[1] = dst[2] = s[x];
-      } else if (comps == 3) {
-        std::memcpy(dst, s + 3 * x, 3);
       } else {
         const uint8_t* p = s + 4 * x;
         for (int ch = 0; ch < 3; ++ch)
