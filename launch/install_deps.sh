@@ -20,7 +20,12 @@ packages=(
                                              # (Debian's LibTorch 1.13, as the CPU build's)
   gnuplot-nox                                # PNG plots: output.dir/progress.png,
                                              # memtrain plot, the benchmarks
-  libpng-dev                                 # validation overlays (output.dir/val)
+  libpng-dev                                 # validation overlays (output.dir/val),
+                                             # PNG decoding: convert-images
+  libjpeg-dev                                # JPEG decoding (libjpeg-turbo):
+                                             # convert-images
+  python3-pil                                # e2e convert_images: PIL's decode
+                                             # + resize to compare with
   python3-venv                               # install_peers.sh's venv (tensorboard)
 )
 missing=()

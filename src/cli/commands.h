@@ -41,6 +41,9 @@ int run_inspect();
 void add_convert_nifti(CLI::App& app);
 int run_convert_nifti();
 
+void add_convert_images(CLI::App& app);
+int run_convert_images();
+
 void add_plot(CLI::App& app);
 int run_plot();
 

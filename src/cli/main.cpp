@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   memtrain::cli::add_make_data(app);
   memtrain::cli::add_inspect(app);
   memtrain::cli::add_convert_nifti(app);
+  memtrain::cli::add_convert_images(app);
   memtrain::cli::add_plot(app);
 
   try {
@@ -45,6 +46,8 @@ int main(int argc, char** argv) {
       return memtrain::cli::run_inspect();
     if (app.got_subcommand("convert-nifti"))
       return memtrain::cli::run_convert_nifti();
+    if (app.got_subcommand("convert-images"))
+      return memtrain::cli::run_convert_images();
     if (app.got_subcommand("plot"))
       return memtrain::cli::run_plot();
   } catch (const memtrain::Error& e) {

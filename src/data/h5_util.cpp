@@ -232,16 +232,18 @@ void write_attr(hid_t obj, const char* name, const std::string& value) {
   write_raw(obj, name, t.get(), t.get(), value.c_str());
 }
 
-void write_dataset(
+Handle create_dataset(
     hid_t file,
     const char* name,
     hid_t file_type,
-    hid_t mem_type,
     const std::vector<hsize_t>& dims,
     const std::vector<hsize_t>& chunk,
-    const void* data) {
-  Handle sp = space(
-      H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+    bool extendible) {
+  std::vector<hsize_t> max_dims = dims;
+  if (extendible && !max_dims.empty())
+    max_dims[0] = H5S_UNLIMITED;
+  Handle sp = space(H5Screate_simple(
+      static_cast<int>(dims.size()), dims.data(), max_dims.data()));
   Handle dcpl = plist(H5Pcreate(H5P_DATASET_CREATE));
   const std::vector<hsize_t> shape =
       chunk.empty() ? row_chunk(dims, H5Tget_size(file_type)) : chunk;
@@ -260,12 +262,77 @@ void write_dataset(
   }
   Handle ds = dataset(H5Dcreate2(
       file, name, file_type, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
-  if (ds.valid() &&
-      H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0)
+  if (!ds.valid()) {
+    const std::string why = last_error();
+    throw Error(detail::concat(
+        "cannot create dataset '",
+        name,
+        "' in '",
+        file_name(file),
+        "': ",
+        why));
+  }
+  return ds;
+}
+
+void write_dataset(
+    hid_t file,
+    const char* name,
+    hid_t file_type,
+    hid_t mem_type,
+    const std::vector<hsize_t>& dims,
+    const std::vector<hsize_t>& chunk,
+    const void* data) {
+  Handle ds = create_dataset(file, name, file_type, dims, chunk, false);
+  if (H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0)
     return;
   const std::string why = last_error();
   throw Error(detail::concat(
       "cannot write dataset '", name, "' to '", file_name(file), "': ", why));
+}
+
+void append_rows(hid_t ds, hid_t mem_type, hsize_t rows, const void* data) {
+  if (rows == 0)
+    return;
+  std::vector<hsize_t> dims = dims_of(ds);
+  const hsize_t start = dims[0];
+  dims[0] += rows;
+  bool ok = H5Dset_extent(ds, dims.data()) >= 0;
+  if (ok) {
+    Handle file_space = space(H5Dget_space(ds));
+    std::vector<hsize_t> offset(dims.size(), 0), count = dims;
+    offset[0] = start;
+    count[0] = rows;
+    Handle mem_space = space(H5Screate_simple(
+        static_cast<int>(count.size()), count.data(), nullptr));
+    ok = file_space.valid() && mem_space.valid() &&
+         H5Sselect_hyperslab(
+             file_space.get(),
+             H5S_SELECT_SET,
+             offset.data(),
+             nullptr,
+             count.data(),
+             nullptr) >= 0 &&
+         H5Dwrite(
+             ds,
+             mem_type,
+             mem_space.get(),
+             file_space.get(),
+             H5P_DEFAULT,
+             data) >= 0;
+  }
+  if (ok)
+    return;
+  const std::string why = last_error();
+  throw Error(detail::concat(
+      "cannot append ",
+      rows,
+      " rows to dataset '",
+      object_name(ds),
+      "' in '",
+      file_name(ds),
+      "': ",
+      why));
 }
 
 }  // namespace memtrain::h5

@@ -109,6 +109,18 @@ void write_dataset(
     const std::vector<hsize_t>& dims,
     const std::vector<hsize_t>& chunk,
     const void* data);
+// The same dataset, created empty-handed: `dims` (the first may be 0 when
+// `extendible`: the first dimension then has no maximum, for append_rows).
+Handle create_dataset(
+    hid_t file,
+    const char* name,
+    hid_t file_type,
+    const std::vector<hsize_t>& dims,
+    const std::vector<hsize_t>& chunk,
+    bool extendible);
+// Grows an extendible dataset by `rows` along its first dimension and
+// writes them (`data`: rows x the other dimensions, of `mem_type`).
+void append_rows(hid_t dataset, hid_t mem_type, hsize_t rows, const void* data);
 void write_attr(hid_t obj, const char* name, int64_t value);
 void write_attr(hid_t obj, const char* name, double value);
 void write_attr(hid_t obj, const char* name, const std::string& value);

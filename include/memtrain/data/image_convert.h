@@ -1,0 +1,92 @@
+#pragma once
+// An image folder (one subfolder per class of JPEG/PNG files, torchvision's
+// ImageFolder layout) to memtrain's HDF5 image layout (data/FORMAT.md,
+// `/images` uint8 [N, 3, S, S] + `/labels`): `memtrain convert-images`.
+// Decoding is libjpeg(-turbo)'s and libpng's; resizing and the split are
+// here. No LibTorch.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "memtrain/util/png.h"
+
+namespace memtrain {
+
+struct ImageConvertSpec {
+  std::string folder;         // FOLDER/CLASS/.../IMAGE
+  std::string out;            // training images
+  std::string val_out;        // "": out's stem + "-val.h5"
+  int64_t size = 224;         // output S x S
+  double val_fraction = 0.1;  // per class, in [0, 1); 0: no validation file
+  uint64_t seed = 0;          // the split's draw
+  std::string command;        // written as the `generator` attribute
+};
+
+struct SkippedImage {
+  std::string path;
+  std::string reason;
+};
+
+struct ImageConvertResult {
+  std::vector<std::string> class_names;  // sorted; label = position
+  std::vector<int64_t> train_per_class;
+  std::vector<int64_t> val_per_class;
+  std::string train_path;
+  std::string val_path;                // "" when val_fraction is 0
+  std::vector<SkippedImage> skipped;   // unreadable .jpg/.jpeg/.png files
+  std::vector<SkippedImage> warnings;  // decoded, but the decoder warned
+  int64_t ignored = 0;  // files with another extension (not images here)
+  int64_t hidden = 0;   // dot-files and dot-folders inside class folders
+  std::vector<std::string> ignored_extensions;  // e.g. ".txt" (sorted, unique)
+};
+
+// Converts spec.folder and writes spec.out (and the validation file), each
+// atomically: a temporary file beside it, renamed when complete, removed on
+// any error, so an existing output is only replaced by a complete one.
+// Classes: the folder's subfolders that do not start with '.', sorted by
+// byte value; a class's images: every .jpg, .jpeg or .png file (any case)
+// below its folder (subfolders too, dot-names left out), sorted by path.
+// Each image is decoded (format from its first bytes), made RGB (gray
+// replicated, alpha dropped), resized so its shorter side is `size` and
+// centre-cropped to size x size (resize_center_crop). An unreadable image is
+// skipped with the decoder's reason. `progress` (may be empty) gets one line
+// per class; `on_file` (may be empty) each skipped file ("skipped") and each
+// decoder warning ("warning") as it happens, so that they are reported even
+// when the conversion fails later. Throws memtrain::Error on bad flags, a
+// missing folder, no class folder, a class name with a comma, a class without a
+// readable image, an empty split, or a write failure.
+ImageConvertResult convert_images(
+    const ImageConvertSpec& spec,
+    const std::function<void(const std::string&)>& progress = {},
+    const std::function<void(const char*, const SkippedImage&)>& on_file = {});
+
+// The 8-bit RGB image in `bytes`, a JPEG or PNG file (told apart by its
+// signature, not its name). Grayscale is replicated to RGB; alpha (RGBA,
+// gray + alpha, a palette's or tRNS transparency) is dropped, not
+// composited: the colour values are kept as they are, as PIL's
+// convert("RGB") does; 16-bit PNG samples keep their high byte; palettes
+// are expanded; CMYK and YCCK JPEGs are converted (Adobe's inverted CMYK
+// recognised). Throws memtrain::Error with the decoder's message. A
+// non-fatal decoder complaint (corrupt JPEG data that still decodes) is
+// put in *warning when given.
+RgbImage decode_image(const std::string& bytes, std::string* warning = nullptr);
+
+// torchvision's Resize(size) + CenterCrop(size): the shorter side becomes
+// `size` (the longer int(size * long / short)), then the centre size x size
+// (offset round((new - size) / 2), half to even). Resampling is PIL's
+// bilinear filter with antialiasing: a triangle whose support grows with the
+// shrink factor (area-like averaging), separable, weights normalised per
+// output pixel, computed in float and rounded once. Returns channels-first
+// [3, size, size] uint8.
+std::vector<uint8_t> resize_center_crop(const RgbImage& image, int64_t size);
+
+// The split rule: the image at path `relative` (inside its class folder,
+// '/'-separated) has the key SplitMix64(FNV-1a-64(relative) XOR
+// SplitMix64(seed)); in each class the round(fraction * n) readable images
+// with the smallest keys (ties: by path) go to validation. Exposed for tests.
+uint64_t split_key(const std::string& relative, uint64_t seed);
+int64_t val_count(int64_t readable, double fraction);
+
+}  // namespace memtrain

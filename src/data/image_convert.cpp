@@ -1,0 +1,430 @@
+// memtrain convert-images: an ImageFolder tree to /images + /labels files.
+// Decoding and resizing: image_decode.cpp.
+
+#include "memtrain/data/image_convert.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "h5_util.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+namespace fs = std::filesystem;
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t fnv1a64(const std::string& s) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s)
+    h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+bool hidden(const fs::path& p) {
+  const std::string n = p.filename().string();
+  return !n.empty() && n[0] == '.';
+}
+
+std::string lower(std::string s) {
+  for (char& c : s)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string stem(const std::string& out) {
+  for (const char* ext : {".h5", ".hdf5"}) {
+    const size_t n = std::strlen(ext);
+    if (out.size() > n && out.compare(out.size() - n, n, ext) == 0)
+      return out.substr(0, out.size() - n);
+  }
+  return out;
+}
+
+struct Candidate {
+  std::string relative;  // inside the class folder, '/'-separated
+  fs::path path;
+};
+
+// One output file while it is written: a temporary file beside `path`.
+struct Output {
+  std::string path, split, tmp;
+  h5::Handle file, images;
+  std::vector<int64_t> labels;
+  std::vector<int64_t> per_class;
+};
+
+// Removes the temporary files unless they were published.
+struct TempFiles {
+  std::vector<std::string> paths;
+  ~TempFiles() {
+    for (const auto& p : paths)
+      if (!p.empty())
+        std::remove(p.c_str());
+  }
+};
+
+void open_output(Output* o, int64_t size, TempFiles* temps) {
+  o->tmp = o->path + ".tmp." + std::to_string(::getpid());
+  temps->paths.push_back(o->tmp);
+  o->file = h5::file(
+      H5Fcreate(o->tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  MT_CHECK(
+      o->file.valid(),
+      "convert-images: cannot create '",
+      o->tmp,
+      "' (does the folder exist and is it writable?): ",
+      h5::last_error());
+  const hsize_t s = static_cast<hsize_t>(size);
+  // One sample a chunk (data/FORMAT.md): a random read touches one chunk.
+  o->images = h5::create_dataset(
+      o->file.get(), "images", H5T_STD_U8LE, {0, 3, s, s}, {1, 3, s, s}, true);
+}
+
+bool read_bytes(const fs::path& p, std::string* out, std::string* why) {
+  std::ifstream in(p, std::ios::binary | std::ios::ate);
+  if (in) {
+    const std::streamoff size = in.tellg();
+    out->resize(size > 0 ? static_cast<size_t>(size) : 0);
+    in.seekg(0);
+    if (in.read(out->data(), static_cast<std::streamsize>(out->size())))
+      return true;
+  }
+  *why = std::string("cannot read: ") + std::strerror(errno);
+  return false;
+}
+
+std::vector<Candidate> list_class(
+    const fs::path& dir, ImageConvertResult* r, std::set<std::string>* exts) {
+  std::vector<Candidate> files;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const fs::directory_entry& e = *it;
+    if (hidden(e.path())) {
+      ++r->hidden;
+      if (e.is_directory(ec))
+        it.disable_recursion_pending();
+      ec.clear();
+      continue;
+    }
+    if (e.is_directory(ec) || !e.is_regular_file(ec)) {
+      ec.clear();
+      continue;
+    }
+    const std::string ext = lower(e.path().extension().string());
+    if (ext != ".jpg" && ext != ".jpeg" && ext != ".png") {
+      ++r->ignored;
+      exts->insert(ext.empty() ? "(no extension)" : ext);
+      continue;
+    }
+    files.push_back({fs::relative(e.path(), dir).generic_string(), e.path()});
+  }
+  MT_CHECK(
+      !ec, "convert-images: cannot list '", dir.string(), "': ", ec.message());
+  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) {
+    return a.relative < b.relative;
+  });
+  return files;
+}
+
+void write_attrs(
+    const Output& o,
+    const ImageConvertSpec& spec,
+    const ImageConvertResult& r,
+    const std::string& names) {
+  const hid_t f = o.file.get();
+  h5::write_dataset(
+      f,
+      "labels",
+      H5T_STD_I64LE,
+      H5T_NATIVE_INT64,
+      {o.labels.size()},
+      {std::min<hsize_t>(o.labels.size(), 8192)},
+      o.labels.data());
+  // uint8 in [0, 255] -> [0, 1], what the reader does without them too.
+  h5::write_attr(o.images.get(), "scale", 1.0 / 255.0);
+  h5::write_attr(o.images.get(), "shift", 0.0);
+  h5::write_attr(f, "layout_version", int64_t{1});
+  h5::write_attr(f, "kind", std::string("images"));
+  h5::write_attr(f, "num_classes", static_cast<int64_t>(r.class_names.size()));
+  h5::write_attr(f, "class_names", names);
+  h5::write_attr(f, "source", spec.folder);
+  h5::write_attr(
+      f,
+      "generator",
+      spec.command.empty() ? std::string("memtrain convert-images")
+                           : spec.command);
+  h5::write_attr(f, "split", o.split);
+  h5::write_attr(f, "num_images", static_cast<int64_t>(o.labels.size()));
+  std::string counts;
+  for (size_t c = 0; c < r.class_names.size(); ++c)
+    counts += (c ? "," : "") + r.class_names[c] + "=" +
+              std::to_string(o.per_class[c]);
+  h5::write_attr(f, "images_per_class", counts);
+  h5::write_attr(f, "skipped_files", static_cast<int64_t>(r.skipped.size()));
+  h5::write_attr(f, "image_size", spec.size);
+  h5::write_attr(f, "seed", static_cast<int64_t>(spec.seed));
+  h5::write_attr(f, "val_fraction", spec.val_fraction);
+  MT_CHECK(
+      H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0,
+      "convert-images: cannot flush '",
+      o.tmp,
+      "': ",
+      h5::last_error());
+}
+
+}  // namespace
+
+uint64_t split_key(const std::string& relative, uint64_t seed) {
+  return splitmix64(fnv1a64(relative) ^ splitmix64(seed));
+}
+
+int64_t val_count(int64_t readable, double fraction) {
+  return static_cast<int64_t>(std::floor(fraction * readable + 0.5));
+}
+
+ImageConvertResult convert_images(
+    const ImageConvertSpec& spec,
+    const std::function<void(const std::string&)>& progress,
+    const std::function<void(const char*, const SkippedImage&)>& on_file) {
+  h5::silence_errors();
+  MT_CHECK(!spec.folder.empty(), "convert-images: --folder is required");
+  MT_CHECK(!spec.out.empty(), "convert-images: --out is required");
+  MT_CHECK(
+      spec.size >= 1 && spec.size <= 4096,
+      "convert-images: --size ",
+      spec.size,
+      " is not in 1..4096");
+  MT_CHECK(
+      spec.val_fraction >= 0 && spec.val_fraction < 1,
+      "convert-images: --val-fraction ",
+      spec.val_fraction,
+      " is not in [0, 1)");
+  const bool with_val = spec.val_fraction > 0;
+  const std::string val_path =
+      spec.val_out.empty() ? stem(spec.out) + "-val.h5" : spec.val_out;
+  MT_CHECK(
+      !with_val || val_path != spec.out,
+      "convert-images: --val-out '",
+      val_path,
+      "' is --out too");
+
+  std::error_code ec;
+  const fs::path root(spec.folder);
+  MT_CHECK(
+      fs::exists(root, ec),
+      "convert-images: --folder '",
+      spec.folder,
+      "': no such folder");
+  MT_CHECK(
+      fs::is_directory(root, ec),
+      "convert-images: --folder '",
+      spec.folder,
+      "': not a folder");
+  ImageConvertResult r;
+  std::vector<fs::path> class_dirs;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    if (hidden(it->path()))
+      continue;
+    if (it->is_directory(ec))
+      class_dirs.push_back(it->path());
+  }
+  MT_CHECK(
+      !ec,
+      "convert-images: --folder '",
+      spec.folder,
+      "': cannot list: ",
+      ec.message());
+  std::sort(
+      class_dirs.begin(), class_dirs.end(), [](const auto& a, const auto& b) {
+        return a.filename().string() < b.filename().string();
+      });
+  MT_CHECK(
+      !class_dirs.empty(),
+      "convert-images: --folder '",
+      spec.folder,
+      "' has no class subfolders (expected FOLDER/CLASS/IMAGE.jpg, one "
+      "subfolder per class, as torchvision's ImageFolder)");
+  std::string names;
+  for (const fs::path& d : class_dirs) {
+    const std::string n = d.filename().string();
+    MT_CHECK(
+        n.find(',') == std::string::npos,
+        "convert-images: class folder '",
+        d.string(),
+        "': its name has a comma; class_names is a comma-separated list "
+        "(data/FORMAT.md): rename the folder");
+    r.class_names.push_back(n);
+    names += (names.empty() ? "" : ",") + n;
+  }
+  const size_t num_classes = class_dirs.size();
+
+  TempFiles temps;  // destroyed after the outputs: closed, then removed
+  Output train, val;
+  train.path = spec.out;
+  train.split = "train";
+  val.path = val_path;
+  val.split = "val";
+  for (Output* o : {&train, &val}) {
+    if (o == &val && !with_val)
+      continue;
+    open_output(o, spec.size, &temps);
+    o->per_class.assign(num_classes, 0);
+  }
+
+  const size_t sample = static_cast<size_t>(3 * spec.size * spec.size);
+  std::set<std::string> exts;
+  std::vector<std::string> empty_classes;
+  for (size_t c = 0; c < num_classes; ++c) {
+    const std::vector<Candidate> files = list_class(class_dirs[c], &r, &exts);
+    std::vector<uint8_t> pixels;
+    std::vector<std::string> relative;
+    const size_t skipped_before = r.skipped.size();
+    for (const Candidate& f : files) {
+      auto skip = [&](const std::string& why) {
+        r.skipped.push_back({f.path.string(), why});
+        if (on_file)
+          on_file("skipped", r.skipped.back());
+      };
+      std::string bytes, why;
+      if (!read_bytes(f.path, &bytes, &why)) {
+        skip(why);
+        continue;
+      }
+      try {
+        std::string warning;
+        const RgbImage im = decode_image(bytes, &warning);
+        const std::vector<uint8_t> px = resize_center_crop(im, spec.size);
+        pixels.insert(pixels.end(), px.begin(), px.end());
+        relative.push_back(f.relative);
+        if (!warning.empty()) {
+          r.warnings.push_back({f.path.string(), warning});
+          if (on_file)
+            on_file("warning", r.warnings.back());
+        }
+      } catch (const Error& e) {
+        skip(e.what());
+      }
+    }
+    const int64_t n = static_cast<int64_t>(relative.size());
+    if (n == 0)
+      empty_classes.push_back(class_dirs[c].string());
+    // The split rule (image_convert.h): smallest keys to validation.
+    std::vector<size_t> order(relative.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::vector<uint64_t> keys(relative.size());
+    for (size_t i = 0; i < relative.size(); ++i)
+      keys[i] = split_key(relative[i], spec.seed);
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return keys[a] != keys[b] ? keys[a] < keys[b] : relative[a] < relative[b];
+    });
+    const int64_t nval = with_val ? val_count(n, spec.val_fraction) : 0;
+    std::vector<bool> is_val(relative.size(), false);
+    for (int64_t i = 0; i < nval; ++i)
+      is_val[order[i]] = true;
+    for (Output* o : {&train, &val}) {
+      if (o == &val && !with_val)
+        continue;
+      std::vector<uint8_t> rows;
+      for (size_t i = 0; i < relative.size(); ++i) {
+        if (is_val[i] != (o == &val))
+          continue;
+        rows.insert(
+            rows.end(),
+            pixels.begin() + i * sample,
+            pixels.begin() + (i + 1) * sample);
+        o->labels.push_back(static_cast<int64_t>(c));
+        ++o->per_class[c];
+      }
+      h5::append_rows(
+          o->images.get(), H5T_NATIVE_UINT8, rows.size() / sample, rows.data());
+    }
+    r.train_per_class.push_back(train.per_class[c]);
+    r.val_per_class.push_back(with_val ? val.per_class[c] : 0);
+    if (progress) {
+      std::ostringstream line;
+      line << "class " << c << " '" << r.class_names[c] << "': " << n
+           << " images (" << train.per_class[c] << " train, "
+           << r.val_per_class.back() << " val)";
+      if (r.skipped.size() > skipped_before)
+        line << ", " << r.skipped.size() - skipped_before << " skipped";
+      progress(line.str());
+    }
+  }
+  r.ignored_extensions.assign(exts.begin(), exts.end());
+
+  const int64_t readable = static_cast<int64_t>(
+      train.labels.size() + (with_val ? val.labels.size() : 0));
+  MT_CHECK(
+      readable > 0,
+      "convert-images: --folder '",
+      spec.folder,
+      "': no readable image (",
+      r.skipped.size(),
+      " .jpg/.jpeg/.png files skipped as unreadable, ",
+      r.ignored,
+      " other files ignored)");
+  if (!empty_classes.empty()) {
+    std::string list;
+    for (const auto& e : empty_classes)
+      list += (list.empty() ? "'" : ", '") + e + "'";
+    throw Error(
+        "convert-images: " + std::to_string(empty_classes.size()) +
+        " class folder(s) without a readable image (.jpg, .jpeg or .png): " +
+        list +
+        "; add images or remove the folder (its label would never "
+        "occur)");
+  }
+  MT_CHECK(
+      !train.labels.empty(),
+      "convert-images: --val-fraction ",
+      spec.val_fraction,
+      " leaves no training image; lower it");
+  MT_CHECK(
+      !with_val || !val.labels.empty(),
+      "convert-images: --val-fraction ",
+      spec.val_fraction,
+      " gives no validation image (round(fraction x images) is 0 in every "
+      "class); raise it, or pass 0 for no validation file");
+
+  r.train_path = train.path;
+  write_attrs(train, spec, r, names);
+  if (with_val) {
+    r.val_path = val.path;
+    write_attrs(val, spec, r, names);
+  }
+  for (Output* o : {&train, &val}) {
+    o->images.reset();
+    o->file.reset();
+  }
+  for (size_t i = 0; i < temps.paths.size(); ++i) {
+    const Output& o = i == 0 ? train : val;
+    if (std::rename(o.tmp.c_str(), o.path.c_str()) != 0) {
+      throw Error(
+          "convert-images: cannot move '" + o.tmp + "' to '" + o.path +
+          "': " + std::strerror(errno));
+    }
+    temps.paths[i].clear();  // published: nothing to remove
+  }
+  return r;
+}
+
+}  // namespace memtrain
