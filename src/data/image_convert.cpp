@@ -18,6 +18,7 @@
 
 #include "h5_util.h"
 #include "memtrain/util/error.h"
+#include "temp_files.h"
 
 namespace memtrain {
 namespace fs = std::filesystem;
@@ -68,16 +69,6 @@ struct Output {
   h5::Handle file, images;
   std::vector<int64_t> labels;
   std::vector<int64_t> per_class;
-};
-
-// Removes the temporary files unless they were published.
-struct TempFiles {
-  std::vector<std::string> paths;
-  ~TempFiles() {
-    for (const auto& p : paths)
-      if (!p.empty())
-        std::remove(p.c_str());
-  }
 };
 
 void open_output(Output* o, int64_t size, TempFiles* temps) {

@@ -16,6 +16,7 @@
 
 #include "h5_util.h"
 #include "memtrain/util/error.h"
+#include "temp_files.h"
 
 namespace memtrain {
 namespace {
@@ -522,16 +523,6 @@ struct Part {
   Grid grid;
   std::vector<float> image;
   std::vector<uint8_t> mask;
-};
-
-// Removes the temporary files unless they were published.
-struct TempFiles {
-  std::vector<std::string> paths;
-  ~TempFiles() {
-    for (const auto& p : paths)
-      if (!p.empty())
-        std::remove(p.c_str());
-  }
 };
 
 struct Common {
