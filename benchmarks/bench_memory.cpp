@@ -4,8 +4,14 @@
 // budget limits). Prints a table and writes CSV.
 //
 //   bench_memory [-b 64] [-e 1024] [-f 4] [-w 1] [-n 3] [-c 1]
-//                [--models mlp,cnn] [--device cpu|cuda] [--csv FILE]
-//   -b/-e/-f  micro-batch sweep: begin, end, multiplication factor
+//                [--models mlp,cnn] [--amp off,bf16] [--device cpu|cuda]
+//                [--image-size 224] [--resnet-micro 8]
+//                [--volume-size 64] [--unet-micro 2] [--csv FILE]
+//   -b/-e/-f  micro-batch sweep of mlp and cnn: begin, end, factor
+//   models    also unet3d (feature_size 16, depth 3, instance norm, one
+//             patch = a whole volume of --volume-size^3) and
+//             seresnext50_32x4d (--image-size^2 RGB images, 10 classes),
+//             each at its own micro-batch
 //   -w        warm-up windows (not timed)   -n  timed windows
 //   -c        check before timing: checkpointed weights equal un-checkpointed
 //
@@ -108,6 +114,8 @@ int main(int argc, char** argv) {
   int64_t begin = 64, end = 1024, factor = 4, warmup = 1, iters = 3;
   int check = 1;
   std::string models = "mlp,cnn", csv = "bench_memory.csv", device = "cpu";
+  std::string amps = "off,bf16";
+  int64_t image_size = 224, resnet_micro = 8, volume_size = 64, unet_micro = 2;
   app.add_option("--device", device, "cpu, or cuda (a CUDA build)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -118,7 +126,16 @@ int main(int argc, char** argv) {
   app.add_option("-n", iters, "timed windows")->capture_default_str();
   app.add_option("-c", check, "check before timing (0/1)")
       ->capture_default_str();
-  app.add_option("--models", models, "mlp,cnn")->capture_default_str();
+  app.add_option("--models", models, "of mlp, cnn, unet3d, seresnext50_32x4d")
+      ->capture_default_str();
+  app.add_option("--amp", amps, "of off, bf16")->capture_default_str();
+  app.add_option("--image-size", image_size, "seresnext50_32x4d: H = W")
+      ->capture_default_str();
+  app.add_option("--resnet-micro", resnet_micro, "seresnext50_32x4d")
+      ->capture_default_str();
+  app.add_option("--volume-size", volume_size, "unet3d: D = H = W")
+      ->capture_default_str();
+  app.add_option("--unet-micro", unet_micro, "unet3d")->capture_default_str();
   app.add_option("--csv", csv, "CSV output file")->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -149,6 +166,25 @@ int main(int argc, char** argv) {
     im.samples = samples;
     im.height = im.width = 32;
     make_synthetic(im, std::string(dir) + "/images.h5");
+    const auto wanted = [&models](const std::string& m) {
+      return ("," + models + ",").find("," + m + ",") != std::string::npos;
+    };
+    if (wanted("seresnext50_32x4d")) {
+      SyntheticSpec big = im;
+      big.samples = resnet_micro * (iters + warmup);
+      big.classes = 10;
+      big.height = big.width = image_size;
+      make_synthetic(big, std::string(dir) + "/big_images.h5");
+    }
+    if (wanted("unet3d")) {
+      SyntheticSpec v;
+      v.kind = "volumes";
+      v.samples = unet_micro * (iters + warmup);
+      v.channels = 1;
+      v.classes = 2;
+      v.depth = v.height = v.width = volume_size;
+      make_synthetic(v, std::string(dir) + "/volumes.h5");
+    }
 
     std::printf(
         "# bench_memory: device %s (%s), world 1, %d threads\n",
@@ -156,7 +192,7 @@ int main(int argc, char** argv) {
         memory::backend_name().c_str(),
         torch::get_num_threads());
     std::printf(
-        "# %-4s %-5s %-5s %6s %5s %12s %10s %12s\n",
+        "# %-17s %-5s %-5s %6s %5s %12s %10s %12s %7s %7s\n",
         "model",
         "ckpt",
         "amp",
@@ -164,10 +200,12 @@ int main(int argc, char** argv) {
         "segs",
         "peak_bytes",
         "window_ms",
-        "samples/s");
+        "samples/s",
+        "peak/off",
+        "time/off");
     std::ofstream out(csv);
     out << "model,checkpointing,amp,micro_batch,checkpointed_segments,"
-           "peak_bytes,window_ms,samples_per_s\n";
+           "peak_bytes,window_ms,samples_per_s,peak_vs_off,time_vs_off\n";
     std::stringstream model_list(models);
     for (std::string model; std::getline(model_list, model, ',');) {
       TrainConfig base;
@@ -176,12 +214,28 @@ int main(int argc, char** argv) {
       base.model.hidden = model == "mlp" ? 64 : 16;
       base.data.train =
           std::string(dir) + (model == "mlp" ? "/features.h5" : "/images.h5");
+      std::vector<int64_t> micros;
+      for (int64_t micro = begin; micro <= end; micro *= factor)
+        micros.push_back(micro);
+      if (model == "seresnext50_32x4d") {
+        base.data.train = std::string(dir) + "/big_images.h5";
+        micros = {resnet_micro};
+      } else if (model == "unet3d") {
+        base.model.depth = 3;
+        base.model.feature_size = 16;
+        base.model.norm = "instance";
+        base.data.train = std::string(dir) + "/volumes.h5";
+        base.data.patch_size = {volume_size, volume_size, volume_size};
+        base.data.patches_per_volume = 1;
+        micros = {unet_micro};
+      }
       base.data.val = "";
       base.training.momentum = 0.9;
       base.output.dir = dir;
       base.dist.check_replicas = "off";
-      for (int64_t micro = begin; micro <= end; micro *= factor) {
-        for (const char* amp : {"off", "bf16"}) {
+      for (int64_t micro : micros) {
+        std::stringstream amp_list(amps);
+        for (std::string amp; std::getline(amp_list, amp, ',');) {
           Result off = run(base, "off", amp, micro, iters, warmup);
           Result all = run(base, "all", amp, micro, iters, warmup);
           if (check) {
@@ -206,8 +260,13 @@ int main(int argc, char** argv) {
           Result automatic = run(budgeted, "auto", amp, micro, iters, warmup);
           for (const Result* r : {&off, &all, &automatic}) {
             const Row& row = r->row;
+            // Against checkpointing off in the same run.
+            const double peak_x = static_cast<double>(row.peak) /
+                                  static_cast<double>(off.row.peak);
+            const double time_x = row.window_ms / off.row.window_ms;
             std::printf(
-                "  %-4s %-5s %-5s %6ld %5ld %12ld %10.2f %12.0f\n",
+                "  %-17s %-5s %-5s %6ld %5ld %12ld %10.2f %12.2f %7.3f "
+                "%7.3f\n",
                 row.model.c_str(),
                 row.ckpt.c_str(),
                 row.amp.c_str(),
@@ -215,10 +274,13 @@ int main(int argc, char** argv) {
                 static_cast<long>(row.segments),
                 static_cast<long>(row.peak),
                 row.window_ms,
-                row.samples_per_s);
+                row.samples_per_s,
+                peak_x,
+                time_x);
             out << row.model << "," << row.ckpt << "," << row.amp << ","
                 << row.micro << "," << row.segments << "," << row.peak << ","
-                << row.window_ms << "," << row.samples_per_s << "\n";
+                << row.window_ms << "," << row.samples_per_s << "," << peak_x
+                << "," << time_x << "\n";
           }
         }
       }

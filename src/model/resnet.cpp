@@ -149,7 +149,8 @@ class ResNet : public Classifier {
       }
       const std::string name = "layer" + std::to_string(i + 1);
       stages_.push_back(register_module(name, stage));
-      segment_names_.push_back(name);
+      for (int64_t b = 0; b < blocks[i]; ++b)
+        segment_names_.push_back(name + "." + std::to_string(b));
     }
     fc_ = register_module("fc", torch::nn::Linear(in, classes));
     initialise();
@@ -158,18 +159,23 @@ class ResNet : public Classifier {
   using Classifier::forward;
   torch::Tensor forward(torch::Tensor x) override {
     x = stem(x);
-    for (int64_t i = 0; i < num_segments(); ++i) {
-      if (i < checkpointed()) {
-        // checkpoint() runs the stage once without grad (the forward: it
-        // updates the running statistics) and again with grad in backward
-        // (the recomputation: it must not update them a second time).
-        x = checkpoint(
-            [this, i](const at::Tensor& t) {
-              return stage(i, t, !torch::GradMode::is_enabled());
-            },
-            x);
-      } else {
-        x = stage(i, x, true);
+    int64_t k = 0;  // segment: the bottlenecks in order, layer1.0 first
+    for (const auto& stage : stages_) {
+      for (const auto& module : *stage) {
+        BottleneckImpl* block = module->as<BottleneckImpl>();
+        if (k++ < checkpointed()) {
+          // checkpoint() runs the block once without grad (the forward: it
+          // updates the running statistics) and again with grad in
+          // backward (the recomputation: it must not update them a second
+          // time).
+          x = checkpoint(
+              [block](const at::Tensor& t) {
+                return block->forward(t, !torch::GradMode::is_enabled());
+              },
+              x);
+        } else {
+          x = block->forward(x, true);
+        }
       }
     }
     return head(x);
@@ -180,20 +186,11 @@ class ResNet : public Classifier {
     x = torch::relu(norm(bn1_, conv1_(x), true));
     return torch::max_pool2d(x, 3, 2, 1);
   }
-  torch::Tensor segment(int64_t i, torch::Tensor x) override {
-    return stage(i, x, true);
-  }
   torch::Tensor head(torch::Tensor x) override {
     return fc_(x.mean({2, 3}));
   }
 
  private:
-  torch::Tensor stage(int64_t i, torch::Tensor x, bool update) {
-    for (const auto& block : *stages_[i])
-      x = block->as<BottleneckImpl>()->forward(x, update);
-    return x;
-  }
-
   // timm's ResNet.init_weights with zero_init_last.
   void initialise() {
     torch::NoGradGuard no_grad;

@@ -27,9 +27,11 @@
 // Running statistics are buffers, saved with the parameters. A batch-norm
 // whose weight does not train (model.freeze) normalises with its running
 // statistics and leaves them as they are (timm's freeze(): frozen
-// batch-norm). The checkpoint segments are the four stages, layer1 first
-// (the largest activations); a checkpointed stage's recomputation in
-// backward does not update the running statistics a second time.
+// batch-norm). The checkpoint segments are the 16 bottlenecks, layer1.0
+// first (the largest activations), so a checkpointed window keeps one
+// block's input per block and recomputes one block at a time in backward;
+// a checkpointed block's recomputation does not update the running
+// statistics a second time.
 
 #include <memory>
 

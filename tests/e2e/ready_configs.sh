@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The ready 16 GB configs of launch/configs/ start and run one window on
+# 2 ranks, on tiny data from make-data (paths and sizes overridden; the
+# memory budget, batch_size: auto, accumulation and checkpointing auto as
+# written; AMP off: fp16 needs a CUDA build):
+# - seresnext50-v100.yaml: effective batch 64 = 2 ranks x steps x the
+#   planned micro-batch, 16 bottleneck segments, a validation accuracy;
+# - unet3d-v100.yaml: effective batch 8, whole-volume validation with a
+#   Dice (validation.every_epochs 1, so that the one epoch validates).
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+source "$HERE/common.sh"
+
+record() {  # FILE TYPE KEY: the KEY of the first record of TYPE
+  "$PY" -c 'import json,sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if r.get("type") == sys.argv[2]:
+        print(r[sys.argv[3]]); break' "$@"
+}
+
+"$MEMTRAIN" make-data --kind images --samples 64 --channels 3 --height 64 \
+  --width 64 --classes 5 --dtype uint8 --out im.h5 >/dev/null
+"$MEMTRAIN" make-data --kind images --samples 16 --channels 3 --height 64 \
+  --width 64 --classes 5 --dtype uint8 --split val --out im-val.h5 >/dev/null
+mpi -np 2 "$MEMTRAIN" train --config "$ROOT/launch/configs/seresnext50-v100.yaml" \
+  --data.train=im.h5 --data.val=im-val.h5 --data.read_threads=1 \
+  --training.amp=off --training.max_windows=1 \
+  --output.dir=seresnext >seresnext.log 2>&1 || { tail -30 seresnext.log; fail "seresnext50-v100.yaml"; }
+grep -E "^(window|memory plan)" seresnext.log
+[ "$(record seresnext/metrics.jsonl window samples)" = 64 ] ||
+  fail "seresnext50-v100.yaml: not a window of 64"
+grep -q "checkpointing auto: [0-9]*/16 segments" seresnext.log ||
+  fail "seresnext50-v100.yaml: not 16 bottleneck segments"
+acc=$(record seresnext/metrics.jsonl validation val_accuracy)
+"$PY" -c "import sys; a=float(sys.argv[1]); sys.exit(0 if 0<=a<=1 else 1)" "$acc" ||
+  fail "seresnext50-v100.yaml: val_accuracy '$acc'"
+echo "seresnext50-v100.yaml: one window of 64, val_accuracy $acc"
+
+"$MEMTRAIN" make-data --kind volumes --samples 4 --channels 1 --depth 32 \
+  --height 32 --width 32 --classes 2 --out vol.h5 >/dev/null
+"$MEMTRAIN" make-data --kind volumes --samples 2 --channels 1 --depth 32 \
+  --height 32 --width 32 --classes 2 --split val --out vol-val.h5 >/dev/null
+mpi -np 2 "$MEMTRAIN" train --config "$ROOT/launch/configs/unet3d-v100.yaml" \
+  --data.train=vol.h5 --data.val=vol-val.h5 --data.read_threads=1 \
+  --data.patch_size=[32,32,32] --validation.roi=[32,32,32] \
+  --model.feature_size=8 --data.patches_per_volume=2 --training.amp=off \
+  --training.max_windows=1 --validation.every_epochs=1 \
+  --output.dir=unet >unet.log 2>&1 || { tail -30 unet.log; fail "unet3d-v100.yaml"; }
+grep -E "^(window|memory plan)" unet.log
+[ "$(record unet/metrics.jsonl window samples)" = 8 ] ||
+  fail "unet3d-v100.yaml: not a window of 8"
+dice=$(record unet/metrics.jsonl validation val_dice)
+"$PY" -c "import sys; d=float(sys.argv[1]); sys.exit(0 if 0<=d<=1 else 1)" "$dice" ||
+  fail "unet3d-v100.yaml: val_dice '$dice'"
+echo "unet3d-v100.yaml: one window of 8, val_dice $dice"
+echo "PASS"
