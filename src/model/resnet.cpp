@@ -135,7 +135,12 @@ TORCH_MODULE(Bottleneck);
 
 class ResNet : public Classifier {
  public:
-  ResNet(const Spec& s, int64_t in_channels, int64_t classes) {
+  ResNet(
+      const std::string& name,
+      const Spec& s,
+      int64_t in_channels,
+      int64_t classes)
+      : name_(name) {
     conv1_ = register_module("conv1", conv(in_channels, 64, 7, 2));
     bn1_ = register_module("bn1", torch::nn::BatchNorm2d(64));
     const int64_t blocks[] = {3, 4, 6, 3};
@@ -158,6 +163,7 @@ class ResNet : public Classifier {
 
   using Classifier::forward;
   torch::Tensor forward(torch::Tensor x) override {
+    check_batch_norm_values(x);
     x = stem(x);
     int64_t k = 0;  // segment: the bottlenecks in order, layer1.0 first
     for (const auto& stage : stages_) {
@@ -191,6 +197,39 @@ class ResNet : public Classifier {
   }
 
  private:
+  // Batch-norm in training needs more than one value per channel; layer4
+  // sees the input at 1/32 of its size. A clear message instead of
+  // LibTorch's, naming what to change.
+  void check_batch_norm_values(const torch::Tensor& x) const {
+    if (!is_training() || x.dim() != 4)
+      return;
+    auto down = [](int64_t n) { return (n - 1) / 2 + 1; };  // a stride 2
+    int64_t h = x.size(2), w = x.size(3);
+    for (int i = 0; i < 5; ++i) {  // conv1, max-pool, layer2..layer4
+      h = down(h);
+      w = down(w);
+    }
+    MT_CHECK(
+        x.size(0) * h * w > 1,
+        "model.name=",
+        name_,
+        ": batch-norm in training needs more than one value per channel, "
+        "but a micro-batch of ",
+        x.size(0),
+        " image(s) of ",
+        x.size(2),
+        "x",
+        x.size(3),
+        " reaches layer4 at ",
+        h,
+        "x",
+        w,
+        ". Use images of at least 33x33 (convert-images --size), a "
+        "data.batch_size of at least 2 (data.batch_size: auto probes 1 "
+        "first), or data.drop_last: true when the epoch's last micro-batch "
+        "has one image");
+  }
+
   // timm's ResNet.init_weights with zero_init_last.
   void initialise() {
     torch::NoGradGuard no_grad;
@@ -204,6 +243,7 @@ class ResNet : public Classifier {
     }
   }
 
+  std::string name_;
   torch::nn::Conv2d conv1_{nullptr};
   torch::nn::BatchNorm2d bn1_{nullptr};
   std::vector<torch::nn::ModuleList> stages_;
@@ -218,7 +258,8 @@ bool is_resnet(const std::string& name) {
 
 std::shared_ptr<Classifier> make_resnet(
     const ModelConfig& cfg, int64_t in_channels, int64_t num_classes) {
-  return std::make_shared<ResNet>(spec_of(cfg.name), in_channels, num_classes);
+  return std::make_shared<ResNet>(
+      cfg.name, spec_of(cfg.name), in_channels, num_classes);
 }
 
 }  // namespace memtrain

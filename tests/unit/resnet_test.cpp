@@ -190,6 +190,26 @@ TEST(ResNet, CheckpointingEveryBottleneckCutsThePeak) {
   EXPECT_LE(peaks.back(), 0.6 * peaks.front());
 }
 
+// One value per channel at layer4 (1 image of 32x32): a message naming
+// the sizes and the fix, not LibTorch's; 2 images, or eval mode, run.
+TEST(ResNet, OneValuePerChannelIsNamed) {
+  auto net = resnet("resnet50", 3);
+  net->train();
+  try {
+    net->forward(torch::randn({1, 3, 32, 32}));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("1 image(s) of 32x32 reaches layer4 at 1x1"),
+        std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(net->forward(torch::randn({2, 3, 32, 32})).size(0), 2);
+  EXPECT_EQ(net->forward(torch::randn({1, 3, 33, 33})).size(0), 1);
+  net->eval();
+  EXPECT_EQ(net->forward(torch::randn({1, 3, 32, 32})).size(0), 1);
+}
+
 TEST(ModelState, ModelsWithoutBuffersSaveTheirParametersAsBefore) {
   ModelConfig cfg;
   cfg.name = "cnn";
