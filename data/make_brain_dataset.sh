@@ -14,4 +14,4 @@ source "$(dirname "${BASH_SOURCE[0]}")/mricron_task.sh"
 mricron_task brain "${1:-runs/data/brain}" "${2:-3}" ch2.nii.gz ch2bet.nii.gz \
   --label-map '>0:1' \
   --class-names background,brain \
-  --split-axis x --val-fraction 0.3
+  --split-axis x --val-fraction 0.3 --chunk 16

@@ -12,7 +12,8 @@ packages=(
   libyaml-cpp-dev                            # YAML configs
   libcli11-dev                               # command line
   nlohmann-json3-dev                         # metrics.jsonl, safetensors header
-  libnifti2-dev                              # NIfTI-1 reading: convert-nifti
+  libnifti2-dev                              # NIfTI-1 reading and writing:
+                                             # convert-nifti, predict
   mricron-data                               # MNI templates: the brain dataset
   libgtest-dev                               # tests
   python3                                    # e2e checks (standard library only)
@@ -26,6 +27,8 @@ packages=(
                                              # convert-images
   python3-pil                                # e2e convert_images: PIL's decode
                                              # + resize to compare with
+  python3-nibabel python3-scipy              # e2e predict: nibabel reads the NIfTI
+                                             # outputs, scipy's EDT checks HD95
   python3-venv                               # install_peers.sh's venv (tensorboard)
 )
 missing=()

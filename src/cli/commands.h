@@ -29,6 +29,15 @@ struct EvalArgs {
 void add_eval(CLI::App& app, EvalArgs& args);
 int run_eval(const EvalArgs& args, int* argc, char*** argv);
 
+struct PredictArgs {
+  std::string config;
+  std::vector<std::string> overrides;  // "section.key=value"
+  std::string weights, input, out, labels, label_map;
+};
+
+void add_predict(CLI::App& app, PredictArgs& args);
+int run_predict(const PredictArgs& args, int* argc, char*** argv);
+
 void add_export(CLI::App& app);
 int run_export();
 

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   memtrain::cli::add_train(app, train_args);
   memtrain::cli::EvalArgs eval_args;
   memtrain::cli::add_eval(app, eval_args);
+  memtrain::cli::PredictArgs predict_args;
+  memtrain::cli::add_predict(app, predict_args);
   memtrain::cli::add_export(app);
   memtrain::cli::add_make_data(app);
   memtrain::cli::add_inspect(app);
@@ -38,6 +40,8 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand("eval"))
       return memtrain::cli::run_eval(eval_args, &argc, &argv);
+    if (app.got_subcommand("predict"))
+      return memtrain::cli::run_predict(predict_args, &argc, &argv);
     if (app.got_subcommand("export"))
       return memtrain::cli::run_export();
     if (app.got_subcommand("make-data"))

@@ -203,6 +203,10 @@ void release_cache_if_due(const RunState& run, bool before_validation);
 // output.dir/val/epoch-<overlay_epoch + 1> (Note [Validation overlays]).
 ValResult validate(
     RunState& run, RunCounters& counters, int64_t overlay_epoch = -1);
+// Local: the class probabilities (K, D, H, W), host memory, of one volume
+// ((C, D, H, W) float32, host memory) by the validator's sliding window
+// (volume_probs), the model in eval mode; `memtrain predict`.
+at::Tensor predict_volume(RunState& run, const at::Tensor& volume);
 // How validation halves its batch on OOM; the message names `least`, the
 // smallest batch ("batch 1", "one episode").
 OomRetry validation_oom_retry(const RunState& run, const std::string& least);

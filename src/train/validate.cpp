@@ -146,4 +146,31 @@ ValResult validate(
   return r;
 }
 
+at::Tensor predict_volume(RunState& run, const at::Tensor& volume) {
+  MT_CHECK(
+      run.volumes(),
+      "predict: model.name=",
+      run.cfg.model.name,
+      " does not segment volumes; predict needs a unet3d config");
+  torch::NoGradGuard no_grad;
+  run.model->eval();
+  int64_t retries = 0;
+  int64_t sw_batch = run.cfg.validation.sw_batch;
+  at::Tensor probs = volume_probs(
+      volume,
+      run.num_classes,
+      [&run](const at::Tensor& windows) {
+        return forward(run, windows, at::Tensor());
+      },
+      run.cfg.validation,
+      run.roi(),
+      &sw_batch,
+      run.comm.rank(),
+      "predict",
+      &retries,
+      run.placement);
+  run.model->train();
+  return probs;
+}
+
 }  // namespace memtrain

@@ -92,6 +92,48 @@ void write_middle_slice(
 
 }  // namespace
 
+at::Tensor volume_probs(
+    const at::Tensor& volume,
+    int64_t num_classes,
+    const PatchPredictor& predict,
+    const ValidationConfig& cfg,
+    const std::array<int64_t, 3>& roi,
+    int64_t* sw_batch,
+    int rank,
+    const std::string& where,
+    int64_t* retries,
+    const Placement& placement) {
+  OomRetry how;
+  how.what = "validation.sw_batch";
+  how.where = where;
+  how.replay = "the volume";
+  how.rank = rank;
+  how.give_up = [roi](int64_t, int64_t, int64_t peak) {
+    return detail::concat(
+        "out of device memory in validation even at validation.sw_batch=1 "
+        "(window ",
+        roi[0],
+        "x",
+        roi[1],
+        "x",
+        roi[2],
+        ", measured peak ",
+        format_bytes(static_cast<double>(peak)),
+        "); use a smaller validation.roi or a larger memory.budget");
+  };
+  at::Tensor probs;
+  *retries += retry_on_oom(how, *sw_batch, [&](int64_t b) {
+    SlidingWindowOptions opt;
+    opt.roi = roi;
+    opt.overlap = cfg.overlap;
+    opt.sw_batch = b;
+    opt.blend = cfg.blend;
+    opt.offload_cpu = cfg.offload == "cpu";
+    probs = sliding_window_probs(volume, num_classes, predict, opt, placement);
+  });
+  return probs;
+}
+
 VolumeValResult Validator::run(
     const PatchPredictor& predict, const std::string& overlay_dir) {
   const DatasetInfo& info = data_.info();
@@ -110,46 +152,29 @@ VolumeValResult Validator::run(
       mask = torch::empty({sh[1], sh[2], sh[3]}, torch::kInt64);
       data_.read({v}, volume.data_ptr<float>(), mask.data_ptr<int64_t>());
     }
-    OomRetry how;
-    how.what = "validation.sw_batch";
-    how.where = detail::concat("validation, volume ", v);
-    how.replay = "the volume";
-    how.rank = rank;
-    how.give_up = [this](int64_t, int64_t, int64_t peak) {
-      return detail::concat(
-          "out of device memory in validation even at validation.sw_batch=1 "
-          "(window ",
-          roi_[0],
-          "x",
-          roi_[1],
-          "x",
-          roi_[2],
-          ", measured peak ",
-          format_bytes(static_cast<double>(peak)),
-          "); use a smaller validation.roi or a larger memory.budget");
-    };
-    out.oom_retries += retry_on_oom(how, sw_batch_, [&](int64_t sw_batch) {
-      SlidingWindowOptions opt;
-      opt.roi = roi_;
-      opt.overlap = cfg_.overlap;
-      opt.sw_batch = sw_batch;
-      opt.blend = cfg_.blend;
-      opt.offload_cpu = cfg_.offload == "cpu";
-      at::Tensor probs =
-          sliding_window_probs(volume, k, predict, opt, placement_);
-      memory::HostScope host;
-      const VolumeScore s = score(probs, mask, k);
-      if (!overlay_dir.empty())
-        write_middle_slice(overlay_dir, v, volume, mask, probs);
-      totals[0] += s.loss;
-      totals[1] += 1;
-      for (int64_t c = 0; c < k; ++c) {
-        if (!std::isnan(s.dice[c])) {
-          totals[2 + c] += s.dice[c];
-          totals[2 + k + c] += 1;
-        }
+    at::Tensor probs = volume_probs(
+        volume,
+        k,
+        predict,
+        cfg_,
+        roi_,
+        &sw_batch_,
+        rank,
+        detail::concat("validation, volume ", v),
+        &out.oom_retries,
+        placement_);
+    memory::HostScope host;
+    const VolumeScore s = score(probs, mask, k);
+    if (!overlay_dir.empty())
+      write_middle_slice(overlay_dir, v, volume, mask, probs);
+    totals[0] += s.loss;
+    totals[1] += 1;
+    for (int64_t c = 0; c < k; ++c) {
+      if (!std::isnan(s.dice[c])) {
+        totals[2 + c] += s.dice[c];
+        totals[2 + k + c] += 1;
       }
-    });
+    }
   }
   at::Tensor t = torch::tensor(totals, torch::kFloat64);
   comm_.all_reduce_sum(t);

@@ -34,6 +34,24 @@ struct VolumeValResult {
   int64_t oom_retries = 0;  // sw_batch halvings on this rank
 };
 
+// The whole-volume probabilities (K, D, H, W), host memory, of `volume`
+// ((C, D, H, W) float32, host memory) by sliding window on `placement`'s
+// device (validation.overlap, blend and offload from `cfg`, windows of
+// `roi`, *sw_batch at a time). On running out of device memory it halves
+// *sw_batch and runs the volume again, adding to *retries; `where` names
+// the volume in messages. Validation and `memtrain predict` use it.
+at::Tensor volume_probs(
+    const at::Tensor& volume,
+    int64_t num_classes,
+    const PatchPredictor& predict,
+    const ValidationConfig& cfg,
+    const std::array<int64_t, 3>& roi,
+    int64_t* sw_batch,
+    int rank,
+    const std::string& where,
+    int64_t* retries,
+    const Placement& placement);
+
 class Validator {
  public:
   // `roi` is the resolved window (validation.roi, or the training patch).

@@ -1,0 +1,83 @@
+#pragma once
+// NIfTI cases for `memtrain predict`: an image read into memtrain's axis
+// order, its label volume, a label map written back on the image's own grid
+// and header, and the trilinear resampling between voxel spacings that
+// convert-nifti --resample uses. No LibTorch, no NIfTI headers here.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace memtrain {
+
+// An image NIfTI-1 file's voxels: [C, D, H, W] float32 (scl_slope applied),
+// D = z (k), H = y (j), W = x (i) as the file stores them (data/CONVERT.md
+// "Output": no reorientation), C = its 4th dimension.
+struct NiftiCase {
+  std::string path;
+  std::array<int64_t, 4> shape{1, 1, 1, 1};   // C, D, H, W
+  std::array<double, 3> spacing_mm{1, 1, 1};  // D, H, W
+  std::vector<float> voxels;
+};
+
+// Reads `path`; messages start with `command` and name `flag`. Throws
+// memtrain::Error as convert-nifti does for a bad file.
+NiftiCase read_nifti_case(
+    const std::string& command,
+    const std::string& flag,
+    const std::string& path);
+
+// The label volume `path` ([D, H, W] classes, mapped by `label_map` as
+// convert-nifti's --label-map; "" takes the values as classes), which must
+// be on the grid of image `image_path` with the same voxel-to-world
+// transform (else memtrain::Error naming both).
+std::vector<uint8_t> read_nifti_case_labels(
+    const std::string& command,
+    const std::string& flag,
+    const std::string& path,
+    const std::string& image_path,
+    const std::string& label_map);
+
+// Writes `labels` ([D, H, W] of the grid of `reference`, an image NIfTI
+// file) to `out` (.nii or .nii.gz) as a 3D uint8 NIfTI-1 image with the
+// reference's dimensions, voxel sizes, units, qform and sform, so that it
+// overlays the reference in any viewer. Written to a temporary file in
+// the same folder and renamed: an existing `out` is never half-written.
+void write_nifti_labels_like(
+    const std::string& reference,
+    const std::vector<uint8_t>& labels,
+    const std::string& out);
+
+// The grid of `dims` voxels of `spacing` resampled to `target` spacing:
+// max(1, round(n * spacing / target)) voxels along each axis.
+std::array<int64_t, 3> resampled_dims(
+    const std::array<int64_t, 3>& dims,
+    const std::array<double, 3>& spacing,
+    const std::array<double, 3>& target);
+
+// Trilinear resampling of `src` ([C, D, H, W] of `dims` voxels of `from`
+// spacing) to `to_dims` voxels of `to` spacing, the two grids centred on
+// each other (output voxel o maps to input coordinate
+// (n-1)/2 + (o - (m-1)/2) * to / from, clamped: border voxels repeat).
+std::vector<float> resample_linear(
+    const std::vector<float>& src,
+    int64_t channels,
+    const std::array<int64_t, 3>& dims,
+    const std::array<double, 3>& from,
+    const std::array<int64_t, 3>& to_dims,
+    const std::array<double, 3>& to);
+
+// x -> x * scale + shift.
+struct IntensityNorm {
+  double scale = 1.0;
+  double shift = 0.0;
+};
+
+// The z-score over the non-zero values of `voxels` (all channels
+// together): scale = 1 / std, shift = -mean / std; without non-zero values
+// (or with std 0) scale 1 and shift 0 (-mean). convert-nifti's /volumes
+// normalisation, and predict's for each case.
+IntensityNorm nonzero_zscore(const std::vector<float>& voxels);
+
+}  // namespace memtrain

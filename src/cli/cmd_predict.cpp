@@ -1,0 +1,333 @@
+#include <torch/torch.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include "agreed.h"
+#include "commands.h"
+#include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/nifti_volume.h"
+#include "memtrain/data/seg_metrics.h"
+#include "memtrain/device/placement.h"
+#include "memtrain/dist/cpu_threads.h"
+#include "memtrain/dist/environment.h"
+#include "memtrain/dist/make_communicator.h"
+#include "memtrain/train/trainer.h"
+#include "memtrain/util/atomic_file.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// "case.nii.gz" -> "case"; "case.nii" -> "case".
+std::string case_name(const std::string& path) {
+  std::string n = fs::path(path).filename().string();
+  for (const char* ext : {".nii.gz", ".nii"}) {
+    const std::string e = ext;
+    if (n.size() > e.size() && n.compare(n.size() - e.size(), e.size(), e) == 0)
+      return n.substr(0, n.size() - e.size());
+  }
+  return n;
+}
+
+bool is_nifti(const fs::path& p) {
+  const std::string n = p.filename().string();
+  return case_name(n) != n;
+}
+
+// --input: one NIfTI file, or a folder's NIfTI files in name order.
+std::vector<std::string> list_cases(const std::string& input) {
+  MT_CHECK(
+      fs::exists(input),
+      "predict: --input '",
+      input,
+      "': no such file or folder");
+  if (!fs::is_directory(input)) {
+    MT_CHECK(
+        is_nifti(input),
+        "predict: --input '",
+        input,
+        "' is not a .nii or .nii.gz file");
+    return {input};
+  }
+  std::vector<std::string> cases;
+  for (const auto& e : fs::directory_iterator(input)) {
+    if (e.is_regular_file() && is_nifti(e.path()))
+      cases.push_back(e.path().string());
+  }
+  std::sort(cases.begin(), cases.end());
+  MT_CHECK(
+      !cases.empty(),
+      "predict: --input '",
+      input,
+      "' holds no .nii or .nii.gz file");
+  return cases;
+}
+
+// The label file of `case_path`: --labels itself (a file, with one input
+// file), or the file of the same name in the --labels folder.
+std::string labels_of(const std::string& labels, const std::string& case_path) {
+  if (!fs::is_directory(labels))
+    return labels;
+  for (const char* ext : {".nii.gz", ".nii"}) {
+    const fs::path p = fs::path(labels) / (case_name(case_path) + ext);
+    if (fs::exists(p))
+      return p.string();
+  }
+  throw Error(
+      "predict: --labels '" + labels + "' has no " + case_name(case_path) +
+      ".nii.gz or .nii for input '" + case_path + "'");
+}
+
+std::string num(double v) {
+  if (std::isinf(v))
+    return "inf";
+  std::ostringstream o;
+  o.precision(6);
+  o << v;
+  return o.str();
+}
+
+struct CaseResult {
+  std::string out;
+  std::string csv;  // rows "case,class,dice,hd95_mm,pred_voxels,true_voxels"
+  std::string line;
+};
+
+// One case: read, resample to the training spacing, normalise, sliding
+// window, probabilities back to the case's own grid, argmax, NIfTI out.
+CaseResult predict_case(
+    Trainer& trainer,
+    const PredictArgs& args,
+    const std::array<double, 3>& train_spacing,
+    int64_t channels,
+    const std::string& path) {
+  NiftiCase c = read_nifti_case("predict", "--input", path);
+  MT_CHECK(
+      c.shape[0] == channels,
+      "predict: --input '",
+      path,
+      "' has ",
+      c.shape[0],
+      " channel(s); the model was trained on ",
+      channels,
+      " (data.train)");
+  const std::array<int64_t, 3> dims = {c.shape[1], c.shape[2], c.shape[3]};
+  std::array<double, 3> grid_spacing = c.spacing_mm;
+  bool resample = false;
+  for (int a = 0; a < 3; ++a) {
+    if (train_spacing[a] > 0 &&
+        std::fabs(train_spacing[a] - c.spacing_mm[a]) > 1e-3 * train_spacing[a])
+      resample = true;
+  }
+  std::array<int64_t, 3> grid = dims;
+  if (resample) {
+    grid_spacing = train_spacing;
+    grid = resampled_dims(dims, c.spacing_mm, train_spacing);
+    c.voxels = resample_linear(
+        c.voxels, c.shape[0], dims, c.spacing_mm, grid, train_spacing);
+  }
+  const IntensityNorm norm = nonzero_zscore(c.voxels);
+  for (float& x : c.voxels)
+    x = static_cast<float>(x * norm.scale + norm.shift);
+  at::Tensor volume = torch::from_blob(
+      c.voxels.data(),
+      {c.shape[0], grid[0], grid[1], grid[2]},
+      torch::kFloat32);
+  const at::Tensor probs = trainer.predict_volume(volume).contiguous();
+  const int64_t k = probs.size(0);
+  std::vector<float> p(
+      probs.data_ptr<float>(), probs.data_ptr<float>() + probs.numel());
+  if (resample)
+    p = resample_linear(p, k, grid, grid_spacing, dims, c.spacing_mm);
+  const size_t n = static_cast<size_t>(dims[0] * dims[1] * dims[2]);
+  std::vector<uint8_t> labels(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < k; ++j) {
+      if (p[j * n + i] > p[best * n + i])
+        best = j;
+    }
+    labels[i] = static_cast<uint8_t>(best);
+  }
+  CaseResult r;
+  r.out = (fs::path(args.out) / (case_name(path) + ".nii.gz")).string();
+  write_nifti_labels_like(path, labels, r.out);
+  std::ostringstream line;
+  line << case_name(path) << ": " << dims[2] << "x" << dims[1] << "x" << dims[0]
+       << " voxels";
+  if (resample)
+    line << " (predicted at " << grid[2] << "x" << grid[1] << "x" << grid[0]
+         << ")";
+  line << " -> " << r.out;
+  if (!args.labels.empty()) {
+    const std::vector<uint8_t> truth = read_nifti_case_labels(
+        "predict",
+        "--labels",
+        labels_of(args.labels, path),
+        path,
+        args.label_map);
+    for (const ClassMetrics& m :
+         segmentation_metrics(labels, truth, dims, c.spacing_mm, k)) {
+      r.csv += case_name(path) + "," + std::to_string(m.cls) + "," +
+               num(m.dice) + "," + num(m.hd95_mm) + "," +
+               std::to_string(m.pred_voxels) + "," +
+               std::to_string(m.true_voxels) + "\n";
+      line << "; class " << m.cls << " Dice " << num(m.dice) << ", HD95 "
+           << num(m.hd95_mm) << " mm";
+    }
+  }
+  r.line = line.str();
+  return r;
+}
+
+}  // namespace
+
+void add_predict(CLI::App& app, PredictArgs& args) {
+  auto* cmd = app.add_subcommand(
+      "predict",
+      "Segment NIfTI volumes with trained weights: each case is resampled "
+      "to the training data's voxel spacing (data.train's spacing_mm), "
+      "z-scored over its non-zero voxels (as convert-nifti), run by the "
+      "validator's sliding window (validation.roi, overlap, sw_batch, "
+      "blend, offload), and its label map, brought back to the case's own "
+      "grid, is written as OUT/CASE.nii.gz with the case's header "
+      "(dimensions, voxel sizes, qform, sform). With --labels also Dice and "
+      "HD95 (mm) per case and class in OUT/metrics.csv. Any world size "
+      "(mpirun -np N): cases are split over ranks.");
+  cmd->add_option("--config", args.config, "the training run's YAML config")
+      ->check(CLI::ExistingFile);
+  cmd->add_option(
+         "--weights",
+         args.weights,
+         "a weights file (model.safetensors, best.safetensors)")
+      ->required();
+  cmd->add_option(
+         "--input",
+         args.input,
+         "a NIfTI-1 image (.nii, .nii.gz) or a folder of them")
+      ->required();
+  cmd->add_option("--out", args.out, "output folder (created)")->required();
+  cmd->add_option(
+      "--labels",
+      args.labels,
+      "reference label maps: a file (one --input file) or a folder with a "
+      "file of each case's name");
+  cmd->add_option(
+      "--label-map",
+      args.label_map,
+      "--labels values to classes, as convert-nifti's --label-map (e.g. "
+      "'>0:1')");
+  accept_overrides(cmd, args.overrides);
+}
+
+int run_predict(const PredictArgs& args, int* argc, char*** argv) {
+  Environment env(argc, argv);
+  if (!agreed(
+          env,
+          "launch",
+          [&] {
+            check_launch_world(
+                env.world_size(), [](const char* n) { return std::getenv(n); });
+          }) ||
+      !agreed(env, "threads", [&] { configure_cpu_threads(env); })) {
+    return kExitUsage;
+  }
+  TrainConfig cfg;
+  std::vector<std::string> cases;
+  std::array<double, 3> spacing{0, 0, 0};
+  int64_t channels = 0;
+  if (!agreed(env, "config", [&] {
+        cfg = TrainConfig::load(args.config, args.overrides);
+        cfg.data.val = "";  // predict reads only --input
+        MT_CHECK(
+            cfg.model.name == "unet3d",
+            "predict: model.name=",
+            cfg.model.name,
+            "; predict segments volumes with a unet3d config");
+        cases = list_cases(args.input);
+        MT_CHECK(
+            args.labels.empty() || fs::is_directory(args.labels) ||
+                cases.size() == 1,
+            "predict: --labels '",
+            args.labels,
+            "' is a file but --input holds ",
+            cases.size(),
+            " cases; give a folder of label files");
+        const H5Dataset train = H5Dataset::open(cfg.data.train, "data.train");
+        spacing = train.info().spacing_mm;
+        channels = train.info().sample_shape[0];
+        fs::create_directories(args.out);
+      })) {
+    return kExitUsage;
+  }
+  env.set_collective_timeout(cfg.dist.timeout_s);
+  std::unique_ptr<Placement> placement;
+  std::unique_ptr<Communicator> comm;
+  if (!agreed(
+          env,
+          "dist",
+          [&] {
+            placement = Placement::choose(
+                cfg.dist.device, env.local_rank(), cfg.memory.allocator_conf);
+          }) ||
+      !agreed(env, "dist.backend", [&] {
+        CommunicatorSpec spec;
+        spec.backend = cfg.dist.backend;
+        spec.cuda_device = placement->is_cuda();
+        spec.device_index = placement->device().index();
+        spec.timeout_s = cfg.dist.timeout_s;
+        comm = make_communicator(MPI_COMM_WORLD, spec);
+      })) {
+    return kExitUsage;
+  }
+  Trainer::Options options;
+  options.write_outputs = false;
+  options.placement = placement.get();
+  std::unique_ptr<Trainer> trainer;
+  if (!agreed(
+          env,
+          "start-up",
+          [&] { trainer = std::make_unique<Trainer>(cfg, *comm, options); }) ||
+      !agreed(env, "--weights", [&] { trainer->load_weights(args.weights); })) {
+    return kExitUsage;
+  }
+  std::string csv;
+  if (!agreed(env, "predict", [&] {
+        for (size_t i = env.rank(); i < cases.size(); i += env.world_size()) {
+          const CaseResult r =
+              predict_case(*trainer, args, spacing, channels, cases[i]);
+          std::printf("predict: [rank %d] %s\n", env.rank(), r.line.c_str());
+          std::fflush(stdout);
+          csv += r.csv;
+        }
+      })) {
+    return kExitUsage;
+  }
+  const std::vector<std::string> parts = env.all_gather(csv);
+  if (env.rank() == 0 && !args.labels.empty()) {
+    std::string all = "case,class,dice,hd95_mm,pred_voxels,true_voxels\n";
+    for (const std::string& p : parts)
+      all += p;
+    const std::string path = (fs::path(args.out) / "metrics.csv").string();
+    write_file_atomically(path, all);
+    std::printf(
+        "predict: %zu case(s); per case and class: %s\n",
+        cases.size(),
+        path.c_str());
+  } else if (env.rank() == 0) {
+    std::printf(
+        "predict: %zu case(s) into %s\n", cases.size(), args.out.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace memtrain::cli

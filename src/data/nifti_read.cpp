@@ -1,0 +1,390 @@
+#include "nifti_read.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+#include <znzlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "memtrain/data/nifti_volume.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain::nifti {
+namespace {
+
+constexpr const char* kSupported =
+    "uint8, int8, int16, uint16, int32, uint32, int64, uint64, float32, "
+    "float64";
+
+std::string fmt(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+bool supported_type(int dt) {
+  switch (dt) {
+    case DT_UINT8:
+    case DT_INT8:
+    case DT_INT16:
+    case DT_UINT16:
+    case DT_INT32:
+    case DT_UINT32:
+    case DT_INT64:
+    case DT_UINT64:
+    case DT_FLOAT32:
+    case DT_FLOAT64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Calls f(const T* data) with the voxel array of `im` as its own type.
+template <typename F>
+void visit(const nifti_image* im, F&& f) {
+  const void* d = im->data;
+  switch (im->datatype) {
+    case DT_UINT8:
+      return f(static_cast<const uint8_t*>(d));
+    case DT_INT8:
+      return f(static_cast<const int8_t*>(d));
+    case DT_INT16:
+      return f(static_cast<const int16_t*>(d));
+    case DT_UINT16:
+      return f(static_cast<const uint16_t*>(d));
+    case DT_INT32:
+      return f(static_cast<const int32_t*>(d));
+    case DT_UINT32:
+      return f(static_cast<const uint32_t*>(d));
+    case DT_INT64:
+      return f(static_cast<const int64_t*>(d));
+    case DT_UINT64:
+      return f(static_cast<const uint64_t*>(d));
+    case DT_FLOAT32:
+      return f(static_cast<const float*>(d));
+    case DT_FLOAT64:
+      return f(static_cast<const double*>(d));
+    default:
+      MT_INTERNAL_ASSERT(false, "unchecked NIfTI datatype ", im->datatype);
+  }
+}
+
+// The 4 bytes of sizeof_hdr (gzip or not): 348 NIfTI-1, 540 NIfTI-2.
+int32_t header_size(const std::string& path) {
+  znzFile f = znzopen(path.c_str(), "rb", 1);
+  if (znz_isnull(f))
+    return -1;
+  int32_t size = -1;
+  if (znzread(&size, 1, 4, f) != 4)
+    size = -1;
+  Xznzclose(&f);
+  return size;
+}
+
+int32_t bswap32(int32_t v) {
+  const uint32_t u = static_cast<uint32_t>(v);
+  return static_cast<int32_t>(
+      (u >> 24) | ((u >> 8) & 0xff00u) | ((u << 8) & 0xff0000u) | (u << 24));
+}
+
+std::string transform_str(const std::array<double, 12>& a) {
+  std::string s = "[";
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 4; ++c)
+      s += (c ? " " : "") + fmt(std::round(a[r * 4 + c] * 1000) / 1000);
+    s += r < 2 ? "; " : "]";
+  }
+  return s;
+}
+
+}  // namespace
+
+Nifti open_header(
+    const std::string& command,
+    const std::string& flag,
+    const std::string& path) {
+  MT_CHECK(!path.empty(), command, ": ", flag, " is required");
+  Nifti n;
+  n.command = command;
+  n.flag = flag;
+  n.path = path;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw Error(
+        n.command + ": " + n.name() + ": " +
+        (errno == ENOENT ? std::string("no such file")
+                         : std::string(std::strerror(errno))));
+  }
+  MT_CHECK(
+      S_ISREG(st.st_mode), n.command, ": ", n.name(), ": not a regular file");
+  MT_CHECK(
+      ::access(path.c_str(), R_OK) == 0,
+      n.command,
+      ": ",
+      n.name(),
+      ": cannot read (",
+      std::strerror(errno),
+      ")");
+  // NIfTI-2 first: nifti1_io would print its own error for it.
+  const int32_t size = header_size(path);
+  if (size == 540 || bswap32(size) == 540) {
+    throw Error(
+        n.command + ": " + n.name() +
+        ": is a NIfTI-2 file; only NIfTI-1 is supported (save it as "
+        "NIfTI-1, e.g. with nibabel's Nifti1Image)");
+  }
+  nifti_set_debug_level(0);  // the library prints its errors otherwise
+  n.im.reset(nifti_image_read(path.c_str(), 0));
+  if (!n.im) {
+    throw Error(
+        n.command + ": " + n.name() +
+        ": not a NIfTI-1 file (no valid NIfTI-1 header)");
+  }
+  const nifti_image* im = n.im.get();
+  if (!supported_type(im->datatype)) {
+    throw Error(
+        n.command + ": " + n.name() + ": datatype " +
+        nifti_datatype_string(im->datatype) + " (code " +
+        std::to_string(im->datatype) +
+        ") is not supported; supported: real scalars (" + kSupported + ")");
+  }
+  MT_CHECK(
+      im->nu <= 1 && im->nv <= 1 && im->nw <= 1,
+      n.command,
+      ": ",
+      n.name(),
+      ": has ",
+      im->ndim,
+      " dimensions (",
+      im->nx,
+      "x",
+      im->ny,
+      "x",
+      im->nz,
+      "x",
+      im->nt,
+      "x",
+      im->nu,
+      "...); at most 4 (x, y, z, volumes) are supported");
+  n.nx = std::max(1, im->nx);
+  n.ny = std::max(1, im->ny);
+  n.nz = std::max(1, im->nz);
+  n.nt = std::max(1, im->nt);
+  double to_mm = 1.0;
+  switch (im->xyz_units) {
+    case NIFTI_UNITS_METER:
+      to_mm = 1000.0;
+      break;
+    case NIFTI_UNITS_MICRON:
+      to_mm = 0.001;
+      break;
+    default:  // mm or unknown: mm
+      break;
+  }
+  n.pix_mm = {
+      std::fabs(im->dx) * to_mm,
+      std::fabs(im->dy) * to_mm,
+      std::fabs(im->dz) * to_mm};
+  n.slope = im->scl_slope;
+  n.inter = im->scl_inter;
+  n.scaled = std::isfinite(n.slope) && std::isfinite(n.inter) && n.slope != 0 &&
+             !(n.slope == 1 && n.inter == 0);
+  return n;
+}
+
+void load_data(Nifti& n) {
+  MT_CHECK(
+      nifti_image_load(n.im.get()) == 0 && n.im->data,
+      n.command,
+      ": ",
+      n.name(),
+      ": cannot read the voxel data (truncated or corrupt file?)");
+}
+
+// The world transforms a file declares (sform, qform), 3x4 each.
+std::vector<std::array<double, 12>> transforms(const nifti_image* im) {
+  std::vector<std::array<double, 12>> out;
+  auto add = [&](const mat44& m) {
+    std::array<double, 12> a{};
+    for (int r = 0; r < 3; ++r)
+      for (int c = 0; c < 4; ++c)
+        a[r * 4 + c] = m.m[r][c];
+    out.push_back(a);
+  };
+  if (im->sform_code > 0)
+    add(im->sto_xyz);
+  if (im->qform_code > 0)
+    add(im->qto_xyz);
+  return out;
+}
+
+void check_same_grid(const Nifti& img, const Nifti& lbl, bool check_affine) {
+  MT_CHECK(
+      img.nx == lbl.nx && img.ny == lbl.ny && img.nz == lbl.nz,
+      img.command,
+      ": grid mismatch: ",
+      img.name(),
+      " is ",
+      img.grid(),
+      " but ",
+      lbl.name(),
+      " is ",
+      lbl.grid(),
+      "; image and labels must have the same voxel grid");
+  MT_CHECK(
+      lbl.nt == 1,
+      lbl.command,
+      ": ",
+      lbl.name(),
+      ": has ",
+      lbl.nt,
+      " volumes (4D); labels must be one 3D volume");
+  if (!check_affine)
+    return;
+  const auto ti = transforms(img.im.get());
+  const auto tl = transforms(lbl.im.get());
+  if (ti.empty() || tl.empty())
+    return;  // one of them declares no orientation: nothing to compare
+  for (const auto& a : ti) {
+    for (const auto& b : tl) {
+      bool same = true;
+      for (int e = 0; e < 12; ++e)
+        same = same && std::fabs(a[e] - b[e]) <= 1e-3;
+      if (same)
+        return;
+    }
+  }
+  throw Error(
+      img.command + ": " + img.name() + " and " + lbl.name() +
+      " have the same grid " + img.grid() +
+      " but different voxel-to-world transforms (image " +
+      transform_str(ti[0]) + ", labels " + transform_str(tl[0]) +
+      "): the labels would not line up with the image; fix the headers or "
+      "pass --ignore-affine if the voxels do correspond");
+}
+
+// Image voxels as float32 (slope applied), NIfTI order = [C, D, H, W].
+std::vector<float> read_image(const Nifti& n) {
+  const size_t count = n.voxels3d() * static_cast<size_t>(n.nt);
+  std::vector<float> out(count);
+  visit(n.im.get(), [&](const auto* p) {
+    for (size_t i = 0; i < count; ++i) {
+      double v = static_cast<double>(p[i]);
+      if (n.scaled)
+        v = v * n.slope + n.inter;
+      out[i] = static_cast<float>(v);
+      if (!std::isfinite(out[i])) {
+        const size_t plane = static_cast<size_t>(n.nx * n.ny);
+        throw Error(
+            n.command + ": " + n.name() + ": voxel (" +
+            std::to_string(i % n.nx) + "," + std::to_string((i / n.nx) % n.ny) +
+            "," + std::to_string((i / plane) % n.nz) + ") is " + fmt(v) +
+            " (not a finite float32); replace NaN/Inf voxels first");
+      }
+    }
+  });
+  return out;
+}
+
+// Label voxels mapped to classes (uint8), NIfTI order = [D, H, W].
+std::vector<uint8_t> read_labels(
+    const Nifti& n, const std::vector<LabelRule>& rules) {
+  const size_t count = n.voxels3d();
+  std::vector<uint8_t> out(count);
+  auto where = [&](size_t i) {
+    const size_t plane = static_cast<size_t>(n.nx * n.ny);
+    return "(" + std::to_string(i % n.nx) + "," +
+           std::to_string((i / n.nx) % n.ny) + "," + std::to_string(i / plane) +
+           ")";
+  };
+  visit(n.im.get(), [&](const auto* p) {
+    for (size_t i = 0; i < count; ++i) {
+      double v = static_cast<double>(p[i]);
+      if (n.scaled)
+        v = v * n.slope + n.inter;
+      if (!rules.empty()) {
+        uint8_t c = 0;
+        for (const LabelRule& r : rules) {
+          if (r.matches(v)) {
+            c = static_cast<uint8_t>(r.cls);
+            break;
+          }
+        }
+        out[i] = c;
+        continue;
+      }
+      const double rv = std::round(v);
+      if (!(std::fabs(v - rv) <= 1e-4 && rv >= 0)) {
+        throw Error(
+            n.command + ": " + n.name() + ": voxel " + where(i) +
+            " has label " + fmt(v) +
+            "; without --label-map labels must be non-negative integers "
+            "(map them with --label-map)");
+      }
+      if (rv > 255) {
+        throw Error(
+            n.command + ": " + n.name() + ": voxel " + where(i) +
+            " has label " + fmt(v) +
+            "; classes are stored as uint8 (0..255): group the labels with "
+            "--label-map");
+      }
+      out[i] = static_cast<uint8_t>(rv);
+    }
+  });
+  return out;
+}
+
+// Output voxel o of m, size `mm`, centred on the input extent of n voxels of
+// size `pix`: input coordinate x = (n-1)/2 + (o - (m-1)/2) * mm / pix,
+// clamped to the input (border voxels repeat).
+AxisMap axis_map(int64_t n, double pix, double mm, int64_t m) {
+  AxisMap a;
+  a.i0.resize(m);
+  a.i1.resize(m);
+  a.nn.resize(m);
+  a.w.resize(m);
+  for (int64_t o = 0; o < m; ++o) {
+    const double x = (n - 1) / 2.0 + (o - (m - 1) / 2.0) * mm / pix;
+    const double xc = std::clamp(x, 0.0, static_cast<double>(n - 1));
+    a.i0[o] = static_cast<int64_t>(std::floor(xc));
+    a.i1[o] = std::min(a.i0[o] + 1, n - 1);
+    a.w[o] = static_cast<float>(xc - a.i0[o]);
+    a.nn[o] = std::clamp<int64_t>(
+        static_cast<int64_t>(std::floor(x + 0.5)), 0, n - 1);
+  }
+  return a;
+}
+
+void resample(
+    std::vector<float>* image,
+    std::vector<uint8_t>* mask,
+    Grid* g,
+    const std::array<double, 3>& pix_dhw,
+    double mm) {
+  const std::array<int64_t, 3> n = {g->d, g->h, g->w};
+  const std::array<double, 3> to = {mm, mm, mm};
+  const std::array<int64_t, 3> m = resampled_dims(n, pix_dhw, to);
+  *image = resample_linear(*image, g->c, n, pix_dhw, m, to);
+  AxisMap maps[3];
+  for (int a = 0; a < 3; ++a)
+    maps[a] = axis_map(n[a], pix_dhw[a], mm, m[a]);
+  const AxisMap &md = maps[0], &mh = maps[1], &mw = maps[2];
+  const int64_t H = g->h, W = g->w;
+  std::vector<uint8_t> msk(static_cast<size_t>(m[0] * m[1] * m[2]));
+  uint8_t* dst = msk.data();
+  for (int64_t z = 0; z < m[0]; ++z)
+    for (int64_t y = 0; y < m[1]; ++y)
+      for (int64_t x = 0; x < m[2]; ++x)
+        *dst++ = (*mask)[(md.nn[z] * H + mh.nn[y]) * W + mw.nn[x]];
+  mask->swap(msk);
+  g->d = m[0];
+  g->h = m[1];
+  g->w = m[2];
+}
+
+}  // namespace memtrain::nifti

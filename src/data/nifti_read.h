@@ -1,0 +1,97 @@
+#pragma once
+// Reading NIfTI-1 files (libnifti2's nifti1_io) for convert-nifti and
+// predict: the header and its checks, voxels as float32 or as classes, the
+// world transforms, and the resampling of [C, D, H, W] grids. Private to
+// src/data/; no public header includes the NIfTI headers.
+
+#include <nifti1_io.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memtrain/data/nifti_convert.h"
+
+namespace memtrain::nifti {
+
+struct NiftiFree {
+  void operator()(nifti_image* p) const {
+    nifti_image_free(p);
+  }
+};
+using NiftiPtr = std::unique_ptr<nifti_image, NiftiFree>;
+
+// What a file is, as read from its header (data not loaded yet).
+struct Nifti {
+  std::string command;  // "convert-nifti", "predict": starts messages
+  std::string flag;     // "--image", "--labels", "--input"
+  std::string path;
+  NiftiPtr im;
+  int64_t nx = 1, ny = 1, nz = 1, nt = 1;
+  std::array<double, 3> pix_mm{1, 1, 1};  // |dx|, |dy|, |dz| in mm
+  bool scaled = false;
+  double slope = 1, inter = 0;
+
+  std::string name() const {
+    return flag + " '" + path + "'";
+  }
+  size_t voxels3d() const {
+    return static_cast<size_t>(nx * ny * nz);
+  }
+  std::string grid() const {
+    return std::to_string(nx) + "x" + std::to_string(ny) + "x" +
+           std::to_string(nz);
+  }
+};
+
+// Opens `path` (given as `flag` of `command`, for messages) and reads its
+// header; throws memtrain::Error naming the file for a missing, unreadable,
+// non-NIfTI-1 or NIfTI-2 file, an unsupported datatype or over 4
+// dimensions.
+Nifti open_header(
+    const std::string& command,
+    const std::string& flag,
+    const std::string& path);
+// Reads the voxel data.
+void load_data(Nifti& n);
+// The world transforms a file declares (sform, qform), 3x4 each.
+std::vector<std::array<double, 12>> transforms(const nifti_image* im);
+// Same voxel grid, one 3D label volume, and (check_affine) one transform
+// of each equal to 1e-3.
+void check_same_grid(const Nifti& img, const Nifti& lbl, bool check_affine);
+// Image voxels as float32 (slope applied), NIfTI order = [C, D, H, W].
+std::vector<float> read_image(const Nifti& n);
+// Label voxels mapped to classes (uint8), NIfTI order = [D, H, W].
+std::vector<uint8_t> read_labels(
+    const Nifti& n, const std::vector<LabelRule>& rules);
+
+// A volume in memtrain's axis order: [C, D, H, W], W fastest.
+struct Grid {
+  int64_t c = 1, d = 1, h = 1, w = 1;
+  size_t plane() const {
+    return static_cast<size_t>(d * h * w);
+  }
+};
+
+struct AxisMap {
+  std::vector<int64_t> i0, i1, nn;
+  std::vector<float> w;
+};
+
+// Output voxel o of m, size `mm`, centred on the input extent of n voxels of
+// size `pix`: input coordinate x = (n-1)/2 + (o - (m-1)/2) * mm / pix,
+// clamped to the input (border voxels repeat).
+AxisMap axis_map(int64_t n, double pix, double mm, int64_t m);
+
+// Resamples image (trilinear) and mask (nearest) of grid *g with voxel
+// sizes pix_dhw to isotropic `mm` voxels; *g gets the new sizes.
+void resample(
+    std::vector<float>* image,
+    std::vector<uint8_t>* mask,
+    Grid* g,
+    const std::array<double, 3>& pix_dhw,
+    double mm);
+
+}  // namespace memtrain::nifti

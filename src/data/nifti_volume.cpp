@@ -1,0 +1,185 @@
+#include "memtrain/data/nifti_volume.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "memtrain/util/error.h"
+#include "nifti_read.h"
+
+namespace memtrain {
+
+NiftiCase read_nifti_case(
+    const std::string& command,
+    const std::string& flag,
+    const std::string& path) {
+  nifti::Nifti n = nifti::open_header(command, flag, path);
+  nifti::load_data(n);
+  NiftiCase c;
+  c.path = path;
+  c.shape = {n.nt, n.nz, n.ny, n.nx};
+  c.spacing_mm = {n.pix_mm[2], n.pix_mm[1], n.pix_mm[0]};
+  c.voxels = nifti::read_image(n);
+  return c;
+}
+
+std::vector<uint8_t> read_nifti_case_labels(
+    const std::string& command,
+    const std::string& flag,
+    const std::string& path,
+    const std::string& image_path,
+    const std::string& label_map) {
+  const nifti::Nifti img = nifti::open_header(command, "--input", image_path);
+  nifti::Nifti lbl = nifti::open_header(command, flag, path);
+  nifti::check_same_grid(img, lbl, /*check_affine=*/true);
+  nifti::load_data(lbl);
+  return nifti::read_labels(
+      lbl,
+      label_map.empty() ? std::vector<LabelRule>{}
+                        : parse_label_map(label_map));
+}
+
+void write_nifti_labels_like(
+    const std::string& reference,
+    const std::vector<uint8_t>& labels,
+    const std::string& out) {
+  const nifti::Nifti ref = nifti::open_header("predict", "--input", reference);
+  MT_INTERNAL_ASSERT(labels.size() == ref.voxels3d());
+  nifti::NiftiPtr im(nifti_copy_nim_info(ref.im.get()));
+  MT_CHECK(
+      im != nullptr, "predict: cannot copy the header of '", reference, "'");
+  im->ndim = im->dim[0] = 3;
+  im->nt = im->nu = im->nv = im->nw = 1;
+  for (int d = 4; d <= 7; ++d)
+    im->dim[d] = 1;
+  im->nvox = labels.size();
+  im->datatype = DT_UINT8;
+  im->nbyper = 1;
+  im->swapsize = 0;
+  im->scl_slope = 0;  // none: the values are the classes
+  im->scl_inter = 0;
+  im->cal_min = 0;
+  im->cal_max =
+      labels.empty() ? 0 : *std::max_element(labels.begin(), labels.end());
+  im->intent_code = NIFTI_INTENT_LABEL;
+  im->nifti_type = NIFTI_FTYPE_NIFTI1_1;
+  im->num_ext = 0;
+  im->ext_list = nullptr;
+  im->data = std::malloc(labels.size());
+  MT_CHECK(im->data != nullptr, "predict: out of host memory for '", out, "'");
+  std::memcpy(im->data, labels.data(), labels.size());
+
+  // A temporary name with the same extension, in the same folder.
+  const std::filesystem::path target(out);
+  const std::string name = target.filename().string();
+  const bool gz = name.size() > 7 && name.substr(name.size() - 7) == ".nii.gz";
+  MT_CHECK(
+      gz || (name.size() > 4 && name.substr(name.size() - 4) == ".nii"),
+      "predict: output '",
+      out,
+      "' must end in .nii or .nii.gz");
+  const std::string tmp = (target.parent_path() /
+                           (".tmp" + std::to_string(::getpid()) + "-" + name))
+                              .string();
+  MT_CHECK(
+      nifti_set_filenames(im.get(), tmp.c_str(), 0, 1) == 0,
+      "predict: cannot name the output file '",
+      tmp,
+      "'");
+  nifti_image_write(im.get());
+  std::error_code ec;
+  if (!std::filesystem::exists(tmp, ec) ||
+      std::filesystem::file_size(tmp, ec) == 0) {
+    std::filesystem::remove(tmp, ec);
+    throw Error("predict: cannot write '" + out + "' (folder not writable?)");
+  }
+  std::filesystem::rename(tmp, target, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw Error("predict: cannot move the output into place as '" + out + "'");
+  }
+}
+
+std::array<int64_t, 3> resampled_dims(
+    const std::array<int64_t, 3>& dims,
+    const std::array<double, 3>& spacing,
+    const std::array<double, 3>& target) {
+  std::array<int64_t, 3> m{};
+  for (int a = 0; a < 3; ++a) {
+    m[a] = std::max<int64_t>(
+        1,
+        static_cast<int64_t>(std::llround(dims[a] * spacing[a] / target[a])));
+  }
+  return m;
+}
+
+std::vector<float> resample_linear(
+    const std::vector<float>& src,
+    int64_t channels,
+    const std::array<int64_t, 3>& dims,
+    const std::array<double, 3>& from,
+    const std::array<int64_t, 3>& to_dims,
+    const std::array<double, 3>& to) {
+  const int64_t H = dims[1], W = dims[2];
+  const size_t in_plane = static_cast<size_t>(dims[0] * H * W);
+  MT_INTERNAL_ASSERT(src.size() == in_plane * channels);
+  nifti::AxisMap maps[3];
+  for (int a = 0; a < 3; ++a)
+    maps[a] = nifti::axis_map(dims[a], from[a], to[a], to_dims[a]);
+  const nifti::AxisMap &md = maps[0], &mh = maps[1], &mw = maps[2];
+  const size_t out_plane =
+      static_cast<size_t>(to_dims[0] * to_dims[1] * to_dims[2]);
+  std::vector<float> out(out_plane * channels);
+  float* dst = out.data();
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* s = src.data() + c * in_plane;
+    for (int64_t z = 0; z < to_dims[0]; ++z) {
+      const float wz = md.w[z];
+      const float* s0 = s + md.i0[z] * H * W;
+      const float* s1 = s + md.i1[z] * H * W;
+      for (int64_t y = 0; y < to_dims[1]; ++y) {
+        const float wy = mh.w[y];
+        const int64_t r0 = mh.i0[y] * W, r1 = mh.i1[y] * W;
+        for (int64_t x = 0; x < to_dims[2]; ++x) {
+          const float wx = mw.w[x];
+          const int64_t c0 = mw.i0[x], c1 = mw.i1[x];
+          auto lerp_row = [&](const float* p, int64_t r) {
+            return p[r + c0] * (1 - wx) + p[r + c1] * wx;
+          };
+          const float a0 = lerp_row(s0, r0) * (1 - wy) + lerp_row(s0, r1) * wy;
+          const float a1 = lerp_row(s1, r0) * (1 - wy) + lerp_row(s1, r1) * wy;
+          *dst++ = a0 * (1 - wz) + a1 * wz;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+IntensityNorm nonzero_zscore(const std::vector<float>& voxels) {
+  double sum = 0, sq = 0;
+  int64_t count = 0;
+  for (float x : voxels) {
+    if (x != 0) {
+      sum += x;
+      sq += static_cast<double>(x) * x;
+      ++count;
+    }
+  }
+  IntensityNorm n;
+  if (count > 0) {
+    const double mean = sum / count;
+    const double var = std::max(0.0, sq / count - mean * mean);
+    const double sd = std::sqrt(var);
+    n.scale = sd > 0 ? 1.0 / sd : 1.0;
+    n.shift = -mean * n.scale;
+  }
+  return n;
+}
+
+}  // namespace memtrain
