@@ -8,8 +8,9 @@
 #     last one rank 0 of 2, and ranks 0-2 of 4, run an empty micro-step),
 #     parameters AND running statistics within 1e-4 (4 ranks without the
 #     shared-memory all-reduce, so that gradient buckets start inside
-#     backward between the batch-norm sums, empty micro-steps included);
-#     every window
+#     backward between the batch-norm sums, empty micro-steps included),
+#     and 2 ranks with every stage checkpointed likewise (158 batch-norm
+#     all-reduces a micro-step: the recomputation's too); every window
 #     all-reduces the gradient as often as without sync_bn and has
 #     53 x 2 batch-norm all-reduces per micro-step of 850,344 bytes
 #     (float64: [2C + 1] in forward, [2C] in backward, C summed over the 53
@@ -55,6 +56,15 @@ run sync2 2 4 1 --training.epochs=1 --model.sync_bn=true
 # micro-step.
 MEMTRAIN_MPI_SHM=0 MPI_ARGS="-x MEMTRAIN_MPI_SHM" \
   run sync4 4 2 1 --training.epochs=1 --model.sync_bn=true
+# Every stage checkpointed: the recomputation in backward sums each of
+# the 52 batch-norms of layer1..layer4 once more (158 a micro-step), between
+# the buckets' all-reduces, and changes nothing.
+MEMTRAIN_MPI_SHM=0 MPI_ARGS="-x MEMTRAIN_MPI_SHM" \
+  run sync2ck 2 4 1 --training.epochs=1 --model.sync_bn=true \
+  --training.gradient_checkpointing=all
+windows sync2ck/metrics.jsonl syncbn_calls buckets_early | tee sync2ck.windows
+awk '{ if ($1 != 158 || $2 < 1) exit 1 }' sync2ck.windows ||
+  fail "sync2ck: not 158 batch-norm all-reduces with buckets started in backward"
 run local2e 2 4 1 --training.epochs=1
 for r in one sync2 sync4 local2e; do
   echo "$r: samples accum_steps allreduce_calls allreduce_bytes syncbn_calls syncbn_bytes buckets_early"
@@ -80,7 +90,7 @@ for x, y in zip(a, b):
 done
 awk '{ if ($5 != 0 || $6 != 0) exit 1 }' one.windows || fail "1 rank: batch-norm all-reduces"
 awk '{ if ($5 != 0 || $6 != 0) exit 1 }' local2e.windows || fail "sync_bn=false: batch-norm all-reduces"
-for r in sync2 sync4; do
+for r in sync2 sync4 sync2ck; do
   read -r ap ab ac < <("$PY" "$CHECK" one/model.safetensors $r/model.safetensors)
   echo "(a) sync_bn, 1 rank x 8 vs $r: params $ap, running statistics $ab, num_batches_tracked $ac"
   within "$ap" 1e-4 && within "$ab" 1e-4 && [ "$ac" = equal ] ||
