@@ -291,6 +291,13 @@ const std::vector<Key>& keys() {
           "train: no gradient, no optimizer state, not all-reduced; their "
           "batch-norms use their running statistics; a prefix matching "
           "no parameter is an error"),
+      bool_key(
+          "model.sync_bn",
+          [](TrainConfig& c) { return &c.model.sync_bn; },
+          "resnet50, seresnext50_32x4d: false: batch-norm uses each "
+          "micro-batch's own statistics (as PyTorch DDP); true: those of "
+          "every rank's concurrent micro-batch (as SyncBatchNorm; two small "
+          "all-reduces per batch-norm per micro-step; no OOM replay)"),
       string_key(
           "data.train",
           [](TrainConfig& c) { return &c.data.train; },
@@ -1283,6 +1290,18 @@ void TrainConfig::validate() const {
       model.name != "dual_encoder" || !episodic,
       "config: model.name=dual_encoder trains on pairs, not episodes; set "
       "data.episodes.n_way=0 and model.head=linear");
+  MT_CHECK(
+      !model.sync_bn || model.name == "resnet50" ||
+          model.name == "seresnext50_32x4d",
+      "config: model.sync_bn: true needs a model with batch-norm (resnet50, "
+      "seresnext50_32x4d); model.name=",
+      model.name,
+      " has none");
+  MT_CHECK(
+      !model.sync_bn || !episodic,
+      "config: model.sync_bn: true is for row windows; few-shot episodes "
+      "(data.episodes.n_way > 0) train with each micro-batch's own "
+      "batch-norm statistics: set model.sync_bn=false");
   MT_CHECK(
       !episodic || data.episodes.n_way >= 2,
       "config: data.episodes.n_way=1: an episode needs at least 2 classes");

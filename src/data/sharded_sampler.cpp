@@ -115,4 +115,24 @@ std::vector<std::vector<int64_t>> split_micro_batches(
   return out;
 }
 
+std::vector<std::vector<int64_t>> split_micro_batches_evenly(
+    const std::vector<int64_t>& indices, int64_t count) {
+  MT_INTERNAL_ASSERT(count > 0);
+  const int64_t n = static_cast<int64_t>(indices.size());
+  std::vector<std::vector<int64_t>> out;
+  int64_t begin = 0;
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t size = n / count + (k < n % count ? 1 : 0);
+    out.emplace_back(indices.begin() + begin, indices.begin() + begin + size);
+    begin += size;
+  }
+  return out;
+}
+
+int64_t micro_steps_for(int64_t samples, int64_t world, int64_t micro) {
+  MT_INTERNAL_ASSERT(samples >= 0 && world > 0 && micro > 0);
+  const int64_t largest_share = (samples + world - 1) / world;
+  return (largest_share + micro - 1) / micro;
+}
+
 }  // namespace memtrain

@@ -75,6 +75,15 @@ at::Tensor Communicator::all_gather_rows(
   return all;
 }
 
+void Communicator::all_reduce_batch_norm(at::Tensor& t) {
+  const CommStats before = stats_;
+  all_reduce(t, ReduceOp::kSum);
+  stats_.allreduce_calls = before.allreduce_calls;
+  stats_.allreduce_bytes = before.allreduce_bytes;
+  ++stats_.syncbn_calls;
+  stats_.syncbn_bytes += static_cast<int64_t>(t.nbytes());
+}
+
 bool all_ranks_ok(Communicator& comm, bool ok) {
   auto failures = torch::tensor({ok ? int64_t{0} : int64_t{1}});
   comm.all_reduce_sum(failures);

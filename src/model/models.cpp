@@ -42,6 +42,17 @@ void Classifier::set_checkpointed(int64_t count) {
   checkpointed_ = count;
 }
 
+void Classifier::set_batch_norm_sync(
+    BatchNormSync sync, const std::string& model) {
+  MT_CHECK(
+      !sync || has_batch_norm(),
+      "model.sync_bn: true needs a model with batch-norm (resnet50, "
+      "seresnext50_32x4d); model.name=",
+      model,
+      " has none");
+  batch_norm_sync_ = std::move(sync);
+}
+
 int64_t groups_for(int64_t channels) {
   for (int64_t g = 8; g > 1; --g) {
     if (channels % g == 0)

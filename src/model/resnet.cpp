@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "memtrain/model/checkpointed.h"
+#include "memtrain/model/sync_batch_norm.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -47,9 +48,13 @@ torch::nn::Conv2d conv(
 // normalises with the batch's statistics and, when `update` is set, moves
 // the running statistics (momentum 0.1, as PyTorch); a batch-norm whose
 // weight is frozen, and every batch-norm in eval mode, normalises with the
-// running statistics.
+// running statistics. With a model.sync_bn hook the batch's statistics are
+// those of every rank's concurrent micro-batch (sync_batch_norm.h).
 torch::Tensor norm(
-    torch::nn::BatchNorm2d& bn, const torch::Tensor& x, bool update) {
+    torch::nn::BatchNorm2d& bn,
+    const torch::Tensor& x,
+    bool update,
+    const BatchNormSync& sync) {
   const torch::Tensor h = x.to(torch::kFloat32);
   const auto& o = bn->options;
   if (!bn->is_training() || !bn->weight.requires_grad()) {
@@ -63,6 +68,19 @@ torch::Tensor norm(
         0.0,
         o.eps(),
         at::globalContext().userEnabledCuDNN());
+  }
+  if (sync) {
+    return sync_batch_norm(
+        h,
+        bn->weight,
+        bn->bias,
+        bn->running_mean,
+        bn->running_var,
+        bn->num_batches_tracked,
+        update,
+        o.momentum().value_or(0.1),
+        o.eps(),
+        sync);
   }
   if (update)
     return bn->forward(h);
@@ -97,7 +115,13 @@ TORCH_MODULE(SqueezeExcite);
 // timm's Bottleneck; modules registered in timm's order (the state-dict
 // order): conv1, bn1, conv2, bn2, conv3, bn3, se, downsample.
 struct BottleneckImpl : torch::nn::Module {
-  BottleneckImpl(int64_t in, int64_t planes, int64_t stride, const Spec& s) {
+  BottleneckImpl(
+      int64_t in,
+      int64_t planes,
+      int64_t stride,
+      const Spec& s,
+      const BatchNormSync& sync)
+      : sync(sync) {
     const int64_t width = planes * s.base_width / 64 * s.cardinality;
     const int64_t out = planes * 4;
     conv1 = register_module("conv1", conv(in, width, 1));
@@ -116,13 +140,13 @@ struct BottleneckImpl : torch::nn::Module {
     }
   }
   torch::Tensor forward(const torch::Tensor& x, bool update) {
-    torch::Tensor h = torch::relu(norm(bn1, conv1(x), update));
-    h = torch::relu(norm(bn2, conv2(h), update));
-    h = norm(bn3, conv3(h), update);
+    torch::Tensor h = torch::relu(norm(bn1, conv1(x), update, sync));
+    h = torch::relu(norm(bn2, conv2(h), update, sync));
+    h = norm(bn3, conv3(h), update, sync);
     if (se)
       h = se(h);
     const torch::Tensor shortcut =
-        ds_conv ? norm(ds_bn, ds_conv(x), update) : x;
+        ds_conv ? norm(ds_bn, ds_conv(x), update, sync) : x;
     return torch::relu(h + shortcut);
   }
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
@@ -130,6 +154,7 @@ struct BottleneckImpl : torch::nn::Module {
   SqueezeExcite se{nullptr};
   torch::nn::Conv2d ds_conv{nullptr};
   torch::nn::BatchNorm2d ds_bn{nullptr};
+  const BatchNormSync& sync;  // the ResNet's (model.sync_bn)
 };
 TORCH_MODULE(Bottleneck);
 
@@ -149,7 +174,8 @@ class ResNet : public Classifier {
       const int64_t planes = int64_t{64} << i;
       auto stage = torch::nn::ModuleList();
       for (int64_t b = 0; b < blocks[i]; ++b) {
-        stage->push_back(Bottleneck(in, planes, b == 0 && i > 0 ? 2 : 1, s));
+        stage->push_back(Bottleneck(
+            in, planes, b == 0 && i > 0 ? 2 : 1, s, batch_norm_sync_));
         in = planes * 4;
       }
       const std::string name = "layer" + std::to_string(i + 1);
@@ -188,8 +214,11 @@ class ResNet : public Classifier {
   }
 
  protected:
+  bool has_batch_norm() const override {
+    return true;
+  }
   torch::Tensor stem(torch::Tensor x) override {
-    x = torch::relu(norm(bn1_, conv1_(x), true));
+    x = torch::relu(norm(bn1_, conv1_(x), true, batch_norm_sync_));
     return torch::max_pool2d(x, 3, 2, 1);
   }
   torch::Tensor head(torch::Tensor x) override {
@@ -199,9 +228,11 @@ class ResNet : public Classifier {
  private:
   // Batch-norm in training needs more than one value per channel; layer4
   // sees the input at 1/32 of its size. A clear message instead of
-  // LibTorch's, naming what to change.
+  // LibTorch's, naming what to change. (With model.sync_bn the count is
+  // over all ranks, and a rank may run an empty micro-step:
+  // sync_batch_norm checks it.)
   void check_batch_norm_values(const torch::Tensor& x) const {
-    if (!is_training() || x.dim() != 4)
+    if (!is_training() || x.dim() != 4 || batch_norm_sync_)
       return;
     auto down = [](int64_t n) { return (n - 1) / 2 + 1; };  // a stride 2
     int64_t h = x.size(2), w = x.size(3);

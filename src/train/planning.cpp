@@ -58,6 +58,28 @@ ProbeResult probe(RunState& run, int64_t micro_batch, int64_t segments) {
   return {ran && (usable <= 0 || peak <= usable), peak};
 }
 
+// model.sync_bn: probes run on each rank's own terms (one rank's OOM must
+// not leave its peers in a batch-norm all-reduce): local statistics,
+// through the same code and so the same memory, for as long as it lives.
+class LocalBatchNorm {
+ public:
+  explicit LocalBatchNorm(Classifier& model)
+      : model_(model), saved_(model.batch_norm_sync()) {
+    if (saved_)
+      model_.set_batch_norm_sync(local_batch_norm_sync(), "");
+  }
+  ~LocalBatchNorm() {
+    if (saved_)
+      model_.set_batch_norm_sync(saved_, "");
+  }
+  LocalBatchNorm(const LocalBatchNorm&) = delete;
+  LocalBatchNorm& operator=(const LocalBatchNorm&) = delete;
+
+ private:
+  Classifier& model_;
+  BatchNormSync saved_;
+};
+
 }  // namespace
 
 void plan_run(RunState& run) {
@@ -79,6 +101,7 @@ void plan_run(RunState& run) {
   const RngState rng = run.placement.rng_state();
   MemoryPlan& plan = run.plan;
   try {
+    const LocalBatchNorm local(*run.model);
     if (run.budget.limited()) {
       plan = plan_memory(req, [&](int64_t micro, int64_t segments) {
         return probe(run, micro, segments);

@@ -70,6 +70,8 @@ nlohmann::json window_record(
       {"allreduce_bytes", r.allreduce_bytes},
       {"allgather_calls", r.allgather_calls},
       {"allgather_bytes", r.allgather_bytes},
+      {"syncbn_calls", r.syncbn_calls},
+      {"syncbn_bytes", r.syncbn_bytes},
       {"data_wait_s", r.data_wait_s},
       {"t_data_s", r.data_wait_s},
       {"t_compute_s", r.compute_s},

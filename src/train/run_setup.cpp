@@ -204,6 +204,20 @@ void build_model(RunState& run) {
       cfg.model.name,
       ": nothing would train");
   run.buffers = run.model->buffers();
+  // model.sync_bn: batch-norm's statistics summed over the ranks; with one
+  // rank there is nothing to sum (Note [Batch-norm and data parallelism]).
+  if (cfg.model.sync_bn && run.comm.size() > 1) {
+    MT_CHECK(
+        !run.placement.is_cuda() || run.comm.backend() != "mpi",
+        "model.sync_bn: true on a CUDA device needs dist.backend=nccl: "
+        "batch-norm's backward sums run on autograd's device thread, where "
+        "MPI may not be called");
+    Communicator& comm = run.comm;
+    run.model->set_batch_norm_sync(
+        [&comm](at::Tensor& t) { comm.all_reduce_batch_norm(t); },
+        cfg.model.name);
+    run.sync_bn = true;
+  }
   run.optimizer = make_optimizer(cfg.training, run.trainable);
   run.sampler = std::make_unique<ShardedSampler>(
       run.patches      ? run.patches->num_samples()

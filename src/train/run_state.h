@@ -66,6 +66,11 @@ struct RunState {
   std::vector<at::Tensor> trainable;  // those not frozen (model.freeze)
   std::vector<at::Tensor> buffers;    // batch-norm statistics (ResNets)
   std::vector<std::string> frozen;    // the frozen parameters' names
+  // model.sync_bn at more than one rank: the model's batch-norm sums its
+  // statistics over the ranks (Note [Batch-norm and data parallelism]);
+  // every rank then runs the same micro-steps (micro_batches()) and an
+  // OOM is not replayed.
+  bool sync_bn = false;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<ShardedSampler> sampler;
   std::unique_ptr<GradientSync> grad_sync;
@@ -180,6 +185,12 @@ at::Tensor pair_ids(
 ValResult validate_pairs(RunState& run, RunCounters& counters);
 
 // --- the window (window.cpp) -----------------------------------------------
+
+// This rank's micro-batches of `wp` at micro-batch `micro`:
+// split_micro_batches, or with run.sync_bn the agreed count of near-equal
+// ones (split_micro_batches_evenly), the same on every rank.
+std::vector<std::vector<int64_t>> micro_batches(
+    const RunState& run, const WindowPlan& wp, int64_t micro);
 
 // One accumulation window: micro-steps (no communication; OOM replays),
 // one all-reduce of the gradient and the window's totals, the update.

@@ -49,7 +49,9 @@ double accumulate(
       detail::concat("epoch ", wp.epoch + 1, ", window ", wp.window + 1);
   how.replay = "the window";
   how.rank = run.comm.rank();
-  how.max_retries = run.cfg.memory.max_oom_retries;
+  // model.sync_bn: a replay would re-split this rank's share alone, and
+  // batch-norm's collectives would no longer pair up: no replay.
+  how.max_retries = run.sync_bn ? 0 : run.cfg.memory.max_oom_retries;
   how.in_use_cap = std::max<int64_t>(1, wp.rank_indices.size());
   how.snapshot_dir = run.cfg.output.dir;
   // Batch-norm running statistics (ResNets): a replay starts from the
@@ -64,6 +66,22 @@ double accumulate(
       run.buffers[i].copy_(buffers_before[i]);
   };
   how.give_up = [&](int64_t micro, int64_t retries, int64_t peak) {
+    if (run.sync_bn) {
+      return detail::concat(
+          "out of device memory at micro-batch ",
+          micro,
+          " within memory.budget=",
+          run.budget.spec,
+          " (",
+          format_bytes(static_cast<double>(run.budget.bytes)),
+          "; measured peak ",
+          format_bytes(static_cast<double>(peak)),
+          "), and model.sync_bn=true disables the OOM replay at a smaller "
+          "micro-batch (one rank's re-split micro-batches would no longer "
+          "pair with the others' batch-norm all-reduces). Set a smaller "
+          "data.batch_size (or data.batch_size=auto with a memory.budget), "
+          "a larger memory.budget, or training.gradient_checkpointing=all");
+    }
     return detail::concat(
         "out of device memory: the window does not fit memory.budget=",
         run.budget.spec,
@@ -86,7 +104,7 @@ double accumulate(
     r.micro_steps = 0;
     r.micro_step_start_bytes.clear();
     run.grad_sync->attach();
-    const auto batches = split_micro_batches(wp.rank_indices, m);
+    const auto batches = micro_batches(run, wp, m);
     run.loader->expect(wp.epoch, batches);
     const auto before_step = [&](size_t k) {
       r.micro_step_start_bytes.push_back(memory::stats().allocated);
@@ -111,8 +129,7 @@ double accumulate(
   // Read the next window while this one's gradient is all-reduced.
   if (next) {
     run.loader->expect_more(
-        next->epoch,
-        split_micro_batches(next->rank_indices, run.shape.micro_batch));
+        next->epoch, micro_batches(run, *next, run.shape.micro_batch));
   }
   return loss;
 }
@@ -228,6 +245,18 @@ void note_totals(const WindowTotals& t, WindowResult& r) {
 
 }  // namespace
 
+std::vector<std::vector<int64_t>> micro_batches(
+    const RunState& run, const WindowPlan& wp, int64_t micro) {
+  if (!run.sync_bn)
+    return split_micro_batches(wp.rank_indices, micro);
+  // Every rank's batch-norm meets its peers' in every micro-step: the
+  // same count on every rank, from what every rank knows (Note
+  // [Batch-norm and data parallelism]).
+  return split_micro_batches_evenly(
+      wp.rank_indices,
+      micro_steps_for(wp.global_samples, run.comm.size(), micro));
+}
+
 // Note [Cache policy]
 // Cached blocks are what makes the next window's allocations cheap, and
 // releasing them synchronises a CUDA device: so no unconditional
@@ -283,6 +312,8 @@ WindowResult run_window(
   r.allreduce_bytes = run.comm.stats().allreduce_bytes - before.allreduce_bytes;
   r.allgather_calls = run.comm.stats().allgather_calls - before.allgather_calls;
   r.allgather_bytes = run.comm.stats().allgather_bytes - before.allgather_bytes;
+  r.syncbn_calls = run.comm.stats().syncbn_calls - before.syncbn_calls;
+  r.syncbn_bytes = run.comm.stats().syncbn_bytes - before.syncbn_bytes;
   r.data_wait_s = run.loader->take_wait_seconds();
   r.seconds = seconds_since(start);
   return r;

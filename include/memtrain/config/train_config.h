@@ -38,6 +38,9 @@ struct ModelConfig {
   bool pretrained_strict = true;
   // Name prefixes of parameters that do not train (train/model_state.h).
   std::vector<std::string> freeze;
+  // Batch-norm statistics over every rank's concurrent micro-batch
+  // (model/sync_batch_norm.h; the ResNets only).
+  bool sync_bn = false;
 };
 
 // data.val_classes: the classes held out for validation episodes, as a

@@ -28,6 +28,11 @@ struct CommStats {
   // not in allreduce_*.
   int64_t allgather_calls = 0;
   int64_t allgather_bytes = 0;  // bytes of the gathered tensor
+  // all_reduce_batch_norm (model.sync_bn: batch-norm's statistics and
+  // their gradients): counted here, not in allreduce_*, so that the
+  // gradient's one all-reduce per window stays countable.
+  int64_t syncbn_calls = 0;
+  int64_t syncbn_bytes = 0;
 };
 
 enum class ReduceOp { kSum, kMin, kMax };
@@ -102,6 +107,12 @@ class Communicator {
   // and device that all-reduces can gather; counted as an all-gather.
   at::Tensor all_gather_rows(
       const at::Tensor& mine, int64_t offset, int64_t total);
+
+  // Collective, blocking: all_reduce_sum(t) of batch-norm's statistics
+  // (model.sync_bn), counted as syncbn_*, not allreduce_*. Sync
+  // batch-norm calls it from forward and backward, on the training thread
+  // on a CPU (see Note [Batch-norm and data parallelism]).
+  void all_reduce_batch_norm(at::Tensor& t);
 
   // Collective, blocking: copies `t` from rank `root` to every rank, in
   // place. Same rules as all_reduce_async; returns when done, as wait().

@@ -15,6 +15,7 @@
 
 #include "memtrain/config/train_config.h"
 #include "memtrain/data/h5_dataset.h"
+#include "memtrain/model/sync_batch_norm.h"
 
 namespace memtrain {
 
@@ -42,6 +43,16 @@ class Classifier : public torch::nn::Module {
     return checkpointed_;
   }
 
+  // model.sync_bn (sync_batch_norm.h): with a non-empty `sync`, batch-norm
+  // in training mode (not frozen) computes its statistics over every rank's
+  // concurrent micro-batch, summed through `sync`; empty: each
+  // micro-batch's own (the default). Throws memtrain::Error, naming
+  // `model`, for a non-empty `sync` on a model without batch-norm.
+  void set_batch_norm_sync(BatchNormSync sync, const std::string& model);
+  const BatchNormSync& batch_norm_sync() const {
+    return batch_norm_sync_;
+  }
+
  protected:
   // The sequential structure forward() runs by default. Models that
   // override forward() need not implement them.
@@ -52,7 +63,13 @@ class Classifier : public torch::nn::Module {
   // Segments (checkpointed as set_checkpointed() says), then head.
   torch::Tensor body(torch::Tensor x);
 
+  // Models whose batch-norm reads batch_norm_sync_ say so.
+  virtual bool has_batch_norm() const {
+    return false;
+  }
+
   std::vector<std::string> segment_names_;
+  BatchNormSync batch_norm_sync_;
 
  private:
   int64_t checkpointed_ = 0;

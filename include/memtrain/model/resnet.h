@@ -23,8 +23,13 @@
 // Batch-norm (torch::nn::BatchNorm2d: weight, bias, running_mean,
 // running_var, num_batches_tracked) trains on each micro-batch's own
 // statistics, as PyTorch DDP without SyncBatchNorm does: the update then
-// depends on the micro-batch split (not on the ranks' count alone).
-// Running statistics are buffers, saved with the parameters. A batch-norm
+// depends on the micro-batch size m (W ranks x K micro-steps x m equal one
+// rank with W*K micro-steps of m, not one step on all W*K*m samples).
+// With set_batch_norm_sync (model.sync_bn, sync_batch_norm.h) it trains on
+// the statistics of all ranks' concurrent micro-batches, as SyncBatchNorm:
+// W ranks at m equal one rank at W*m (Note [Batch-norm and data
+// parallelism]). Running statistics are buffers, saved with the
+// parameters. A batch-norm
 // whose weight does not train (model.freeze) normalises with its running
 // statistics and leaves them as they are (timm's freeze(): frozen
 // batch-norm). The checkpoint segments are the 16 bottlenecks, layer1.0

@@ -32,6 +32,10 @@ struct WindowResult {
   // (Note [Exact contrastive accumulation]).
   int64_t allgather_calls = 0;
   int64_t allgather_bytes = 0;
+  // model.sync_bn: batch-norm's all-reduces (forward and backward, every
+  // micro-step), not counted in allreduce_*.
+  int64_t syncbn_calls = 0;
+  int64_t syncbn_bytes = 0;
   double seconds = 0.0;
   double data_wait_s = 0.0;
   int64_t micro_batch = 0;     // this rank's micro-batch when the window ended
