@@ -21,6 +21,12 @@
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/common.sh"
 
+TPY=""  # torch, h5py, numpy: the reference and a file make-data does not write
+for c in "$PY" /usr/bin/python3; do
+  if "$c" -c 'import torch, h5py, numpy' >/dev/null 2>&1; then TPY=$c; break; fi
+done
+[ -n "$TPY" ] || echo "skipped below: the PyTorch reference and the one-class file (no Python with torch, h5py and numpy)"
+
 expect_fail() {  # NAME NP MESSAGE COMMAND-ARGS...: exit 2 and the message
   local name=$1 np=$2 pattern=$3
   shift 3
@@ -68,8 +74,10 @@ mpi -np 2 "$MEMTRAIN" train "${bin[@]}" --training.epochs=2 \
   { cat bin.log; fail "binary run"; }
 grep -q "1 logit: binary" bin.log || { cat bin.log; fail "banner: not binary"; }
 grep -q "val AUC" bin.log || { cat bin.log; fail "no val AUC on the console"; }
-"$PY" "$HERE/binary_reference.py" bin_val.h5 bin/model.safetensors 64 2 0.1 >ref.json ||
-  fail "binary_reference.py"
+if [ -n "$TPY" ]; then
+  "$TPY" "$HERE/binary_reference.py" bin_val.h5 bin/model.safetensors 64 2 0.1 >ref.json ||
+    fail "binary_reference.py"
+fi
 "$PY" - "$TOOLS" <<'EOF' || fail "binary records"
 import csv, json, sys
 sys.path.insert(0, sys.argv[1])
@@ -84,18 +92,23 @@ for v, e in zip(vals, epochs):
 rows = list(csv.DictReader(open("bin/metrics.csv")))
 filled = [r for r in rows if r["val_auc"] != ""]
 assert [float(r["val_auc"]) for r in filled] == [v["val_auc"] for v in vals], filled
-ref = json.load(open("ref.json"))
 last = vals[-1]
 print("last validation:", {k: last[k] for k in ("val_auc", "val_accuracy", "val_loss")})
-print("reference      :", ref)
-assert abs(last["val_auc"] - ref["val_auc"]) < 1e-9, "val_auc"
-assert abs(last["val_accuracy"] - ref["val_accuracy"]) < 1e-12, "val_accuracy"
-assert abs(last["val_loss"] - ref["val_loss"]) < 1e-5 * abs(ref["val_loss"]), "val_loss"
+try:
+    ref = json.load(open("ref.json"))
+except FileNotFoundError:
+    ref = None
+    print("reference      : skipped")
+if ref is not None:
+    print("reference      :", ref)
+    assert abs(last["val_auc"] - ref["val_auc"]) < 1e-9, "val_auc"
+    assert abs(last["val_accuracy"] - ref["val_accuracy"]) < 1e-12, "val_accuracy"
+    assert abs(last["val_loss"] - ref["val_loss"]) < 1e-5 * abs(ref["val_loss"]), "val_loss"
 best = [v for v in vals if v.get("best")]
 _, meta = safetensors_read.load("bin/best.safetensors")
 assert meta["best_metric"] == "val_auc", meta
 assert float(meta["best_value"]) == max(v["val_auc"] for v in vals), (meta, vals)
-print("ok: val_auc in the records, the CSV and best.safetensors; = the reference")
+print("ok: val_auc in the records, the CSV and best.safetensors" + ("; = the reference" if ref else ""))
 EOF
 mpi -np 1 "$MEMTRAIN" eval "${bin[@]}" --output.dir=bin --weights bin/model.safetensors \
   >eval.log 2>&1 || { cat eval.log; fail "eval"; }
@@ -108,21 +121,23 @@ assert abs(e["val_auc"] - v["val_auc"]) < 1e-9
 EOF
 
 # 3. A validation file of one class: val_auc is null, one warning.
-"$PY" - <<'EOF'
+if [ -n "$TPY" ]; then
+  "$TPY" - <<'EOF'
 import h5py, numpy as np
 with h5py.File("bin_val.h5", "r") as f, h5py.File("one.h5", "w") as g:
     g["features"] = f["features"][...]
     g["labels"] = np.zeros(f["labels"].shape, np.int64)
 EOF
-mpi -np 2 "$MEMTRAIN" train "${bin[@]}" --data.val=one.h5 --training.epochs=2 \
-  --output.dir=one >one.log 2>&1 || { cat one.log; fail "one-class run"; }
-[ "$(grep -c "warning: val_auc is undefined" one.log)" = 1 ] || { cat one.log; fail "one warning"; }
-"$PY" -c '
+  mpi -np 2 "$MEMTRAIN" train "${bin[@]}" --data.val=one.h5 --training.epochs=2 \
+    --output.dir=one >one.log 2>&1 || { cat one.log; fail "one-class run"; }
+  [ "$(grep -c "warning: val_auc is undefined" one.log)" = 1 ] || { cat one.log; fail "one warning"; }
+  "$PY" -c '
 import json
 v = [json.loads(l) for l in open("one/metrics.jsonl") if "\"validation\"" in l]
 assert len(v) == 2 and all(r["val_auc"] is None for r in v), v
 ' || fail "one-class val_auc not null"
-echo "one class: val_auc null, warned once"
+  echo "one class: val_auc null, warned once"
+fi
 
 # 4. Bad inputs.
 "$MEMTRAIN" make-data --kind features --classes 4 --samples 64 --out four.h5 >/dev/null
