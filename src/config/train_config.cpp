@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -27,7 +28,8 @@ struct Key {
     kChoice,
     kInt3,
     kClasses,
-    kStrings
+    kStrings,
+    kFloat2
   };
   std::string name;
   Type type = Type::kString;
@@ -35,7 +37,8 @@ struct Key {
   double min = -std::numeric_limits<double>::infinity();
   double max = std::numeric_limits<double>::infinity();
   bool min_exclusive = false;
-  bool allow_auto = false;  // integers: "auto" means kAuto
+  bool max_exclusive = false;  // floats: the range is [min, max)
+  bool allow_auto = false;     // integers: "auto" means kAuto
   std::vector<std::string> choices;
   // Accessors into a config (exactly one is set, by type).
   std::function<int64_t*(TrainConfig&)> i;
@@ -45,6 +48,7 @@ struct Key {
   std::function<std::array<int64_t, 3>*(TrainConfig&)> t;
   std::function<ClassChoice*(TrainConfig&)> c;
   std::function<std::vector<std::string>*(TrainConfig&)> l;
+  std::function<std::array<double, 2>*(TrainConfig&)> r;
 };
 
 Key int_key(
@@ -171,6 +175,24 @@ Key strings_key(
   return k;
 }
 
+// A range [lo, hi] of two numbers, min < lo <= hi <= max (min exclusive).
+Key range_key(
+    std::string name,
+    std::function<std::array<double, 2>*(TrainConfig&)> at,
+    double min,
+    double max,
+    std::string help) {
+  Key k;
+  k.name = std::move(name);
+  k.type = Key::Type::kFloat2;
+  k.help = std::move(help);
+  k.min = min;
+  k.min_exclusive = true;
+  k.max = max;
+  k.r = std::move(at);
+  return k;
+}
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 const std::vector<Key>& keys() {
@@ -227,7 +249,8 @@ const std::vector<Key>& keys() {
           0,
           1 << 20,
           "output classes (0: the training file's num_classes); must be "
-          "at least that"),
+          "at least that; 1: a binary classifier (labels 0 and 1, one "
+          "logit, sigmoid + binary cross-entropy, val_auc)"),
       float_key(
           "model.dropout",
           [](TrainConfig& c) { return &c.model.dropout; },
@@ -387,6 +410,39 @@ const std::vector<Key>& keys() {
           1,
           64,
           "background reader threads (with data.prefetch > 0)"),
+      choice_key(
+          "data.augment",
+          [](TrainConfig& c) { return &c.data.augment; },
+          {"auto", "none", "flip", "crop_flip"},
+          "/images training samples, on the reader threads, drawn from "
+          "(data.seed, epoch, sample) alone: crop_flip = random resized "
+          "crop (torchvision's RandomResizedCrop, back to the stored H x W, "
+          "bilinear) then horizontal flip (p 1/2); flip = the flip only; "
+          "auto: crop_flip for resnet50 and seresnext50_32x4d, none "
+          "otherwise"),
+      range_key(
+          "data.crop_scale",
+          [](TrainConfig& c) { return &c.data.crop_scale; },
+          0,
+          1,
+          "crop_flip: [lo, hi] range of the crop's area as a fraction of "
+          "the image's"),
+      range_key(
+          "data.crop_ratio",
+          [](TrainConfig& c) { return &c.data.crop_ratio; },
+          0,
+          kInf,
+          "crop_flip: [lo, hi] range of the crop's aspect ratio (width / "
+          "height), drawn log-uniformly"),
+      choice_key(
+          "data.normalize",
+          [](TrainConfig& c) { return &c.data.normalize; },
+          {"auto", "none", "imagenet"},
+          "/images training and validation samples: imagenet = (x - mean) "
+          "/ std per channel with ImageNet's mean (0.485, 0.456, 0.406) "
+          "and std (0.229, 0.224, 0.225), after the file's scale (uint8: "
+          "x / 255); needs 3 channels; auto: imagenet for resnet50 and "
+          "seresnext50_32x4d on 3-channel images, none otherwise"),
       int_key(
           "data.episodes.n_way",
           [](TrainConfig& c) { return &c.data.episodes.n_way; },
@@ -458,10 +514,11 @@ const std::vector<Key>& keys() {
       choice_key(
           "validation.best_metric",
           [](TrainConfig& c) { return &c.validation.best_metric; },
-          {"auto", "val_dice", "val_accuracy", "val_loss", "none"},
+          {"auto", "val_dice", "val_accuracy", "val_auc", "val_loss", "none"},
           "output.dir/best.safetensors holds the weights of the epoch with "
           "the best value of this (auto: val_dice for volumes and rows of "
-          "volumes, val_accuracy otherwise; none: no best file)"),
+          "volumes, val_accuracy otherwise; val_auc: binary classifiers "
+          "only; none: no best file)"),
       choice_key(
           "validation.best_mode",
           [](TrainConfig& c) { return &c.validation.best_mode; },
@@ -565,6 +622,20 @@ const std::vector<Key>& keys() {
           false,
           kInf,
           "clip the global gradient norm to this (0 = off)"),
+      [] {
+        Key k = float_key(
+            "training.label_smoothing",
+            [](TrainConfig& c) { return &c.training.label_smoothing; },
+            0,
+            false,
+            1,
+            "classifiers of rows: cross-entropy's label smoothing s "
+            "(LibTorch's), or for model.num_classes=1 the binary target "
+            "y (1 - s) + s / 2 (timm's); validation's val_loss uses the "
+            "same smoothed loss");
+        k.max_exclusive = true;
+        return k;
+      }(),
       int_key(
           "training.effective_batch_size",
           [](TrainConfig& c) { return &c.training.effective_batch_size; },
@@ -811,6 +882,8 @@ const char* type_name(const Key& k) {
       return "a list [c1, c2, ...] of class ids or a fraction in (0, 1)";
     case Key::Type::kStrings:
       return "a list [a, b, ...] of strings";
+    case Key::Type::kFloat2:
+      return "a list [lo, hi] of two numbers, lo <= hi,";
   }
   return "";
 }
@@ -830,12 +903,12 @@ std::string allowed(const Key& k) {
     out << " " << join(k.choices, ", ");
   } else if (
       k.type == Key::Type::kInt || k.type == Key::Type::kFloat ||
-      k.type == Key::Type::kInt3) {
+      k.type == Key::Type::kInt3 || k.type == Key::Type::kFloat2) {
     const bool has_min = std::isfinite(k.min);
     const bool has_max = std::isfinite(k.max);
     auto num = [&](double v) {
       std::ostringstream n;
-      if (k.type != Key::Type::kFloat) {
+      if (k.type != Key::Type::kFloat && k.type != Key::Type::kFloat2) {
         n << static_cast<int64_t>(v);
       } else {
         n << v;
@@ -844,7 +917,7 @@ std::string allowed(const Key& k) {
     };
     if (has_min && has_max) {
       out << " in " << (k.min_exclusive ? "(" : "[") << num(k.min) << ", "
-          << num(k.max) << "]";
+          << num(k.max) << (k.max_exclusive ? ")" : "]");
     } else if (has_min) {
       out << (k.min_exclusive ? " > " : " >= ") << num(k.min);
     }
@@ -946,6 +1019,25 @@ void assign(
     *k.t(cfg) = v;
     return;
   }
+  if (k.type == Key::Type::kFloat2) {
+    std::array<double, 2> v{};
+    if (!(node.IsSequence() && node.size() == 2))
+      fail("expected a list of two numbers");
+    for (size_t i = 0; i < 2; ++i) {
+      try {
+        v[i] = node[i].as<double>();
+      } catch (const YAML::Exception&) {
+        fail("not a number");
+      }
+      if (!std::isfinite(v[i]) || v[i] < k.min ||
+          (k.min_exclusive && v[i] == k.min) || v[i] > k.max)
+        fail("out of range");
+    }
+    if (v[0] > v[1])
+      fail("lo is above hi");
+    *k.r(cfg) = v;
+    return;
+  }
   if (k.type == Key::Type::kClasses) {
     ClassChoice v;
     v.fraction = 0;
@@ -1013,7 +1105,7 @@ void assign(
         fail("not a number");
       }
       if (!std::isfinite(v) || v < k.min || (k.min_exclusive && v == k.min) ||
-          v > k.max) {
+          v > k.max || (k.max_exclusive && v == k.max)) {
         fail("out of range");
       }
       *k.f(cfg) = v;
@@ -1042,6 +1134,7 @@ void assign(
     case Key::Type::kInt3:
     case Key::Type::kClasses:
     case Key::Type::kStrings:
+    case Key::Type::kFloat2:
       break;  // handled above
   }
 }
@@ -1083,6 +1176,18 @@ void apply_tree(
   }
 }
 
+// The shortest decimal text that reads back as `v` (4/3: 1.3333333333333333).
+std::string shortest(double v) {
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::ostringstream out;
+    out.precision(digits);
+    out << v;
+    if (std::strtod(out.str().c_str(), nullptr) == v)
+      return out.str();
+  }
+  return std::to_string(v);
+}
+
 std::string value_text(const Key& k, TrainConfig& cfg) {
   std::ostringstream out;
   switch (k.type) {
@@ -1120,6 +1225,11 @@ std::string value_text(const Key& k, TrainConfig& cfg) {
       YAML::Emitter e;
       e << YAML::Flow << *k.l(cfg);
       out << e.c_str();
+      break;
+    }
+    case Key::Type::kFloat2: {
+      const auto& v = *k.r(cfg);
+      out << "[" << shortest(v[0]) << ", " << shortest(v[1]) << "]";
       break;
     }
     case Key::Type::kString:

@@ -17,19 +17,13 @@
 #include <sstream>
 
 #include "h5_util.h"
+#include "memtrain/data/counter_rng.h"
 #include "memtrain/util/error.h"
 #include "temp_files.h"
 
 namespace memtrain {
 namespace fs = std::filesystem;
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 uint64_t fnv1a64(const std::string& s) {
   uint64_t h = 14695981039346656037ull;

@@ -2,35 +2,11 @@
 
 #include <algorithm>
 
+#include "memtrain/data/counter_rng.h"
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
-namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// A counter-based stream: draw k of (seed, epoch, sample).
-struct Draws {
-  uint64_t key;
-  uint64_t next(uint64_t k) const {
-    return splitmix64(key ^ splitmix64(k + 0x632be59bd9b4e019ULL));
-  }
-  // Uniform in [0, n).
-  int64_t below(uint64_t k, int64_t n) const {
-    return n <= 1 ? 0 : static_cast<int64_t>(next(k) % uint64_t(n));
-  }
-  double unit(uint64_t k) const {
-    return static_cast<double>(next(k) >> 11) * (1.0 / 9007199254740992.0);
-  }
-};
-
-}  // namespace
 
 PatchSampler::PatchSampler(
     const H5Dataset& data,
@@ -78,9 +54,7 @@ PatchSampler::PatchSampler(
 PatchRef PatchSampler::at(int64_t epoch, int64_t sample) const {
   PatchRef r;
   r.volume = sample % num_volumes_;
-  const Draws d{splitmix64(
-      splitmix64(seed_ ^ 0x5851f42d4c957f2dULL) ^
-      splitmix64(uint64_t(epoch) * 0x2545f4914f6cdd1dULL + uint64_t(sample)))};
+  const CounterDraws d{sample_key(seed_, 0x5851f42d4c957f2dULL, epoch, sample)};
   const std::vector<int64_t>& fg = data_.foreground(r.volume);
   if (!fg.empty() && d.unit(0) < pos_fraction_) {
     const int64_t voxel = fg[d.below(1, static_cast<int64_t>(fg.size()))];

@@ -240,8 +240,10 @@ void check_model_fits(
 
 std::shared_ptr<Classifier> make_model(
     const ModelConfig& cfg, const ModelInput& input) {
+  // One output is a binary classifier's logit (model.num_classes=1).
   MT_CHECK(
-      input.num_classes >= 2,
+      input.num_classes >= 2 ||
+          (input.num_classes == 1 && cfg.num_classes == 1),
       "model: the training data has ",
       input.num_classes,
       " class(es); a classifier needs at least 2 (check /labels)");

@@ -34,12 +34,14 @@ Batch RowSource::allocate(int64_t n, bool pinned) const {
 }
 
 void RowSource::read(
-    int64_t /*epoch*/, const std::vector<int64_t>& ids, Batch& into) const {
+    int64_t epoch, const std::vector<int64_t>& ids, Batch& into) const {
   data_.read(
       ids,
       into.x.data_ptr<float>(),
       into.y.data_ptr<int64_t>(),
       into.context.defined() ? into.context.data_ptr<float>() : nullptr);
+  if (transform_.active())
+    transform_images(transform_, epoch, ids, into.x);
 }
 
 Batch PatchSource::allocate(int64_t n, bool pinned) const {

@@ -8,6 +8,45 @@
 
 namespace memtrain {
 
+at::Tensor classification_loss(
+    const at::Tensor& logits,
+    const at::Tensor& y,
+    const ClassificationLoss& how,
+    bool per_sample) {
+  namespace F = torch::nn::functional;
+  if (how.binary) {
+    MT_CHECK(
+        logits.dim() == 2 && logits.size(1) == 1 && y.dim() == 1 &&
+            y.size(0) == logits.size(0),
+        "classification_loss: binary logits ",
+        logits.sizes(),
+        " and labels ",
+        y.sizes(),
+        " do not match; expected (n, 1) and (n)");
+    at::Tensor target = y.to(logits.scalar_type());
+    if (how.label_smoothing > 0.0)
+      target = target * (1.0 - how.label_smoothing) + how.label_smoothing / 2.0;
+    auto opts = F::BinaryCrossEntropyWithLogitsFuncOptions();
+    if (per_sample) {
+      opts.reduction(torch::kNone);
+    } else {
+      opts.reduction(torch::kSum);
+    }
+    return F::binary_cross_entropy_with_logits(logits.squeeze(1), target, opts);
+  }
+  auto opts = F::CrossEntropyFuncOptions().label_smoothing(how.label_smoothing);
+  if (per_sample) {
+    opts.reduction(torch::kNone);
+  } else {
+    opts.reduction(torch::kSum);
+  }
+  return F::cross_entropy(logits, y, opts);
+}
+
+at::Tensor predicted_class(const at::Tensor& logits, bool binary) {
+  return binary ? logits.squeeze(1).gt(0).to(torch::kInt64) : logits.argmax(1);
+}
+
 at::Tensor dice_ce_loss_sum(
     const at::Tensor& logits, const at::Tensor& target) {
   MT_CHECK(

@@ -118,13 +118,15 @@ std::vector<std::string> metrics_class_names(
 }
 
 std::vector<std::string> metrics_csv_header(
-    const std::vector<std::string>& dice_classes) {
+    const std::vector<std::string>& dice_classes, bool auc) {
   std::vector<std::string> h(
       std::begin(kWindowColumns), std::end(kWindowColumns));
   h.insert(h.end(), std::begin(kEpochColumns), std::end(kEpochColumns));
   if (dice_classes.empty()) {
     h.push_back("val_accuracy");
     h.push_back("val_accuracy_ci95");  // episodes: the 95% interval
+    if (auc)
+      h.push_back("val_auc");
   } else {
     h.push_back("val_dice");
     for (const auto& name : dice_classes)
@@ -137,8 +139,8 @@ std::vector<std::string> metrics_csv_header(
 // resume both go through it.
 class MetricsLog::Csv {
  public:
-  explicit Csv(const std::vector<std::string>& dice_classes)
-      : columns_(metrics_csv_header(dice_classes)),
+  Csv(const std::vector<std::string>& dice_classes, bool auc)
+      : columns_(metrics_csv_header(dice_classes, auc)),
         dice_classes_(dice_classes.size()) {}
 
   std::string header() const {
@@ -166,6 +168,7 @@ class MetricsLog::Csv {
             "val_loss",
             "val_accuracy",
             "val_accuracy_ci95",
+            "val_auc",
             "val_dice"}) {
         if (record.contains(key))
           pending_[key] = record[key];
@@ -207,7 +210,7 @@ MetricsLog::MetricsLog() = default;
 
 MetricsLog::MetricsLog(const MetricsOutputs& out)
     : out_(out),
-      rows_(std::make_unique<Csv>(out.dice_classes)),
+      rows_(std::make_unique<Csv>(out.dice_classes, out.auc)),
       last_step_(out.resume_step) {
   if (out_.dir.empty())
     return;
@@ -279,6 +282,7 @@ void MetricsLog::write_tb(const nlohmann::json& r) {
     add("val/loss", "val_loss");
     add("val/accuracy", "val_accuracy");
     add("val/accuracy_ci95", "val_accuracy_ci95");
+    add("val/auc", "val_auc");
     add("val/dice", "val_dice");
     const auto per = r.value("val_dice_per_class", nlohmann::json::array());
     for (size_t c = 0; c < per.size() && c < out_.dice_classes.size(); ++c) {

@@ -49,12 +49,13 @@ at::Tensor forward(
   return logits.to(torch::kFloat32);
 }
 
-// Cross-entropy for classifiers, Dice + cross-entropy per volume patch for
-// segmentation (a per-sample Dice, so that Note [Window weighting] holds),
-// the mean query cross-entropy per episode for few-shot heads (an episode
-// is the sample, Note [Episodes]), the symmetric InfoNCE of the micro-batch
-// for dual encoders (training.contrastive_accumulation=local, and the
-// planner's probes).
+// classification_loss for classifiers of rows (softmax cross-entropy, or
+// binary cross-entropy of one logit; label smoothing), Dice + cross-entropy per
+// volume patch for segmentation (a per-sample Dice, so that Note [Window
+// weighting] holds), the mean query cross-entropy per episode for few-shot
+// heads (an episode is the sample, Note [Episodes]), the symmetric InfoNCE of
+// the micro-batch for dual encoders (training.contrastive_accumulation=local,
+// and the planner's probes).
 at::Tensor loss_sum(
     const RunState& run, const at::Tensor& logits, const at::Tensor& y) {
   if (run.volumes())
@@ -66,10 +67,7 @@ at::Tensor loss_sum(
     return episode_loss_sum(
         run.fewshot->episode_logits(logits, shape), query_labels(y, shape));
   }
-  return torch::nn::functional::cross_entropy(
-      logits,
-      y,
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  return classification_loss(logits, y, run.classification);
 }
 
 // Everything it creates (batch, context features, logits, loss, graph) is

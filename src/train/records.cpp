@@ -137,6 +137,11 @@ nlohmann::json validation_record(
     vrec["val_accuracy"] = v.accuracy;
     vrec["val_samples"] = v.samples;
     out << ", val accuracy " << v.accuracy;
+    if (run.binary()) {  // NaN (one class in data.val) is written as null
+      rec["val_auc"] = number_or_null(v.auc);
+      vrec["val_auc"] = number_or_null(v.auc);
+      out << ", val AUC " << v.auc;
+    }
     if (run.episodic()) {  // mean over episodes +- its 95% interval
       rec["val_accuracy_ci95"] = v.accuracy_ci95;
       vrec["val_accuracy_ci95"] = v.accuracy_ci95;
@@ -160,13 +165,16 @@ std::string best_metric(const RunState& run) {
   // Rows that belong to volumes report both val_dice and val_accuracy.
   MT_CHECK(
       m == "val_loss" || (m == "val_dice" && dice) ||
-          (m == "val_accuracy" && !run.volumes()),
+          (m == "val_accuracy" && !run.volumes()) ||
+          (m == "val_auc" && run.binary()),
       "validation.best_metric=",
       m,
       ": this run reports ",
       run.volume_rows() ? "val_dice, val_accuracy (rows of volumes)"
       : run.volumes()   ? "val_dice (a volumes dataset)"
-                        : "val_accuracy (a classifier)",
+      : run.binary()    ? "val_accuracy, val_auc (a binary classifier)"
+                        : "val_accuracy (a classifier; val_auc needs a "
+                          "binary one, model.num_classes=1)",
       " and val_loss; choose one of those, auto or none");
   return m;
 }
@@ -181,6 +189,7 @@ bool improve_best(
     return false;
   const double value = m == "val_dice"   ? v.dice
                        : m == "val_loss" ? v.loss
+                       : m == "val_auc"  ? v.auc
                                          : v.accuracy;
   const std::string& mode = run.cfg.validation.best_mode;
   const bool larger = mode == "max" || (mode == "auto" && m != "val_loss");
@@ -248,6 +257,9 @@ std::string describe_run(const RunState& m) {
     if (ti.context_features > 0)
       out << ", context features " << ti.context_features;
   }
+  if (ti.kind == SampleKind::kImages && !m.episodic() && !ti.paired) {
+    out << "; augment " << m.images.train.describe();
+  }
   if (m.patches) {
     const auto& p = m.cfg.data.patch_size;
     out << "; patches " << p[0] << "x" << p[1] << "x" << p[2] << ", "
@@ -291,7 +303,8 @@ std::string describe_run(const RunState& m) {
           : m.dual ? std::to_string(m.cfg.model.embed_dim) +
                          "-wide embeddings, contrastive accumulation " +
                          m.cfg.training.contrastive_accumulation
-                   : std::to_string(m.num_classes) + " classes")
+          : m.binary() ? std::string("1 logit: binary")
+                       : std::to_string(m.num_classes) + " classes")
       << "), " << numel << " parameters (" << format_bytes(numel * 4.0)
       << " fp32)";
   if (!m.frozen.empty()) {
@@ -304,8 +317,10 @@ std::string describe_run(const RunState& m) {
   if (!m.cfg.model.pretrained.empty())
     out << ", from model.pretrained " << m.cfg.model.pretrained;
   out << ", optimizer " << m.cfg.training.optimizer << " lr "
-      << m.cfg.training.lr << ", amp " << m.cfg.training.amp
-      << "\nwindow: effective batch " << m.shape.effective_batch << " = "
+      << m.cfg.training.lr << ", amp " << m.cfg.training.amp;
+  if (m.cfg.training.label_smoothing > 0.0)
+    out << ", label smoothing " << m.cfg.training.label_smoothing;
+  out << "\nwindow: effective batch " << m.shape.effective_batch << " = "
       << m.comm.size() << " ranks x " << m.shape.accumulation_steps
       << " micro-steps x " << m.shape.micro_batch
       << (m.episodic() ? " episodes" : "");

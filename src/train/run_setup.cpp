@@ -37,6 +37,65 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
 
 namespace {
 
+// A label other than 0 and 1 in a binary run's file: named by its first row.
+void check_binary_labels(const DatasetInfo& info, const std::string& role) {
+  for (size_t i = 0; i < info.row_labels.size(); ++i) {
+    const int64_t y = info.row_labels[i];
+    MT_CHECK(
+        y == 0 || y == 1,
+        role,
+        " '",
+        info.path,
+        "': row ",
+        i,
+        " has label ",
+        y,
+        ", but model.num_classes=1 (a binary classifier) needs labels 0 and "
+        "1 only; set model.num_classes=0 to train ",
+        info.num_classes,
+        " classes with a softmax, or write the labels as 0/1");
+  }
+}
+
+// model.num_classes=1 and training.label_smoothing: classifiers of rows.
+void check_classification(const RunState& run) {
+  const DatasetInfo& ti = run.train_data->info();
+  const bool rows = !run.volumes() && !run.episodic() && !ti.paired;
+  const char* what = run.volumes()    ? "volumes (segmentation)"
+                     : run.episodic() ? "few-shot episodes"
+                                      : "pairs (contrastive)";
+  MT_CHECK(
+      !run.binary() || rows,
+      "model.num_classes=1 (a binary classifier) applies to /features and "
+      "/images rows, but data.train '",
+      ti.path,
+      "' is trained as ",
+      what,
+      "; set model.num_classes=0 (from the data)");
+  MT_CHECK(
+      run.cfg.training.label_smoothing == 0.0 || rows,
+      "training.label_smoothing=",
+      run.cfg.training.label_smoothing,
+      " applies to classifiers of /features and /images rows, but data.train "
+      "'",
+      ti.path,
+      "' is trained as ",
+      what,
+      "; set training.label_smoothing=0");
+  if (!run.binary())
+    return;
+  check_binary_labels(ti, "data.train");
+  if (run.val_data) {
+    MT_CHECK(
+        !run.volume_rows(),
+        "model.num_classes=1 (a binary classifier): data.val '",
+        run.val_data->info().path,
+        "' has rows that belong to volumes, which are scored by Dice per "
+        "class; use model.num_classes=0 (2 classes) there");
+    check_binary_labels(run.val_data->info(), "data.val");
+  }
+}
+
 void open_data(RunState& run) {
   OpenOptions opts;
   opts.intensity_scale = run.cfg.data.intensity_scale;
@@ -94,9 +153,13 @@ void open_data(RunState& run) {
       "to volumes (/volume_ids and /voxel_index, data/FORMAT.md); data.val ",
       run.cfg.data.val.empty() ? std::string("is not set")
                                : "'" + run.cfg.data.val + "' has none");
-  run.num_classes = std::max(ti.num_classes, run.cfg.model.num_classes);
+  run.classification.binary = run.cfg.model.num_classes == 1;
+  run.classification.label_smoothing = run.cfg.training.label_smoothing;
+  check_classification(run);
+  run.num_classes =
+      run.binary() ? 1 : std::max(ti.num_classes, run.cfg.model.num_classes);
   MT_CHECK(
-      run.cfg.model.num_classes == 0 ||
+      run.binary() || run.cfg.model.num_classes == 0 ||
           run.cfg.model.num_classes >= ti.num_classes,
       "model.num_classes=",
       run.cfg.model.num_classes,
@@ -111,6 +174,8 @@ void open_data(RunState& run) {
       " or 0 (from the data)");
   check_model_fits(
       run.cfg.model.name, ti.kind, ti.paired, "data.train '" + ti.path + "'");
+  run.images =
+      resolve_image_transforms(run.cfg, ti, run.episodic() || ti.paired);
   if (run.episodic()) {
     set_up_episodes(run);
   } else if (run.volumes()) {
@@ -162,7 +227,7 @@ void open_data(RunState& run) {
         run.cfg.data.flip);
     run.source = std::make_unique<PatchSource>(*run.train_data, *run.patches);
   } else {
-    run.source = std::make_unique<RowSource>(*run.train_data);
+    run.source = std::make_unique<RowSource>(*run.train_data, run.images.train);
   }
 }
 

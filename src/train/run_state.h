@@ -29,7 +29,9 @@
 #include "memtrain/model/fewshot_head.h"
 #include "memtrain/model/models.h"
 #include "memtrain/train/batch_loader.h"
+#include "memtrain/train/image_augment.h"
 #include "memtrain/train/loss_scaler.h"
+#include "memtrain/train/losses.h"
 #include "memtrain/train/oom_guard.h"
 #include "memtrain/train/prefetcher.h"
 #include "memtrain/train/trainer.h"
@@ -51,7 +53,13 @@ struct RunState {
   std::unique_ptr<PatchSampler> patches;  // volumes
   std::unique_ptr<SampleSource> source;
   std::unique_ptr<Prefetcher> loader;
-  int64_t num_classes = 0;  // the model's outputs
+  int64_t num_classes = 0;  // the model's outputs (1: binary)
+  // Classifiers of rows: softmax or one logit (model.num_classes 1), and
+  // training.label_smoothing.
+  ClassificationLoss classification;
+  // /images rows: what RowSource does to training and validation samples
+  // (Note [Image augmentation]).
+  ImageTransforms images;
   // Few-shot (data.episodes.n_way > 0; Note [Episodes]): the classes'
   // rows, their split, the training and validation episodes, the model.
   ClassRows class_rows;
@@ -99,6 +107,9 @@ struct RunState {
   bool contrastive_exact() const {
     return dual && cfg.training.contrastive_accumulation == "exact";
   }
+  bool binary() const {
+    return classification.binary;
+  }
   bool amp_on() const {
     return cfg.training.amp != "off";
   }
@@ -117,6 +128,7 @@ struct RunCounters {
   memory::Monitor monitor;
   std::vector<at::Tensor> test_leak;  // memory.test_leak_kib_per_window
   bool test_oom_done = false;         // memory.test_oom_rank
+  bool auc_warned = false;  // val_auc undefined (one class): warned once
   // best.safetensors: its metric's value (NaN: none yet) and step; carried
   // in checkpoints.
   double best_value = std::numeric_limits<double>::quiet_NaN();

@@ -201,6 +201,7 @@ void Trainer::Impl::start_run() {
       out.dice_classes =
           metrics_class_names(r.train_data->info().class_names, r.num_classes);
     }
+    out.auc = r.binary();
     out.budget_bytes = r.budget.limited() ? r.budget.bytes : 0;
     metrics = std::make_unique<MetricsLog>(out);
     if (!pretrained.is_null())

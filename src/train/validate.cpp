@@ -1,11 +1,15 @@
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 
+#include "memtrain/memory/device_memory.h"
 #include "memtrain/train/oom_guard.h"
+#include "memtrain/train/roc_auc.h"
 #include "memtrain/train/validator.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/rank_log.h"
 #include "run_state.h"
 
 namespace memtrain {
@@ -44,6 +48,43 @@ ValResult validate_volumes(RunState& run, const std::string& overlays) {
   return r;
 }
 
+// Binary classifiers: the ROC AUC of the whole validation set. Every rank's
+// scores (logits; AUC depends on their order only) and labels gathered to
+// every rank, exactly (all_gather_rows), and scored on the host.
+double validation_auc(
+    RunState& run,
+    RunCounters& counters,
+    const at::Tensor& mine,
+    int64_t begin,
+    int64_t n) {
+  std::vector<double> scores(n);
+  std::vector<int64_t> labels(n);
+  {
+    memory::HostScope host;
+    const at::Tensor all =
+        run.comm.all_gather_rows(mine, begin, n).cpu().contiguous();
+    const double* p = all.data_ptr<double>();
+    for (int64_t i = 0; i < n; ++i) {
+      scores[i] = p[2 * i];
+      labels[i] = p[2 * i + 1] != 0.0 ? 1 : 0;
+    }
+  }
+  const double auc = roc_auc(scores, labels);
+  if (std::isnan(auc) && !counters.auc_warned) {
+    counters.auc_warned = true;
+    int64_t positives = 0;
+    for (int64_t y : labels)
+      positives += y;
+    log_event(
+        "warning: val_auc is undefined: data.val '" +
+            run.val_data->info().path + "' has " + std::to_string(positives) +
+            " row(s) of label 1 and " + std::to_string(n - positives) +
+            " of label 0 (AUC needs both); val_auc is written as null",
+        /*echo=*/run.comm.rank() == 0);
+  }
+  return auc;
+}
+
 // Rows: this rank's contiguous share.
 ValResult validate_rows(RunState& run, RunCounters& counters) {
   const int64_t n = run.val_data->info().num_samples;
@@ -53,18 +94,26 @@ ValResult validate_rows(RunState& run, RunCounters& counters) {
   std::iota(rows.begin(), rows.end(), begin);
   double loss_sum = 0.0;
   int64_t correct = 0;
-  const int64_t retries =
-      for_each_val_batch(run, counters, rows, [&](const Batch& b, size_t) {
+  at::Tensor scored;  // binary: (rows, 2) float64 [logit, label], host
+  if (run.binary()) {
+    memory::HostScope host;
+    scored = torch::zeros({end - begin, 2}, torch::kFloat64);
+  }
+  const int64_t retries = for_each_val_batch(
+      run, counters, rows, [&](const Batch& b, size_t first) {
         const at::Tensor logits = forward(run, b.x, b.context);
         const double batch_loss =
-            torch::nn::functional::cross_entropy(
-                logits,
-                b.y,
-                torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                    torch::kSum))
-                .item<double>();
+            classification_loss(logits, b.y, run.classification).item<double>();
         const int64_t batch_correct =
-            logits.argmax(1).eq(b.y).sum().item<int64_t>();
+            predicted_class(logits, run.binary()).eq(b.y).sum().item<int64_t>();
+        if (run.binary()) {
+          const at::Tensor s = at::stack(
+              {logits.squeeze(1).to(torch::kFloat64), b.y.to(torch::kFloat64)},
+              1);
+          memory::HostScope host;
+          scored.narrow(0, static_cast<int64_t>(first), b.size())
+              .copy_(s.cpu());
+        }
         // Counted only once the whole batch succeeded: a retry after an
         // OOM must not count it twice.
         loss_sum += batch_loss;
@@ -83,6 +132,8 @@ ValResult validate_rows(RunState& run, RunCounters& counters) {
   r.samples = static_cast<int64_t>(count);
   r.oom_retries = retries;
   r.batch = counters.val_micro;
+  if (run.binary())
+    r.auc = validation_auc(run, counters, scored, begin, n);
   return r;
 }
 
@@ -112,7 +163,7 @@ int64_t for_each_val_batch(
     RunCounters& counters,
     const std::vector<int64_t>& rows,
     const std::function<void(const Batch&, size_t)>& fn) {
-  const RowSource source(*run.val_data);
+  const RowSource source(*run.val_data, run.images.val);
   Prefetcher loader(source, /*depth=*/0, /*threads=*/0);
   const OomRetry how = validation_oom_retry(run, "batch 1");
   int64_t retries = 0;

@@ -82,11 +82,8 @@ ValResult validate_volume_rows(
         at::Tensor classes, ce;
         {
           const at::Tensor logits = forward(run, b.x, b.context);
-          const at::Tensor row_loss = torch::nn::functional::cross_entropy(
-              logits,
-              b.y,
-              torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                  torch::kNone));
+          const at::Tensor row_loss = classification_loss(
+              logits, b.y, run.classification, /*per_sample=*/true);
           classes = run.placement.to_host(logits.argmax(1));
           ce = run.placement.to_host(row_loss.to(torch::kFloat64));
         }  // the logits and losses leave the device here

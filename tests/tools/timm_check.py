@@ -8,7 +8,8 @@ it when they cannot be imported).
   timm_check.py loss NAME WEIGHTS VAL.h5
       loads WEIGHTS into timm's NAME with load_state_dict(strict=True), runs
       it in eval mode on VAL.h5's /images (converted as data/FORMAT.md
-      says) and prints {"val_loss": mean cross-entropy, "val_accuracy": ...}
+      says, then, for 3 channels, normalised with ImageNet's mean and std
+      as memtrain's data.normalize=auto does for the ResNets) and prints {"val_loss": mean cross-entropy, "val_accuracy": ...}
 """
 
 import json
@@ -29,7 +30,12 @@ def images(path):
             scale = d.attrs.get("scale", 1 / 255 if x.dtype == np.uint8 else 1.0)
             shift = d.attrs.get("shift", 0.0)
             x = x.astype(np.float32) * scale + shift
-        return torch.from_numpy(x.astype(np.float32)), torch.from_numpy(f["labels"][...].astype(np.int64))
+        x = torch.from_numpy(x.astype(np.float32))
+        if x.shape[1] == 3:  # data.normalize=auto (imagenet) for the ResNets
+            mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+            std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+            x = (x - mean) / std
+        return x, torch.from_numpy(f["labels"][...].astype(np.int64))
 
 
 def main():

@@ -21,7 +21,7 @@ struct ModelConfig {
   std::string norm = "none";  // none | group | instance (unet3d)
   int64_t feature_size = 16;  // unet3d: channels of the first level
   int64_t in_channels = 0;    // unet3d: 0 = the data's C
-  int64_t num_classes = 0;    // 0 = the data's num_classes
+  int64_t num_classes = 0;    // 0 = the data's num_classes; 1 = binary
   int64_t seed = 1234;        // parameter initialisation
   // Few-shot: linear (a class per output) | prototype | cosine: the
   // backbone's outputs are an embed_dim-wide embedding, scored against the
@@ -78,6 +78,14 @@ struct DataConfig {
   double intensity_shift = 0.0;    // used when intensity_scale != 0
   int64_t prefetch = 2;      // micro-batches read ahead (0: read in place)
   int64_t read_threads = 2;  // background reader threads
+  // Images (/images rows; train/image_augment.h): auto | none | flip |
+  // crop_flip (auto: crop_flip for the ResNets, none otherwise), the
+  // random resized crop's area and aspect ranges, and auto | none |
+  // imagenet normalisation (auto: imagenet for the ResNets on 3 channels).
+  std::string augment = "auto";
+  std::array<double, 2> crop_scale{0.08, 1.0};
+  std::array<double, 2> crop_ratio{0.75, 4.0 / 3.0};
+  std::string normalize = "auto";
   EpisodeConfig episodes;
   ClassChoice val_classes;
 };
@@ -93,7 +101,7 @@ struct ValidationConfig {
   // val_dice for volumes, val_accuracy otherwise; none: no best file) and
   // its direction (auto: min for val_loss, max otherwise).
   std::string best_metric = "auto";  // auto | val_dice | val_accuracy |
-                                     // val_loss | none
+                                     // val_auc | val_loss | none
   std::string best_mode = "auto";    // auto | max | min
   int64_t episodes = 600;  // few-shot: validation episodes (fixed by seed)
   // Rows that belong to volumes: each rank writes its volumes' prediction
@@ -116,7 +124,10 @@ struct TrainingConfig {
   std::string optimizer = "sgd";  // sgd | adamw
   double momentum = 0.9;          // sgd only
   double weight_decay = 0.0;
-  double grad_clip_norm = 0.0;       // 0 = no clipping
+  double grad_clip_norm = 0.0;  // 0 = no clipping
+  // Classifiers of rows: cross-entropy's label smoothing, or for a binary
+  // model (model.num_classes 1) the target y (1 - s) + s / 2.
+  double label_smoothing = 0.0;
   int64_t effective_batch_size = 0;  // 0: ranks x accumulation x micro
   int64_t checkpoint_every = 0;      // windows between checkpoints (0: epochs)
   int64_t keep_checkpoints = 2;      // newest checkpoints kept

@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "memtrain/data/patch_sampler.h"
+#include "memtrain/train/image_augment.h"
 
 namespace memtrain {
 
@@ -36,16 +37,20 @@ class SampleSource {
   virtual Batch allocate(int64_t n, bool pinned) const = 0;
 };
 
-// Dataset rows: sample i is row i (the epoch does not matter).
+// Dataset rows: sample i is row i. Images are transformed by `transform`
+// (augmentation drawn from (seed, epoch, i), normalisation; Note [Image
+// augmentation]); without one the epoch does not matter.
 class RowSource : public SampleSource {
  public:
-  explicit RowSource(const H5Dataset& data) : data_(data) {}
+  explicit RowSource(const H5Dataset& data, ImageTransform transform = {})
+      : data_(data), transform_(transform) {}
   void read(int64_t epoch, const std::vector<int64_t>& ids, Batch& into)
       const override;
   Batch allocate(int64_t n, bool pinned) const override;
 
  private:
   const H5Dataset& data_;
+  ImageTransform transform_;
 };
 
 // Volume patches: sample i of an epoch is sampler.at(epoch, i).

@@ -1,9 +1,35 @@
 #pragma once
-// Segmentation and contrastive losses.
+// Classification, segmentation and contrastive losses.
 
 #include <ATen/core/Tensor.h>
 
 namespace memtrain {
+
+// How rows are classified: a softmax over K >= 2 logits, or one logit per
+// row (binary: model.num_classes 1, labels 0 and 1).
+struct ClassificationLoss {
+  bool binary = false;
+  double label_smoothing = 0.0;  // training.label_smoothing, in [0, 1)
+};
+
+// The loss of a classifier of rows, summed over the batch (0-dim), or per
+// sample (n,) with `per_sample`; float32 on logits' device.
+//   K-way: logits (n, K), y (n,) int64 in [0, K): cross-entropy with
+//   LibTorch's label_smoothing s (target (1 - s) one-hot + s / K).
+//   binary: logits (n, 1), y (n,) int64 in {0, 1}: binary cross-entropy of
+//   sigmoid(logit) against t = y (1 - s) + s / 2 (timm's
+//   BinaryCrossEntropy smoothing).
+// The one definition of the loss training (micro_step.cpp) and validation
+// (validate.cpp, volume_rows.cpp) compute.
+at::Tensor classification_loss(
+    const at::Tensor& logits,
+    const at::Tensor& y,
+    const ClassificationLoss& how,
+    bool per_sample = false);
+
+// The predicted class of each row, (n,) int64: the argmax, or for binary
+// logits (n, 1) whether the logit is > 0 (sigmoid > 1/2).
+at::Tensor predicted_class(const at::Tensor& logits, bool binary);
 
 // Dice + cross-entropy, summed over samples.
 //   logits (N, K, D, H, W), any floating dtype (computed in fp32);

@@ -39,6 +39,7 @@ struct MetricsOutputs {
   // Names of the classes whose validation Dice is logged (volumes); empty
   // for row data. metrics_class_names() gives them.
   std::vector<std::string> dice_classes;
+  bool auc = false;          // a binary classifier: the val_auc column
   int64_t budget_bytes = 0;  // 0: no budget
   bool draw_progress = true;
 };
@@ -56,9 +57,10 @@ std::string csv_field(const std::string& s);
 std::vector<std::string> metrics_class_names(
     const std::vector<std::string>& names, int64_t num_classes);
 
-// metrics.csv's columns for these Dice classes.
+// metrics.csv's columns for these Dice classes (and, with `auc`, the
+// binary classifier's val_auc).
 std::vector<std::string> metrics_csv_header(
-    const std::vector<std::string>& dice_classes);
+    const std::vector<std::string>& dice_classes, bool auc = false);
 
 class MetricsLog {
  public:

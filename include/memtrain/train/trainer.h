@@ -72,6 +72,9 @@ struct ValResult {
   int64_t epoch = 0;
   double loss = 0.0;
   double accuracy = 0.0;  // classifiers
+  // Binary classifiers: ROC AUC over the whole validation set (NaN: one
+  // class only).
+  double auc = 0.0;
   // Few-shot: accuracy is the mean over episodes, with the half-width of
   // its 95% confidence interval, 1.96 x std / sqrt(episodes).
   double accuracy_ci95 = 0.0;

@@ -1,0 +1,45 @@
+#pragma once
+// A counter-based random stream: the k-th draw of a key is a pure function
+// of (key, k), so a sample's random choices depend on what identifies the
+// sample (a seed, the epoch, its index) and never on the thread, the rank or
+// the order in which samples are read. Used by PatchSampler (volume
+// patches) and the image augmentation (train/image_augment.h).
+
+#include <cstdint>
+
+namespace memtrain {
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The key of sample `sample` of `epoch` under `seed`, for the stream named
+// by `salt` (each user of a seed has its own salt, so that their draws are
+// unrelated).
+inline uint64_t sample_key(
+    uint64_t seed, uint64_t salt, int64_t epoch, int64_t sample) {
+  return splitmix64(
+      splitmix64(seed ^ salt) ^
+      splitmix64(uint64_t(epoch) * 0x2545f4914f6cdd1dULL + uint64_t(sample)));
+}
+
+// Draw k of a key.
+struct CounterDraws {
+  uint64_t key;
+  uint64_t next(uint64_t k) const {
+    return splitmix64(key ^ splitmix64(k + 0x632be59bd9b4e019ULL));
+  }
+  // Uniform in [0, n).
+  int64_t below(uint64_t k, int64_t n) const {
+    return n <= 1 ? 0 : static_cast<int64_t>(next(k) % uint64_t(n));
+  }
+  // Uniform in [0, 1), 53 bits.
+  double unit(uint64_t k) const {
+    return static_cast<double>(next(k) >> 11) * (1.0 / 9007199254740992.0);
+  }
+};
+
+}  // namespace memtrain
