@@ -2,16 +2,13 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
 
 #include "agreed.h"
 #include "commands.h"
-#include "memtrain/device/placement.h"
-#include "memtrain/dist/cpu_threads.h"
 #include "memtrain/dist/environment.h"
-#include "memtrain/dist/make_communicator.h"
 #include "memtrain/train/trainer.h"
 #include "memtrain/util/error.h"
+#include "weights_run.h"
 
 namespace memtrain::cli {
 
@@ -36,16 +33,8 @@ void add_eval(CLI::App& app, EvalArgs& args) {
 
 int run_eval(const EvalArgs& args, int* argc, char*** argv) {
   Environment env(argc, argv);
-  if (!agreed(
-          env,
-          "launch",
-          [&] {
-            check_launch_world(
-                env.world_size(), [](const char* n) { return std::getenv(n); });
-          }) ||
-      !agreed(env, "threads", [&] { configure_cpu_threads(env); })) {
+  if (!start_ranks(env))
     return kExitUsage;
-  }
   TrainConfig cfg;
   if (!agreed(env, "config", [&] {
         cfg = TrainConfig::load(args.config, args.overrides);
@@ -55,37 +44,10 @@ int run_eval(const EvalArgs& args, int* argc, char*** argv) {
       })) {
     return kExitUsage;
   }
-  env.set_collective_timeout(cfg.dist.timeout_s);
-  std::unique_ptr<Placement> placement;
-  std::unique_ptr<Communicator> comm;
-  if (!agreed(
-          env,
-          "dist",
-          [&] {
-            placement = Placement::choose(
-                cfg.dist.device, env.local_rank(), cfg.memory.allocator_conf);
-          }) ||
-      !agreed(env, "dist.backend", [&] {
-        CommunicatorSpec spec;
-        spec.backend = cfg.dist.backend;
-        spec.cuda_device = placement->is_cuda();
-        spec.device_index = placement->device().index();
-        spec.timeout_s = cfg.dist.timeout_s;
-        comm = make_communicator(MPI_COMM_WORLD, spec);
-      })) {
+  WeightsRun run;
+  if (!start_weights_run(env, cfg, args.weights, &run))
     return kExitUsage;
-  }
-  Trainer::Options options;
-  options.write_outputs = false;  // eval writes nothing
-  options.placement = placement.get();
-  std::unique_ptr<Trainer> trainer;
-  if (!agreed(
-          env,
-          "start-up",
-          [&] { trainer = std::make_unique<Trainer>(cfg, *comm, options); }) ||
-      !agreed(env, "--weights", [&] { trainer->load_weights(args.weights); })) {
-    return kExitUsage;
-  }
+  Trainer* trainer = run.trainer.get();
   std::string json, line;
   try {
     json = trainer->evaluate(&line);
