@@ -78,8 +78,8 @@ assert abs(total - 1737193 / 27) < 0.02 * 1737193 / 27, total
 assert 0.10 < counts["brain/brain-val.h5"] / total < 0.25, counts
 print("ok: brain voxels", counts)
 PYEOF
-check_h5 brain/brain-train.h5 1 60 72 42
-check_h5 brain/brain-val.h5 1 60 72 18
+check_h5 brain/brain-train.h5 1 60 72 42 16  # --chunk 16: patches of [32, 32, 16]
+check_h5 brain/brain-val.h5 1 60 72 18 16
 
 # The unsplit volume has the slabs' voxels, no more: no overlap.
 "$MEMTRAIN" convert-nifti --image $T/ch2.nii.gz --labels $T/ch2bet.nii.gz \
