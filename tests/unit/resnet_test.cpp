@@ -172,7 +172,7 @@ TEST(ResNet, CheckpointingEveryBottleneckCutsThePeak) {
   std::vector<double> peaks;
   for (int64_t k : {int64_t{0}, int64_t{3}, int64_t{7}, net->num_segments()}) {
     net->set_checkpointed(k);
-    net->zero_grad();  // kept, zeroed
+    net->zero_grad(/*set_to_none=*/false);  // kept, zeroed (2.x: none)
     memory::DeviceScope device;
     const torch::Tensor x = torch::randn({8, 3, 96, 96});
     memory::reset_peak();
