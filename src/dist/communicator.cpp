@@ -66,22 +66,22 @@ at::Tensor Communicator::all_gather_rows(
   shape[0] = total;
   at::Tensor all = at::zeros(shape, mine.options());
   all.narrow(0, offset, mine.size(0)).copy_(mine);
-  const CommStats before = stats_;
-  all_reduce(all, ReduceOp::kSum);
-  stats_.allreduce_calls = before.allreduce_calls;
-  stats_.allreduce_bytes = before.allreduce_bytes;
-  ++stats_.allgather_calls;
-  stats_.allgather_bytes += static_cast<int64_t>(all.nbytes());
+  sum_counted_as(all, stats_.allgather_calls, stats_.allgather_bytes);
   return all;
 }
 
 void Communicator::all_reduce_batch_norm(at::Tensor& t) {
+  sum_counted_as(t, stats_.syncbn_calls, stats_.syncbn_bytes);
+}
+
+void Communicator::sum_counted_as(
+    at::Tensor& t, int64_t& calls, int64_t& bytes) {
   const CommStats before = stats_;
   all_reduce(t, ReduceOp::kSum);
   stats_.allreduce_calls = before.allreduce_calls;
   stats_.allreduce_bytes = before.allreduce_bytes;
-  ++stats_.syncbn_calls;
-  stats_.syncbn_bytes += static_cast<int64_t>(t.nbytes());
+  ++calls;
+  bytes += static_cast<int64_t>(t.nbytes());
 }
 
 bool all_ranks_ok(Communicator& comm, bool ok) {

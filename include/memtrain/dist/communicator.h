@@ -136,6 +136,11 @@ class Communicator {
 
  protected:
   CommStats stats_;
+
+ private:
+  // all_reduce_sum(t) counted in `calls` and `bytes` instead of
+  // allreduce_* (all_gather_rows, all_reduce_batch_norm).
+  void sum_counted_as(at::Tensor& t, int64_t& calls, int64_t& bytes);
 };
 
 // For backends, on a tensor of the other kind of device than theirs (a host
