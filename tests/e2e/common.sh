@@ -11,6 +11,17 @@ export TOOLS
 rm -rf "$WORK"
 mkdir -p "$WORK"
 cd "$WORK"
+# A passing script leaves no files behind (some write 2 GB of resnet50
+# checkpoints, and CI's disk is shared); a failing one keeps them to look
+# at, as does MEMTRAIN_KEEP_E2E=1.
+remove_work_if_passed() {
+  local rc=$?
+  if [ "$rc" = 0 ] && [ "${MEMTRAIN_KEEP_E2E:-0}" != 1 ]; then
+    cd / && rm -rf "$WORK"
+  fi
+  return "$rc"
+}
+trap remove_work_if_passed EXIT
 
 # mpirun with what a container as root needs; -np given by the caller.
 mpi() {
