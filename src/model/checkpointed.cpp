@@ -8,6 +8,7 @@
 
 #include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/util/error.h"
 
 namespace memtrain {
 
@@ -26,15 +27,16 @@ namespace memtrain {
 namespace {
 
 struct SegmentHolder : torch::CustomClassHolder {
-  Segment fn;
+  SegmentN fn;
 };
 
 struct CheckpointFunction
     : public torch::autograd::Function<CheckpointFunction> {
   static torch::Tensor forward(
       torch::autograd::AutogradContext* ctx,
-      torch::Tensor x,
+      at::TensorList xs,
       c10::intrusive_ptr<SegmentHolder> holder) {
+    const at::Tensor& x = xs[0];
     torch::Tensor rng, device_rng;
     {
       memory::HostScope host;  // RNG state is bookkeeping, not activations
@@ -53,9 +55,12 @@ struct CheckpointFunction
     ctx->saved_data["cpu_amp_dtype"] = static_cast<int64_t>(amp.cpu_dtype);
     ctx->saved_data["cuda_amp"] = amp.cuda_enabled;
     ctx->saved_data["cuda_amp_dtype"] = static_cast<int64_t>(amp.cuda_dtype);
-    ctx->saved_data["x_requires_grad"] = x.requires_grad();
-    ctx->save_for_backward({x});
-    return holder->fn(x);
+    c10::List<bool> needs;
+    for (const at::Tensor& t : xs)
+      needs.push_back(t.requires_grad());
+    ctx->saved_data["x_requires_grad"] = needs;
+    ctx->save_for_backward(xs.vec());
+    return holder->fn(xs.vec());
   }
 
   static torch::autograd::variable_list backward(
@@ -63,9 +68,12 @@ struct CheckpointFunction
       torch::autograd::variable_list grad_out) {
     auto holder = c10::static_intrusive_pointer_cast<SegmentHolder>(
         ctx->saved_data["fn"].toCapsule());
-    const bool x_requires_grad = ctx->saved_data["x_requires_grad"].toBool();
-    torch::Tensor x = ctx->get_saved_variables()[0].detach();
-    x.requires_grad_(x_requires_grad);
+    const c10::List<bool> needs =
+        ctx->saved_data["x_requires_grad"].toBoolList();
+    std::vector<torch::Tensor> xs = ctx->get_saved_variables();
+    for (size_t i = 0; i < xs.size(); ++i)
+      xs[i] = xs[i].detach().requires_grad_(needs[i]);
+    const torch::Tensor& x = xs[0];
 
     compat::AutocastState amp;
     amp.cpu_enabled = ctx->saved_data["cpu_amp"].toBool();
@@ -111,26 +119,44 @@ struct CheckpointFunction
         dev->set_state(saved_device);
       compat::AutocastStateGuard replay(amp);
       torch::AutoGradMode grad(true);
-      y = holder->fn(x);
+      y = holder->fn(xs);
     }
     torch::autograd::backward({y}, {grad_out[0]});
-    return {x_requires_grad ? x.grad() : torch::Tensor(), torch::Tensor()};
+    torch::autograd::variable_list grads;
+    for (size_t i = 0; i < xs.size(); ++i)
+      grads.push_back(needs[i] ? xs[i].grad() : torch::Tensor());
+    grads.emplace_back();  // the segment
+    return grads;
   }
 };
 
 }  // namespace
 
-at::Tensor checkpoint(Segment segment, const at::Tensor& x) {
+at::Tensor checkpoint(SegmentN segment, const std::vector<at::Tensor>& xs) {
+  MT_INTERNAL_ASSERT(!xs.empty(), "checkpoint of no input");
   // Without grad there is nothing to save or recompute (validation).
   if (!torch::GradMode::is_enabled())
-    return segment(x);
+    return segment(xs);
   auto holder = c10::make_intrusive<SegmentHolder>();
   holder->fn = std::move(segment);
-  // The function's output needs grad only if an input does: an input that
-  // does not (raw data) would leave the segment's parameters without
-  // gradients, so give it a detached copy that does.
-  const at::Tensor input = x.requires_grad() ? x : x.detach().requires_grad_();
-  return CheckpointFunction::apply(input, holder);
+  // The function's output needs grad only if an input does: when none does
+  // (raw data), the segment's parameters would get no gradients, so the
+  // first input becomes a detached copy that does.
+  std::vector<at::Tensor> inputs = xs;
+  bool any = false;
+  for (const at::Tensor& t : xs)
+    any = any || t.requires_grad();
+  if (!any)
+    inputs[0] = xs[0].detach().requires_grad_();
+  return CheckpointFunction::apply(at::TensorList(inputs), holder);
+}
+
+at::Tensor checkpoint(Segment segment, const at::Tensor& x) {
+  return checkpoint(
+      [fn = std::move(segment)](const std::vector<at::Tensor>& xs) {
+        return fn(xs[0]);
+      },
+      std::vector<at::Tensor>{x});
 }
 
 }  // namespace memtrain

@@ -92,6 +92,32 @@ TEST(UNet3d, ParameterNamesAndDeterministicInit) {
   }
 }
 
+// Note [U-Net decoder input]: the decoder block runs its convolutions on
+// the upsampled tensor and the skip apart; the output is the textbook
+// U-Net's, written here from the parameters with the concatenation.
+TEST(UNet3d, DecoderEqualsTheConvolutionOfTheConcatenation) {
+  auto net = build(unet_config(2, "none"), 2, 3);
+  const auto p = net->named_parameters();
+  const auto conv =
+      [&](const torch::Tensor& x, const std::string& name, int64_t pad) {
+        return torch::conv3d(x, p[name + ".weight"], p[name + ".bias"], 1, pad);
+      };
+  const auto block = [&](const torch::Tensor& x, const std::string& b) {
+    torch::Tensor h = torch::relu(conv(x, b + ".conv1", 1));
+    return torch::relu(conv(h, b + ".conv2", 1) + conv(x, b + ".proj", 0));
+  };
+  const torch::Tensor x = torch::randn({2, 2, 8, 6, 4});
+  const torch::Tensor e0 = block(x, "enc.0");
+  const torch::Tensor e1 = block(torch::max_pool3d(e0, 2), "enc.1");
+  const torch::Tensor up =
+      torch::conv_transpose3d(e1, p["up.0.weight"], p["up.0.bias"], 2);
+  const torch::Tensor d0 = block(torch::cat({up, e0}, 1), "dec.0");
+  const torch::Tensor want = conv(d0, "head", 0);
+  EXPECT_LT(max_abs_diff(net->forward(x), want), 1e-5);
+  net->set_checkpointed(net->num_segments());
+  EXPECT_LT(max_abs_diff(net->forward(x), want), 1e-5);
+}
+
 TEST(UNet3d, CheckpointingChangesNeitherOutputNorGradients) {
   auto net = build(unet_config(3, "instance"), 1, 3);
   const torch::Tensor x = torch::randn({2, 1, 8, 8, 8});

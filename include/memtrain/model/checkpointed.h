@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <vector>
 
 namespace memtrain {
 
@@ -18,5 +19,11 @@ using Segment = std::function<at::Tensor(const at::Tensor&)>;
 // segment get their gradients then. `segment` must be a pure function of `x`
 // and parameters; it is kept alive until backward.
 at::Tensor checkpoint(Segment segment, const at::Tensor& x);
+
+// The same for a segment of several inputs (all saved; the gradient flows
+// to each that requires it), e.g. a U-Net decoder block of the upsampled
+// tensor and the skip connection.
+using SegmentN = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
+at::Tensor checkpoint(SegmentN segment, const std::vector<at::Tensor>& xs);
 
 }  // namespace memtrain
