@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -71,6 +72,58 @@ void visit(const nifti_image* im, F&& f) {
     default:
       MT_INTERNAL_ASSERT(false, "unchecked NIfTI datatype ", im->datatype);
   }
+}
+
+// libnifti sets NaN and Inf float voxels to 0 as it loads them, silently:
+// the file's raw float32/float64 voxels are scanned first (the data part
+// is read twice for float files), and the first non-finite one is refused.
+void check_finite_floats(const Nifti& n) {
+  const nifti_image* im = n.im.get();
+  if (im->datatype != DT_FLOAT32 && im->datatype != DT_FLOAT64)
+    return;
+  znzFile f = znzopen(im->iname, "rb", nifti_is_gzfile(im->iname));
+  if (znz_isnull(f))
+    return;  // nifti_image_load reports it
+  const size_t nb = static_cast<size_t>(im->nbyper);
+  const size_t total = static_cast<size_t>(im->nvox);
+  const bool swap = im->byteorder != nifti_short_order();
+  std::vector<unsigned char> buf(nb << 18);
+  size_t done = 0;
+  bool ok = znzseek(f, im->iname_offset, SEEK_SET) >= 0;
+  while (ok && done < total) {
+    const size_t got =
+        znzread(buf.data(), nb, std::min(buf.size() / nb, total - done), f);
+    if (got == 0)
+      break;  // truncated: nifti_image_load reports it
+    for (size_t e = 0; e < got; ++e) {
+      double v;
+      if (nb == 4) {
+        uint32_t u;
+        std::memcpy(&u, buf.data() + e * 4, 4);
+        u = swap ? __builtin_bswap32(u) : u;
+        float x;
+        std::memcpy(&x, &u, 4);
+        v = x;
+      } else {
+        uint64_t u;
+        std::memcpy(&u, buf.data() + e * 8, 8);
+        u = swap ? __builtin_bswap64(u) : u;
+        std::memcpy(&v, &u, 8);
+      }
+      if (std::isfinite(v))
+        continue;
+      Xznzclose(&f);
+      const size_t i = done + e;
+      const size_t plane = static_cast<size_t>(n.nx * n.ny);
+      throw Error(
+          n.command + ": " + n.name() + ": voxel (" + std::to_string(i % n.nx) +
+          "," + std::to_string((i / n.nx) % n.ny) + "," +
+          std::to_string((i / plane) % n.nz) + ") is " + fmt(v) +
+          " (not a finite float); replace NaN/Inf voxels first");
+    }
+    done += got;
+  }
+  Xznzclose(&f);
 }
 
 std::string transform_str(const std::array<double, 12>& a) {
@@ -171,6 +224,7 @@ Nifti open_header(
 }
 
 void load_data(Nifti& n) {
+  check_finite_floats(n);
   MT_CHECK(
       nifti_image_load(n.im.get()) == 0 && n.im->data,
       n.command,

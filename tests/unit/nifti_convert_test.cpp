@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 
 #include "memtrain/data/nifti_convert.h"
@@ -328,6 +329,23 @@ TEST_F(NiftiConvert, NiftiTwoConvertsLikeItsNiftiOneTwin) {
     EXPECT_EQ(
         attr_num(dir.file("one.h5"), "/volumes", a),
         attr_num(dir.file("two.h5"), "/volumes", a));
+}
+
+TEST_F(NiftiConvert, NonFiniteVoxelsAreRefusedNotZeroed) {
+  // libnifti sets NaN/Inf float voxels to 0 as it loads them: the reader
+  // looks at the file's bytes first.
+  std::vector<float> v = ramp<float>();
+  v[(3 * NY + 1) * NX + 2] = std::nanf("");
+  write_nii(img, make_nii({NX, NY, NZ}, DT_FLOAT32, v));
+  std::string e = error_of(spec());
+  EXPECT_NE(e.find("voxel (2,1,3) is nan"), std::string::npos) << e;
+  std::vector<double> w = ramp<double>();
+  w[5] = -std::numeric_limits<double>::infinity();
+  Nii n = make_nii({NX, NY, NZ}, DT_FLOAT64, w);
+  n.bitpix = 64;
+  write_nii2(img, n);
+  e = error_of(spec());
+  EXPECT_NE(e.find("voxel (5,0,0) is -inf"), std::string::npos) << e;
 }
 
 TEST_F(NiftiConvert, SmallChunkOption) {
