@@ -83,7 +83,10 @@ ImageIndex index_images(const fs::path& dir, const std::string& ending) {
       continue;  // hidden (macOS "._x.nii.gz" in MSD archives) or other
     int64_t ch = -1;
     if (base.size() > 5 && base[base.size() - 5] == '_' &&
-        std::all_of(base.end() - 4, base.end(), ::isdigit) &&
+        std::all_of(
+            base.end() - 4,
+            base.end(),
+            [](unsigned char d) { return d >= '0' && d <= '9'; }) &&
         parse_int(base.substr(base.size() - 4), &ch)) {
       ix.channels[base.substr(0, base.size() - 5)][ch] = it->path().string();
     } else {
