@@ -74,6 +74,11 @@ void add_make_data(CLI::App& app) {
       "--shuffle",
       spec.shuffle,
       "patch-features: rows in a seeded random order, not volume by volume");
+  cmd->add_flag(
+      "--ragged",
+      spec.ragged,
+      "volumes: cases of different shapes, each axis 50-100% of D, H, W "
+      "(the first case whole), with /volume_shapes (data/FORMAT.md)");
   cmd->add_option("--depth", spec.depth, "volumes: D")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

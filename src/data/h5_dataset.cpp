@@ -51,261 +51,6 @@ H5Dataset::H5Dataset(H5Dataset&&) noexcept = default;
 H5Dataset& H5Dataset::operator=(H5Dataset&&) noexcept = default;
 H5Dataset::~H5Dataset() = default;
 
-namespace {
-
-std::string shape_text(const std::vector<hsize_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    s += (i ? "," : "") + std::to_string(dims[i]);
-  }
-  return s + "]";
-}
-
-std::vector<std::string> split_names(const std::string& joined) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= joined.size() && !joined.empty()) {
-    const size_t end = joined.find(',', start);
-    out.push_back(joined.substr(start, end - start));
-    if (end == std::string::npos)
-      break;
-    start = end + 1;
-  }
-  return out;
-}
-
-constexpr size_t kMaxForeground = 65536;
-
-}  // namespace
-
-void H5Dataset::open_volumes(
-    Impl& impl,
-    DatasetInfo& info,
-    const std::string& where,
-    const OpenOptions& options) {
-  const hid_t f = impl.file.get();
-  info.kind = SampleKind::kVolumes;
-  info.sample_dataset = "/volumes";
-  const std::string vw = where + " dataset '/volumes'";
-  // Patches touch a few chunks of every channel; a cache of 64 MiB holds
-  // the chunks of several 96^3 float32 patches (DESIGN.md: HDF5's default
-  // of 1 MiB does not hold one).
-  h5::Handle dapl = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
-  H5Pset_chunk_cache(dapl.get(), 12421, 64u << 20, 1.0);
-  impl.samples = h5::dataset(H5Dopen2(f, "volumes", dapl.get()));
-  MT_CHECK(
-      impl.samples.valid(),
-      vw,
-      ": cannot open (not a dataset?): ",
-      h5::last_error());
-  const auto dims = h5::dims_of(impl.samples.get());
-  info.sample_dtype = h5::type_name(impl.samples.get());
-  MT_CHECK(
-      dims.size() == 5,
-      vw,
-      ": expected 5-D [N, C, D, H, W], found ",
-      dims.size(),
-      "-D ",
-      shape_text(dims));
-  MT_CHECK(
-      info.sample_dtype == "float32" || info.sample_dtype == "float64" ||
-          info.sample_dtype == "uint8" || info.sample_dtype == "int16" ||
-          info.sample_dtype == "uint16",
-      vw,
-      ": expected float32, uint8, int16 or uint16 values, found ",
-      info.sample_dtype);
-  for (size_t i = 0; i < dims.size(); ++i) {
-    MT_CHECK(dims[i] > 0, vw, ": has an empty dimension ", shape_text(dims));
-  }
-  info.num_samples = static_cast<int64_t>(dims[0]);
-  for (size_t i = 1; i < 5; ++i)
-    info.sample_shape.push_back(static_cast<int64_t>(dims[i]));
-  {
-    h5::Handle dcpl = h5::plist(H5Dget_create_plist(impl.samples.get()));
-    if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED) {
-      hsize_t chunk[5] = {0, 0, 0, 0, 0};
-      H5Pget_chunk(dcpl.get(), 5, chunk);
-      for (int i = 1; i < 5; ++i)
-        info.chunk_shape.push_back(static_cast<int64_t>(chunk[i]));
-    }
-  }
-  // Intensity: config, else the attributes, else uint8 to [0, 1].
-  if (options.intensity_scale != 0.0) {
-    impl.scale = options.intensity_scale;
-    impl.shift = options.intensity_shift;
-  } else {
-    impl.scale = info.sample_dtype == "uint8" ? 1.0 / 255.0 : 1.0;
-    impl.shift = 0.0;
-    h5::read_attr(impl.samples.get(), "scale", &impl.scale);
-    h5::read_attr(impl.samples.get(), "shift", &impl.shift);
-  }
-  impl.normalise = impl.scale != 1.0 || impl.shift != 0.0;
-  info.scale = impl.scale;
-  info.shift = impl.shift;
-  {
-    h5::Handle attr = h5::attribute(H5Aopen(f, "spacing_mm", H5P_DEFAULT));
-    if (attr.valid()) {
-      h5::Handle sp = h5::space(H5Aget_space(attr.get()));
-      if (H5Sget_simple_extent_npoints(sp.get()) == 3) {
-        H5Aread(attr.get(), H5T_NATIVE_DOUBLE, info.spacing_mm.data());
-      }
-    }
-  }
-  h5::read_attr(f, "orientation", &info.orientation);  // "" when absent
-
-  const std::string mw = where + " dataset '/masks'";
-  MT_CHECK(
-      !h5::has_link(f, "labels"),
-      where,
-      ": has /volumes with /labels; a volume file labels every voxel with "
-      "/masks [N, D, H, W] (see data/FORMAT.md)");
-  MT_CHECK(
-      h5::has_link(f, "masks"),
-      mw,
-      ": missing; /volumes needs /masks [N, D, H, W], the class of every "
-      "voxel");
-  impl.labels = h5::dataset(H5Dopen2(f, "masks", dapl.get()));
-  MT_CHECK(impl.labels.valid(), mw, ": cannot open: ", h5::last_error());
-  const auto mdims = h5::dims_of(impl.labels.get());
-  const std::vector<hsize_t> want = {dims[0], dims[2], dims[3], dims[4]};
-  MT_CHECK(
-      mdims == want,
-      mw,
-      ": shape ",
-      shape_text(mdims),
-      " does not match /volumes ",
-      shape_text(dims),
-      "; expected ",
-      shape_text(want),
-      " (one label per voxel, no channel axis)");
-  MT_CHECK(
-      h5::is_integer(impl.labels.get()),
-      mw,
-      ": expected integer labels, found ",
-      h5::type_name(impl.labels.get()));
-  int64_t num_classes = 0;
-  const bool have_classes = h5::read_attr(f, "num_classes", &num_classes);
-  if (have_classes) {
-    MT_CHECK(
-        num_classes > 0,
-        where,
-        ": attribute num_classes=",
-        num_classes,
-        " must be positive");
-  }
-
-  // Masks are read once, a slab of planes at a time: checked, counted, and
-  // their foreground voxels indexed for data.pos_fraction.
-  const int64_t D = info.sample_shape[1];
-  const int64_t plane = info.sample_shape[2] * info.sample_shape[3];
-  const int64_t slab = std::max<int64_t>(1, (4 << 20) / plane);
-  std::vector<int64_t> buf;
-  std::vector<int64_t> counts;
-  int64_t max_label = 0;
-  impl.foreground.resize(info.num_samples);
-  for (int64_t v = 0; v < info.num_samples; ++v) {
-    std::vector<int64_t>& fg = impl.foreground[v];
-    int64_t stride = 1;
-    int64_t seen = 0;  // foreground voxels so far
-    for (int64_t z = 0; z < D; z += slab) {
-      const int64_t nz = std::min(slab, D - z);
-      buf.resize(nz * plane);
-      h5::read_box(
-          impl.labels.get(),
-          {hsize_t(v), hsize_t(z), 0, 0},
-          {1, hsize_t(nz), mdims[2], mdims[3]},
-          H5T_NATIVE_INT64,
-          buf.data());
-      for (int64_t i = 0; i < nz * plane; ++i) {
-        const int64_t l = buf[i];
-        if (l < 0 || (have_classes && l >= num_classes)) {
-          const int64_t at = z * plane + i;
-          throw Error(detail::concat(
-              mw,
-              ": label ",
-              l,
-              " at volume ",
-              v,
-              ", voxel [",
-              at / plane,
-              ",",
-              (at % plane) / info.sample_shape[3],
-              ",",
-              at % info.sample_shape[3],
-              "] is outside 0..",
-              have_classes ? num_classes - 1 : 0,
-              have_classes ? " (the file's num_classes attribute)"
-                           : " (labels are never negative)"));
-        }
-        max_label = std::max(max_label, l);
-        if (l >= static_cast<int64_t>(counts.size()))
-          counts.resize(l + 1, 0);
-        ++counts[l];
-        if (l > 0) {
-          if (seen % stride == 0)
-            fg.push_back(z * plane + i);
-          ++seen;
-          if (fg.size() >= 2 * kMaxForeground) {
-            // Keep every other one: the subset stays evenly strided.
-            std::vector<int64_t> half;
-            half.reserve(kMaxForeground);
-            for (size_t k = 0; k < fg.size(); k += 2)
-              half.push_back(fg[k]);
-            fg.swap(half);
-            stride *= 2;
-          }
-        }
-      }
-    }
-  }
-  info.num_classes = have_classes ? num_classes : max_label + 1;
-  counts.resize(std::max<int64_t>(info.num_classes, counts.size()), 0);
-  info.label_counts = counts;
-  std::string names;
-  if (h5::read_attr(f, "class_names", &names))
-    info.class_names = split_names(names);
-}
-
-const std::vector<int64_t>& H5Dataset::foreground(int64_t v) const {
-  MT_INTERNAL_ASSERT(
-      info_.kind == SampleKind::kVolumes && v >= 0 &&
-          v < static_cast<int64_t>(impl_->foreground.size()),
-      "foreground(): not a volume index");
-  return impl_->foreground[v];
-}
-
-void H5Dataset::read_patch(
-    int64_t v,
-    const std::array<int64_t, 3>& corner,
-    const std::array<int64_t, 3>& size,
-    float* x,
-    int64_t* y) const {
-  MT_INTERNAL_ASSERT(info_.kind == SampleKind::kVolumes, "not volumes");
-  const auto& sh = info_.sample_shape;  // C, D, H, W
-  for (int i = 0; i < 3; ++i) {
-    MT_INTERNAL_ASSERT(
-        corner[i] >= 0 && size[i] > 0 && corner[i] + size[i] <= sh[i + 1],
-        "patch outside the volume");
-  }
-  const std::vector<hsize_t> at = {
-      hsize_t(corner[0]), hsize_t(corner[1]), hsize_t(corner[2])};
-  const std::vector<hsize_t> box = {
-      hsize_t(size[0]), hsize_t(size[1]), hsize_t(size[2])};
-  h5::read_box(
-      impl_->samples.get(),
-      {hsize_t(v), 0, at[0], at[1], at[2]},
-      {1, hsize_t(sh[0]), box[0], box[1], box[2]},
-      H5T_NATIVE_FLOAT,
-      x);
-  h5::read_box(
-      impl_->labels.get(),
-      {hsize_t(v), at[0], at[1], at[2]},
-      {1, box[0], box[1], box[2]},
-      H5T_NATIVE_INT64,
-      y);
-  impl_->apply_normalisation(x, sh[0] * size[0] * size[1] * size[2]);
-}
-
 H5Dataset H5Dataset::open(
     const std::string& path,
     const std::string& role,
@@ -407,7 +152,7 @@ H5Dataset H5Dataset::open(
       ", found ",
       dims.size(),
       "-D ",
-      shape_text(dims));
+      h5::shape_text(dims));
   if (has_features) {
     MT_CHECK(
         h5::is_float(impl->samples.get()),
@@ -427,7 +172,10 @@ H5Dataset H5Dataset::open(
   MT_CHECK(info.num_samples > 0, ds_where, ": is empty (0 samples)");
   for (size_t i = 1; i < dims.size(); ++i) {
     MT_CHECK(
-        dims[i] > 0, ds_where, ": has an empty dimension ", shape_text(dims));
+        dims[i] > 0,
+        ds_where,
+        ": has an empty dimension ",
+        h5::shape_text(dims));
     info.sample_shape.push_back(static_cast<int64_t>(dims[i]));
   }
   impl->normalise = h5::is_integer(impl->samples.get());
@@ -460,7 +208,7 @@ H5Dataset H5Dataset::open(
       ": expected 1-D [N], found ",
       ldims.size(),
       "-D ",
-      shape_text(ldims));
+      h5::shape_text(ldims));
   MT_CHECK(
       h5::is_integer(impl->labels.get()),
       lbl_where,
@@ -519,7 +267,7 @@ H5Dataset H5Dataset::open(
   info.row_labels = std::move(labels);
   std::string names;
   if (h5::read_attr(f, "class_names", &names)) {
-    info.class_names = split_names(names);
+    info.class_names = h5::split_names(names);
   }
   if (has_features && h5::has_link(f, "context_features")) {
     const std::string cw = where + " dataset '/context_features'";
@@ -530,7 +278,7 @@ H5Dataset H5Dataset::open(
         cdims.size() == 2 && cdims[1] > 0,
         cw,
         ": expected 2-D [N, F2], found ",
-        shape_text(cdims));
+        h5::shape_text(cdims));
     MT_CHECK(
         static_cast<int64_t>(cdims[0]) == info.num_samples,
         cw,
@@ -569,6 +317,8 @@ void H5Dataset::read(
   MT_INTERNAL_ASSERT(
       rows.front() >= 0 && rows.back() < info_.num_samples,
       "sample index out of range");
+  MT_INTERNAL_ASSERT(
+      !info_.ragged, "read() of a ragged volume file: use read_volume()");
   const int64_t numel = info_.sample_numel();
   const int64_t lnumel =
       info_.kind == SampleKind::kVolumes ? info_.voxels() : 1;

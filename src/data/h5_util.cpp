@@ -1,6 +1,7 @@
 #include "h5_util.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "memtrain/util/error.h"
 
@@ -333,6 +334,74 @@ void append_rows(hid_t ds, hid_t mem_type, hsize_t rows, const void* data) {
       file_name(ds),
       "': ",
       why));
+}
+
+std::string shape_text(const std::vector<hsize_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i)
+    s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+std::vector<std::string> split_names(const std::string& joined) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= joined.size() && !joined.empty()) {
+    const size_t end = joined.find(',', start);
+    out.push_back(joined.substr(start, end - start));
+    if (end == std::string::npos)
+      break;
+    start = end + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> read_strings(hid_t ds) {
+  const std::string where =
+      "'" + file_name(ds) + "' dataset '" + object_name(ds) + "'";
+  Handle t = type(H5Dget_type(ds));
+  const auto dims = dims_of(ds);
+  MT_CHECK(
+      H5Tget_class(t.get()) == H5T_STRING && dims.size() == 1,
+      where,
+      ": expected a 1-D dataset of strings, found ",
+      type_name(ds),
+      " of ",
+      dims.size(),
+      " dimensions");
+  const size_t n = static_cast<size_t>(dims[0]);
+  std::vector<std::string> out(n);
+  if (n == 0)
+    return out;
+  if (H5Tis_variable_str(t.get()) > 0) {
+    Handle mem = type(H5Tcopy(H5T_C_S1));
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    std::vector<char*> ptrs(n, nullptr);
+    MT_CHECK(
+        H5Dread(ds, mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) >= 0,
+        "cannot read ",
+        where,
+        ": ",
+        last_error());
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = ptrs[i] ? ptrs[i] : "";
+      H5free_memory(ptrs[i]);
+    }
+    return out;
+  }
+  const size_t size = H5Tget_size(t.get());
+  std::vector<char> buf(n * size);
+  MT_CHECK(
+      H5Dread(ds, t.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) >= 0,
+      "cannot read ",
+      where,
+      ": ",
+      last_error());
+  for (size_t i = 0; i < n; ++i) {
+    const char* p = buf.data() + i * size;
+    out[i].assign(p, strnlen(p, size));
+  }
+  return out;
 }
 
 }  // namespace memtrain::h5

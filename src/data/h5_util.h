@@ -121,6 +121,13 @@ Handle create_dataset(
 // Grows an extendible dataset by `rows` along its first dimension and
 // writes them (`data`: rows x the other dimensions, of `mem_type`).
 void append_rows(hid_t dataset, hid_t mem_type, hsize_t rows, const void* data);
+// "[4,1,32,32,32]".
+std::string shape_text(const std::vector<hsize_t>& dims);
+// "a,b,c" -> {"a", "b", "c"}; "" -> {}.
+std::vector<std::string> split_names(const std::string& joined);
+// A 1-D dataset of strings (fixed-length or variable-length), one per row;
+// throws memtrain::Error naming the dataset for another type.
+std::vector<std::string> read_strings(hid_t dataset);
 void write_attr(hid_t obj, const char* name, int64_t value);
 void write_attr(hid_t obj, const char* name, double value);
 void write_attr(hid_t obj, const char* name, const std::string& value);

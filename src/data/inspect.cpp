@@ -41,6 +41,31 @@ void describe_dataset(
   out << "\n";
 }
 
+// A ragged volume file: how many cases, their smallest and largest
+// extents on each axis, and the first few cases by name and shape.
+std::string describe_case_shapes(const DatasetInfo& info) {
+  std::array<int64_t, 3> lo = info.volume_shapes.at(0), hi = lo;
+  for (const auto& e : info.volume_shapes) {
+    for (int a = 0; a < 3; ++a) {
+      lo[a] = std::min(lo[a], e[a]);
+      hi[a] = std::max(hi[a], e[a]);
+    }
+  }
+  std::ostringstream out;
+  out << "cases of different shapes: " << info.volume_shapes.size()
+      << ", from [" << lo[0] << ", " << lo[1] << ", " << lo[2] << "] to ["
+      << hi[0] << ", " << hi[1] << ", " << hi[2] << "] voxels (d, h, w):";
+  const size_t shown = std::min<size_t>(info.volume_shapes.size(), 8);
+  for (size_t v = 0; v < shown; ++v) {
+    const auto& e = info.volume_shapes[v];
+    out << (v ? "," : "") << " " << info.volume_name(static_cast<int64_t>(v))
+        << " [" << e[0] << ", " << e[1] << ", " << e[2] << "]";
+  }
+  if (shown < info.volume_shapes.size())
+    out << ", ...";
+  return out.str();
+}
+
 }  // namespace
 
 InspectReport inspect_file(const std::string& path) {
@@ -146,6 +171,8 @@ InspectReport inspect_file(const std::string& path) {
         out << "; spacing " << info.spacing_mm[0] << " x " << info.spacing_mm[1]
             << " x " << info.spacing_mm[2] << " mm";
       }
+      if (info.ragged)
+        out << "\n" << describe_case_shapes(info);
       out << "\nvoxels per class:";
     } else {
       out << "\nlabels:";

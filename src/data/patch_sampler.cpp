@@ -23,25 +23,33 @@ PatchSampler::PatchSampler(
       seed_(seed) {
   const DatasetInfo& info = data.info();
   MT_INTERNAL_ASSERT(info.kind == SampleKind::kVolumes, "not a volume file");
+  // The array's [D, H, W] is the largest case on each axis: a patch larger
+  // than that fits no case at all. A smaller case is padded (at()).
+  std::array<int64_t, 3> largest{};
   for (int i = 0; i < 3; ++i)
-    shape_[i] = info.sample_shape[i + 1];
+    largest[i] = info.sample_shape[i + 1];
   MT_CHECK(
-      patch[0] <= shape_[0] && patch[1] <= shape_[1] && patch[2] <= shape_[2],
+      patch[0] <= largest[0] && patch[1] <= largest[1] &&
+          patch[2] <= largest[2],
       "data.patch_size=[",
       patch[0],
       ", ",
       patch[1],
       ", ",
       patch[2],
-      "] is larger than the volumes of '",
+      "] is larger than ",
+      info.ragged ? "every case" : "the volumes",
+      " of '",
       info.path,
       "' ([",
-      shape_[0],
+      largest[0],
       ", ",
-      shape_[1],
+      largest[1],
       ", ",
-      shape_[2],
-      "] voxels); use a patch no larger than the volume on every axis");
+      largest[2],
+      "] voxels",
+      info.ragged ? " at most" : "",
+      "); use a patch no larger than the volume on every axis");
   MT_CHECK(patches_per_volume > 0, "data.patches_per_volume must be > 0");
   MT_CHECK(
       flip == "none" || flip == "w" || flip == "all",
@@ -56,21 +64,30 @@ PatchRef PatchSampler::at(int64_t epoch, int64_t sample) const {
   r.volume = sample % num_volumes_;
   const CounterDraws d{sample_key(seed_, 0x5851f42d4c957f2dULL, epoch, sample)};
   const std::vector<int64_t>& fg = data_.foreground(r.volume);
+  // Corners keep the patch inside the case; on an axis where the case is
+  // smaller than the patch, the case lies inside the patch instead (a
+  // corner in [e - p, 0]; read_patch pads the rest).
+  const auto& e = data_.info().volume_shape(r.volume);
+  std::array<int64_t, 3> lo{}, hi{};
+  for (int i = 0; i < 3; ++i) {
+    lo[i] = std::min<int64_t>(0, e[i] - patch_[i]);
+    hi[i] = std::max<int64_t>(0, e[i] - patch_[i]);
+  }
   if (!fg.empty() && d.unit(0) < pos_fraction_) {
     const int64_t voxel = fg[d.below(1, static_cast<int64_t>(fg.size()))];
-    const int64_t plane = shape_[1] * shape_[2];
+    const int64_t plane = e[1] * e[2];
     const std::array<int64_t, 3> centre = {
-        voxel / plane, (voxel % plane) / shape_[2], voxel % shape_[2]};
+        voxel / plane, (voxel % plane) / e[2], voxel % e[2]};
     for (int i = 0; i < 3; ++i) {
-      // The patch around the voxel, moved inside the volume; the voxel
+      // The patch around the voxel, moved inside the case; the voxel
       // stays inside the patch.
-      r.corner[i] = std::clamp<int64_t>(
-          centre[i] - patch_[i] / 2, 0, shape_[i] - patch_[i]);
+      r.corner[i] =
+          std::clamp<int64_t>(centre[i] - patch_[i] / 2, lo[i], hi[i]);
     }
     r.foreground = true;
   } else {
     for (int i = 0; i < 3; ++i)
-      r.corner[i] = d.below(2 + i, shape_[i] - patch_[i] + 1);
+      r.corner[i] = lo[i] + d.below(2 + i, hi[i] - lo[i] + 1);
   }
   for (int i = 0; i < 3; ++i)
     r.flip[i] = may_flip_[i] && d.unit(5 + i) < 0.5;

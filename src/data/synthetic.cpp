@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -91,19 +92,38 @@ void make_volumes(const SyntheticSpec& spec, const std::string& path) {
       hash_name(spec.split)};
   Gaussian gen(sample_seq);
   auto unit = [&] { return static_cast<double>(gen.raw() >> 11) * 0x1.0p-53; };
+  // Each case's own (d, h, w): the whole array, or with --ragged 50-100%
+  // of it on each axis (case 0 whole, so that the array is the largest).
+  std::vector<std::array<int64_t, 3>> extents(spec.samples, {D, H, W});
+  if (spec.ragged) {
+    std::seed_seq ragged_seq{
+        static_cast<uint32_t>(spec.seed),
+        static_cast<uint32_t>(spec.seed >> 32),
+        hash_name(spec.split),
+        0x7a66u};
+    Gaussian shapes(ragged_seq);
+    for (int64_t n = 1; n < spec.samples; ++n) {
+      for (int a = 0; a < 3; ++a) {
+        const double u = static_cast<double>(shapes.raw() >> 11) * 0x1.0p-53;
+        extents[n][a] =
+            std::max<int64_t>(1, std::llround(extents[n][a] * (0.5 + 0.5 * u)));
+      }
+    }
+  }
   std::vector<uint8_t> masks(spec.samples * voxels, 0);
-  std::vector<float> x(spec.samples * C * voxels);
-  const double min_dim = static_cast<double>(std::min({D, H, W}));
+  std::vector<float> x(spec.samples * C * voxels, 0.0f);
   for (int64_t n = 0; n < spec.samples; ++n) {
+    const auto& e = extents[n];
+    const double min_dim = static_cast<double>(std::min({e[0], e[1], e[2]}));
     uint8_t* m = masks.data() + n * voxels;
     for (int64_t c = 1; c < spec.classes; ++c) {
       const double r = min_dim * (0.15 + 0.15 * unit());
-      const double cz = r + (D - 2 * r) * unit();
-      const double cy = r + (H - 2 * r) * unit();
-      const double cx = r + (W - 2 * r) * unit();
-      for (int64_t z = 0; z < D; ++z)
-        for (int64_t y = 0; y < H; ++y)
-          for (int64_t xx = 0; xx < W; ++xx) {
+      const double cz = r + (e[0] - 2 * r) * unit();
+      const double cy = r + (e[1] - 2 * r) * unit();
+      const double cx = r + (e[2] - 2 * r) * unit();
+      for (int64_t z = 0; z < e[0]; ++z)
+        for (int64_t y = 0; y < e[1]; ++y)
+          for (int64_t xx = 0; xx < e[2]; ++xx) {
             const double dz = z - cz, dy = y - cy, dx = xx - cx;
             if (dz * dz + dy * dy + dx * dx <= r * r)
               m[(z * H + y) * W + xx] = static_cast<uint8_t>(c);
@@ -111,10 +131,13 @@ void make_volumes(const SyntheticSpec& spec, const std::string& path) {
     }
     for (int64_t ch = 0; ch < C; ++ch) {
       float* p = x.data() + (n * C + ch) * voxels;
-      for (int64_t i = 0; i < voxels; ++i) {
-        p[i] =
-            static_cast<float>(means[m[i] * C + ch] + spec.noise * gen.next());
-      }
+      for (int64_t z = 0; z < e[0]; ++z)
+        for (int64_t y = 0; y < e[1]; ++y)
+          for (int64_t xx = 0; xx < e[2]; ++xx) {
+            const int64_t i = (z * H + y) * W + xx;
+            p[i] = static_cast<float>(
+                means[m[i] * C + ch] + spec.noise * gen.next());
+          }
     }
   }
   write_file(path, [&](hid_t f) {
@@ -168,6 +191,19 @@ void make_volumes(const SyntheticSpec& spec, const std::string& path) {
         {n, hsize_t(D), hsize_t(H), hsize_t(W)},
         mchunk,
         masks.data());
+    if (spec.ragged) {
+      std::vector<int64_t> shapes;
+      for (const auto& e : extents)
+        shapes.insert(shapes.end(), e.begin(), e.end());
+      h5::write_dataset(
+          f,
+          "volume_shapes",
+          H5T_STD_I64LE,
+          H5T_NATIVE_INT64,
+          {n, 3},
+          {},
+          shapes.data());
+    }
     h5::write_attr(f, "layout_version", int64_t{1});
     h5::write_attr(f, "kind", std::string("volumes"));
     h5::write_attr(f, "num_classes", spec.classes);

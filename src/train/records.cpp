@@ -279,10 +279,11 @@ std::string describe_run(const RunState& m) {
     }
     if (m.patches) {
       const auto r = m.roi();
-      out << " volume(s) " << shape(m.val_data->info().sample_shape)
-          << ", sliding window " << r[0] << "x" << r[1] << "x" << r[2]
-          << " overlap " << m.cfg.validation.overlap << " "
-          << m.cfg.validation.blend << ", sums on " << m.cfg.validation.offload;
+      out << " volume(s) " << (m.val_data->info().ragged ? "up to " : "")
+          << shape(m.val_data->info().sample_shape) << ", sliding window "
+          << r[0] << "x" << r[1] << "x" << r[2] << " overlap "
+          << m.cfg.validation.overlap << " " << m.cfg.validation.blend
+          << ", sums on " << m.cfg.validation.offload;
     }
   }
   int64_t numel = 0;

@@ -147,10 +147,11 @@ VolumeValResult Validator::run(
     at::Tensor volume, mask;
     {
       memory::HostScope host;
-      const auto& sh = info.sample_shape;
-      volume = torch::empty({sh[0], sh[1], sh[2], sh[3]}, torch::kFloat32);
-      mask = torch::empty({sh[1], sh[2], sh[3]}, torch::kInt64);
-      data_.read({v}, volume.data_ptr<float>(), mask.data_ptr<int64_t>());
+      const auto& e = info.volume_shape(v);  // the case's own grid
+      volume = torch::empty(
+          {info.sample_shape[0], e[0], e[1], e[2]}, torch::kFloat32);
+      mask = torch::empty({e[0], e[1], e[2]}, torch::kInt64);
+      data_.read_volume(v, volume.data_ptr<float>(), mask.data_ptr<int64_t>());
     }
     at::Tensor probs = volume_probs(
         volume,
@@ -160,7 +161,7 @@ VolumeValResult Validator::run(
         roi_,
         &sw_batch_,
         rank,
-        detail::concat("validation, volume ", v),
+        "validation, " + info.volume_name(v),
         &out.oom_retries,
         placement_);
     memory::HostScope host;

@@ -11,6 +11,11 @@
 #    (and the dataset) or the key, at 1 and 2 ranks; a contiguous file and
 #    chunks larger than the patch train with one warning (rank 0 only).
 # 5. memtrain inspect on a volume file.
+# 6. Ragged files (cases of different shapes, make-data --ragged): 2 ranks
+#    train on 24^3 patches (cases smaller than that are padded) and
+#    validate; inspect lists the cases; `memtrain eval` of the 2-case
+#    ragged file = the mean of eval on each case alone in a file of its
+#    own shape (h5py crops it): the padding is never read or scored.
 source "$(dirname "$0")/common.sh"
 K=3  # classes of every synthetic file here
 
@@ -182,4 +187,42 @@ rc=0
 [ "$rc" = 2 ] && grep -qF "dataset '/masks': label 5" inspect.txt ||
   { cat inspect.txt; fail "inspect mask-range.h5: exit $rc"; }
 echo "inspect mask-range.h5: exit $rc, $(grep -F "label 5" inspect.txt | cut -c1-100)"
+
+# 6. Ragged files.
+mkvol rtrain.h5 6 32 train --chunk 16 --ragged
+mkvol rval.h5 2 32 val --chunk 16 --ragged
+"$MEMTRAIN" inspect rtrain.h5 >rinspect.txt 2>&1 || { cat rinspect.txt; fail "inspect rtrain.h5"; }
+grep "^cases of different shapes: 6, from" rinspect.txt || { cat rinspect.txt; fail "inspect: no cases"; }
+RAG=(--data.train=rtrain.h5 --data.val=rval.h5 --data.batch_size=2 --data.patch_size=24
+     --data.patches_per_volume=2 --training.epochs=2 --validation.every_epochs=1)
+train 2 ragged "${RAG[@]}"
+grep -q "volume(s) up to \[1,32,32,32\]" ragged.log || { grep -i "volume(s)" ragged.log; fail "ragged: no 'up to'"; }
+/usr/bin/python3 - rval.h5 <<'PYEOF' || fail "crop rval.h5 (python3-h5py: bash launch/install_deps.sh)"
+import h5py, sys
+with h5py.File(sys.argv[1]) as f:
+    for v, (d, h, w) in enumerate(f["volume_shapes"][:]):
+        with h5py.File(f"rcase{v}.h5", "w") as g:
+            g.create_dataset("volumes", data=f["volumes"][v:v + 1, :, :d, :h, :w],
+                             chunks=(1, 1, min(16, d), min(16, h), min(16, w)), fletcher32=True)
+            g.create_dataset("masks", data=f["masks"][v:v + 1, :d, :h, :w],
+                             chunks=(1, min(16, d), min(16, h), min(16, w)), fletcher32=True)
+            g.attrs["num_classes"] = f.attrs["num_classes"]
+        print(f"case {v}: {d}x{h}x{w}")
+PYEOF
+for f in rval rcase0 rcase1; do
+  mpi -np 1 "$MEMTRAIN" eval "${UNET[@]}" "${RAG[@]}" --data.val=$f.h5 --output.dir=ragged \
+    --weights ragged/model.safetensors >eval-$f.log 2>&1 || { cat eval-$f.log; fail "eval $f"; }
+done
+"$PY" - <<'PYEOF' || fail "ragged eval: not the mean of its cases"
+import json
+e = {f: json.loads([l for l in open(f"eval-{f}.log") if '"type":"eval"' in l][-1])
+     for f in ("rval", "rcase0", "rcase1")}
+loss = (e["rcase0"]["val_loss"] + e["rcase1"]["val_loss"]) / 2
+print(f"ragged eval: val_loss {e['rval']['val_loss']:.6f}, mean of the cases {loss:.6f}")
+assert abs(e["rval"]["val_loss"] - loss) <= 1e-5 * max(1, abs(loss)), (e["rval"], loss)
+for c in range(len(e["rval"]["val_dice_per_class"])):
+    a, b = e["rcase0"]["val_dice_per_class"][c], e["rcase1"]["val_dice_per_class"][c]
+    m = (a + b) / 2
+    assert abs(e["rval"]["val_dice_per_class"][c] - m) <= 1e-5, (c, e["rval"], a, b)
+PYEOF
 echo "e2e volumes: ok"

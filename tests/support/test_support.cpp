@@ -182,4 +182,30 @@ const Placement& cpu_placement() {
   return *p;
 }
 
+void put_int64_dataset(
+    const std::string& path,
+    const char* name,
+    const std::vector<uint64_t>& dims,
+    const std::vector<int64_t>& values,
+    int64_t file_type) {
+  const hid_t type =
+      file_type < 0 ? H5T_STD_I64LE : static_cast<hid_t>(file_type);
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (f < 0)
+    throw std::runtime_error("put_int64_dataset: cannot open " + path);
+  if (H5Lexists(f, name, H5P_DEFAULT) > 0)
+    H5Ldelete(f, name, H5P_DEFAULT);
+  if (!dims.empty()) {
+    std::vector<hsize_t> d(dims.begin(), dims.end());
+    const hid_t sp = H5Screate_simple(int(d.size()), d.data(), nullptr);
+    const hid_t ds =
+        H5Dcreate2(f, name, type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(
+        ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+    H5Dclose(ds);
+    H5Sclose(sp);
+  }
+  H5Fclose(f);
+}
+
 }  // namespace memtrain::test

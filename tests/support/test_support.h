@@ -47,6 +47,16 @@ struct RawH5 {
 };
 void write_raw_h5(const std::string& path, const RawH5& spec);
 
+// Replaces dataset `name` of the HDF5 file `path` (removes it with empty
+// `dims`) by a contiguous one, without a checksum, of `file_type` (an HDF5
+// type id; default H5T_STD_I64LE) holding `values`.
+void put_int64_dataset(
+    const std::string& path,
+    const char* name,
+    const std::vector<uint64_t>& dims,
+    const std::vector<int64_t>& values,
+    int64_t file_type = -1);
+
 // The memtrain::Error H5Dataset::open(path, "data.train") throws ("" if
 // it opens).
 std::string open_error(const std::string& path);

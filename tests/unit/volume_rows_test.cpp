@@ -35,31 +35,6 @@ SyntheticSpec patch_spec(int64_t volumes, int64_t grid) {
   return spec;
 }
 
-// Replaces dataset `name` of the HDF5 file `path` (removes it with empty
-// `dims`) by a contiguous one, without a checksum, of `file_type` holding
-// `values`.
-void put(
-    const std::string& path,
-    const char* name,
-    const std::vector<hsize_t>& dims,
-    const std::vector<int64_t>& values,
-    hid_t file_type = H5T_STD_I64LE) {
-  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  ASSERT_GE(f, 0);
-  if (H5Lexists(f, name, H5P_DEFAULT) > 0)
-    H5Ldelete(f, name, H5P_DEFAULT);
-  if (!dims.empty()) {
-    const hid_t sp = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
-    const hid_t ds = H5Dcreate2(
-        f, name, file_type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    H5Dwrite(
-        ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
-    H5Dclose(ds);
-    H5Sclose(sp);
-  }
-  H5Fclose(f);
-}
-
 std::vector<int64_t> flat_voxels(const DatasetInfo& info) {
   std::vector<int64_t> out;
   for (const auto& v : info.row_voxel_index)
@@ -218,42 +193,47 @@ TEST_F(VolumeRowsLayout, GoodFileOpensAndMessagesNameTheProblem) {
   EXPECT_EQ(test::open_error(good()), "");
   const std::string where = "data.train: '" + dir_.path() + "/bad";
 
-  std::string e =
-      error_after([](const std::string& p) { put(p, "voxel_index", {}, {}); });
+  std::string e = error_after([](const std::string& p) {
+    test::put_int64_dataset(p, "voxel_index", {}, {});
+  });
   EXPECT_HAS(e, where);
   EXPECT_HAS(
       e,
       ".h5': has /volume_ids without /voxel_index; rows that "
       "belong to volumes need both");
-  e = error_after([](const std::string& p) { put(p, "volume_ids", {}, {}); });
+  e = error_after([](const std::string& p) {
+    test::put_int64_dataset(p, "volume_ids", {}, {});
+  });
   EXPECT_HAS(e, "has /voxel_index without /volume_ids");
 
   e = error_after([](const std::string& p) {
     std::vector<int64_t> ids = ids16();
     ids.pop_back();
-    put(p, "volume_ids", {15}, ids);
+    test::put_int64_dataset(p, "volume_ids", {15}, ids);
   });
   EXPECT_HAS(
       e,
       "dataset '/volume_ids': has 15 rows but '/features' has 16; "
       "they must be equal");
   e = error_after([](const std::string& p) {
-    put(p, "voxel_index", {16}, std::vector<int64_t>(16, 0));
+    test::put_int64_dataset(
+        p, "voxel_index", {16}, std::vector<int64_t>(16, 0));
   });
   EXPECT_HAS(e, "dataset '/voxel_index': expected 2-D [N, 3], found 1-D [16]");
   e = error_after([](const std::string& p) {
-    put(p, "voxel_index", {16, 2}, std::vector<int64_t>(32, 0));
+    test::put_int64_dataset(
+        p, "voxel_index", {16, 2}, std::vector<int64_t>(32, 0));
   });
   EXPECT_HAS(
       e,
       "dataset '/voxel_index': expected 2-D [N, 3], found 2-D "
       "[16,2]");
   e = error_after([](const std::string& p) {
-    put(p, "volume_ids", {16, 1}, ids16());
+    test::put_int64_dataset(p, "volume_ids", {16, 1}, ids16());
   });
   EXPECT_HAS(e, "dataset '/volume_ids': expected 1-D [N], found 2-D [16,1]");
   e = error_after([](const std::string& p) {
-    put(p, "volume_ids", {16}, ids16(), H5T_IEEE_F32LE);
+    test::put_int64_dataset(p, "volume_ids", {16}, ids16(), H5T_IEEE_F32LE);
   });
   EXPECT_HAS(
       e,
@@ -263,7 +243,7 @@ TEST_F(VolumeRowsLayout, GoodFileOpensAndMessagesNameTheProblem) {
   e = error_after([](const std::string& p) {
     std::vector<int64_t> ids = ids16();
     ids[5] = -3;
-    put(p, "volume_ids", {16}, ids);
+    test::put_int64_dataset(p, "volume_ids", {16}, ids);
   });
   EXPECT_HAS(
       e,
@@ -272,7 +252,7 @@ TEST_F(VolumeRowsLayout, GoodFileOpensAndMessagesNameTheProblem) {
   e = error_after([](const std::string& p) {
     std::vector<int64_t> v = voxels16();
     v[3 * 2 + 1] = -1;
-    put(p, "voxel_index", {16, 3}, v);
+    test::put_int64_dataset(p, "voxel_index", {16, 3}, v);
   });
   EXPECT_HAS(
       e,
@@ -283,7 +263,7 @@ TEST_F(VolumeRowsLayout, GoodFileOpensAndMessagesNameTheProblem) {
   e = error_after([](const std::string& p) {
     std::vector<int64_t> v = voxels16();
     v[3 * 9] = 1, v[3 * 9 + 1] = 0, v[3 * 9 + 2] = 0;
-    put(p, "voxel_index", {16, 3}, v);
+    test::put_int64_dataset(p, "voxel_index", {16, 3}, v);
   });
   EXPECT_HAS(
       e,
@@ -293,14 +273,14 @@ TEST_F(VolumeRowsLayout, GoodFileOpensAndMessagesNameTheProblem) {
   e = error_after([](const std::string& p) {
     std::vector<int64_t> ids = ids16();
     ids[0] = 7;
-    put(p, "volume_ids", {16}, ids);
+    test::put_int64_dataset(p, "volume_ids", {16}, ids);
   });
   EXPECT_EQ(e, "");
 
   e = error_after([](const std::string& p) {
     std::vector<int64_t> v = voxels16();
     v[0] = 1 << 20, v[1] = 1 << 11;
-    put(p, "voxel_index", {16, 3}, v);
+    test::put_int64_dataset(p, "voxel_index", {16, 3}, v);
   });
   EXPECT_HAS(
       e,
@@ -315,8 +295,8 @@ TEST_F(VolumeRowsLayout, OnlyFeaturesFilesCarryThem) {
   raw.images_shape = {16, 1, 2, 2};
   raw.labels_shape = {16};
   test::write_raw_h5(p, raw);
-  put(p, "volume_ids", {16}, ids16());
-  put(p, "voxel_index", {16, 3}, voxels16());
+  test::put_int64_dataset(p, "volume_ids", {16}, ids16());
+  test::put_int64_dataset(p, "voxel_index", {16, 3}, voxels16());
   EXPECT_HAS(
       test::open_error(p),
       "has /volume_ids but holds /images; only /features files carry rows "
@@ -334,8 +314,8 @@ TEST_F(VolumeRowsLayout, RowsInAnyOrderAreGroupedByVolume) {
   std::reverse(ids.begin(), ids.end());
   std::vector<int64_t> v = voxels16();
   v[3 * 15] = 3;  // row 15: volume 42, voxel [3, 1, 1]
-  put(p, "volume_ids", {16}, ids, H5T_STD_U16LE);
-  put(p, "voxel_index", {16, 3}, v, H5T_STD_I32LE);
+  test::put_int64_dataset(p, "volume_ids", {16}, ids, H5T_STD_U16LE);
+  test::put_int64_dataset(p, "voxel_index", {16, 3}, v, H5T_STD_I32LE);
   const H5Dataset ds = H5Dataset::open(p, "t");
   const DatasetInfo& info = ds.info();
   EXPECT_EQ(info.row_volume_ids, ids);

@@ -64,9 +64,22 @@ struct DatasetInfo {
   std::vector<int64_t> row_volume_ids;
   std::vector<std::array<int64_t, 3>> row_voxel_index;
 
+  // /volumes only (data/FORMAT.md, "Cases of different shapes"): each
+  // case's own (d, h, w) inside the [D, H, W] of sample_shape -- from
+  // /volume_shapes, else all [D, H, W] -- and, when the file names them,
+  // each case's name (/case_names). `ragged`: some case is smaller.
+  std::vector<std::array<int64_t, 3>> volume_shapes;
+  std::vector<std::string> case_names;
+  bool ragged = false;
+
   int64_t sample_numel() const;
-  // Volumes: D * H * W (the voxels of one mask).
+  // Volumes: D * H * W (the voxels of one mask of the whole array).
   int64_t voxels() const;
+  // Volumes: case v's (d, h, w), and its voxels d * h * w.
+  const std::array<int64_t, 3>& volume_shape(int64_t v) const;
+  int64_t volume_voxels(int64_t v) const;
+  // "volume 3", or "volume 3 (la_003)" when the file names its cases.
+  std::string volume_name(int64_t v) const;
 };
 
 struct OpenOptions {
@@ -100,8 +113,9 @@ class H5Dataset {
   // their context features into `context` (indices.size() * F2). Integer
   // sample types are converted to float and normalised as data/FORMAT.md
   // says. One hyperslab read per dataset: only the requested rows are read.
-  // For /volumes files, a row is a whole volume and `y` gets its mask
-  // (D * H * W labels). Blocking; safe to call from several threads (HDF5
+  // For /volumes files, a row is the whole [D, H, W] array and `y` gets
+  // its mask (D * H * W labels); a ragged file's cases are read with
+  // read_volume() instead. Blocking; safe to call from several threads (HDF5
   // serialises inside the library). A chunk whose checksum does not match
   // throws memtrain::Error naming the file, the dataset and the rows.
   void read(
@@ -110,10 +124,16 @@ class H5Dataset {
       int64_t* y,
       float* context = nullptr) const;
 
+  // Volumes: case `v` alone, its own [C, d, h, w] (volume_shape(v)) into
+  // `x` and its [d, h, w] mask into `y`. Thread-safe like read().
+  void read_volume(int64_t v, float* x, int64_t* y) const;
+
   // Volumes: reads the patch of `size` voxels at `corner` ([D, H, W]) of
   // volume `v` by hyperslab, into `x` (C * prod(size) floats) and its mask
   // into `y` (prod(size) labels). Never reads the rest of the volume (only
-  // the chunks the patch touches). Thread-safe like read(); a damaged chunk
+  // the chunks the patch touches). The part of the patch outside the case
+  // (a corner below 0, or past volume_shape(v): a case smaller than the
+  // patch) is image 0 and label 0. Thread-safe like read(); a damaged chunk
   // throws naming the volume and the patch.
   void read_patch(
       int64_t v,
@@ -122,9 +142,9 @@ class H5Dataset {
       float* x,
       int64_t* y) const;
 
-  // Volumes: linear voxel indices (within one D*H*W mask) of foreground
-  // voxels (mask > 0) of volume `v`, ascending; an evenly strided subset of
-  // at most 65536 when there are more. Found on open.
+  // Volumes: linear voxel indices (within the case's own d*h*w grid) of
+  // foreground voxels (mask > 0) of volume `v`, ascending; an evenly strided
+  // subset of at most 65536 when there are more. Found on open.
   const std::vector<int64_t>& foreground(int64_t v) const;
 
   // Volumes: "" when the chunk layout suits patches of `patch` voxels;

@@ -27,7 +27,8 @@ struct PatchRef {
 class PatchSampler {
  public:
   // Throws memtrain::Error naming the file when the patch is larger than
-  // the volumes.
+  // every case on an axis; a case smaller than the patch is padded
+  // (H5Dataset::read_patch).
   PatchSampler(
       const H5Dataset& data,
       const std::array<int64_t, 3>& patch,
@@ -47,7 +48,6 @@ class PatchSampler {
  private:
   const H5Dataset& data_;
   std::array<int64_t, 3> patch_;
-  std::array<int64_t, 3> shape_;
   int64_t num_volumes_;
   int64_t per_volume_;
   double pos_fraction_;

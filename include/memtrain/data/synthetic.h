@@ -23,6 +23,10 @@ struct SyntheticSpec {
                         // pairs: Fb of /features_b (0: --features)
   int64_t latent = 16;  // pairs: dimensions the two elements share
   int64_t chunk = 16;   // volumes: chunk edge in voxels (0: a whole volume)
+  // volumes: case n (n > 0) spans 50-100% of D, H, W on each axis, drawn
+  // from the seed and split; /volume_shapes says how much (data/FORMAT.md,
+  // "Cases of different shapes"). The rest of its row is 0, never read.
+  bool ragged = false;
   std::string dtype = "float32";  // images: float32 | uint8; volumes: +int16
   double noise = 1.0;  // noise standard deviation (centres: N(0, 0.5^2))
   uint64_t seed = 0;
