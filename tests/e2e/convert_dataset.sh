@@ -17,7 +17,8 @@
 #    the sum of the cases' own chunk grids, below the full grid's);
 #    attributes (class_names, num_classes, orientation, spacing_mm,
 #    seed, val_fraction, split) and the seeded split (recomputed here);
-#    the imagesTs line. --splits/--fold takes an nnU-Net fold.
+#    the imagesTs line. The same folder re-saved as NIfTI-2 by nibabel
+#    gives the same files. --splits/--fold takes an nnU-Net fold.
 # 2. A 2-channel nnU-Net folder (_0000, _0001) and the same cases as an
 #    MSD folder (labels {"0": "background"}, modality, training list,
 #    one 4D file a case) give the same files; each channel is z-scored
@@ -224,6 +225,31 @@ for name in names:
     assert np.allclose(centre_in, centre_out, atol=1e-3), (name, centre_in, centre_out)
     assert np.allclose(np.linalg.norm(aff[:3, :3], axis=0), target[::-1], atol=1e-4)
     print(f"{name}: RAS {c0.shape} at {sp[name][::-1]} mm -> {tuple(m)}")
+PY
+
+# NIfTI-2: the folder with every file re-saved by nibabel as Nifti2Image
+# (same voxels, affines and codes) converts to the same files.
+/usr/bin/python3 - <<'PY' || fail "NIfTI-2 twin folder"
+import glob, os, shutil
+import numpy as np, nibabel as nib
+shutil.copytree("nn", "nn-n2")
+for p in glob.glob("nn-n2/*/*.nii.gz"):
+    one = nib.load(p)
+    two = nib.Nifti2Image(np.asarray(one.dataobj), one.affine)
+    two.set_qform(*one.get_qform(coded=True))
+    two.set_sform(*one.get_sform(coded=True))
+    nib.save(two, p)
+    assert nib.load(p).header.sizeof_hdr == 540
+PY
+"$MEMTRAIN" convert-dataset --folder nn-n2 --out out/nn-n2 --val-fraction 0.4 --seed 7 \
+  --chunk 8 >nn-n2.log 2>&1 || { cat nn-n2.log; fail "convert-dataset nn-n2"; }
+/usr/bin/python3 - <<'PY' || fail "NIfTI-2 twin files"
+import h5py, numpy as np
+for s in ("train", "val"):
+    a, b = h5py.File(f"out/nn-{s}.h5", "r"), h5py.File(f"out/nn-n2-{s}.h5", "r")
+    for ds in a:
+        assert np.array_equal(a[ds][:], b[ds][:]), (s, ds)
+print("every file re-saved as NIfTI-2: the same files")
 PY
 
 "$MEMTRAIN" convert-dataset --folder nn --out out/fold --splits splits_final.json \
