@@ -11,9 +11,12 @@ packages=(
   libhdf5-dev                                # HDF5 C API: datasets
   libyaml-cpp-dev                            # YAML configs
   libcli11-dev                               # command line
-  nlohmann-json3-dev                         # metrics.jsonl, safetensors header
-  libnifti2-dev                              # NIfTI-1 reading and writing:
-                                             # convert-nifti, predict
+  nlohmann-json3-dev                         # metrics.jsonl, safetensors header,
+                                             # convert-dataset's dataset.json and
+                                             # splits_final.json
+  libnifti2-dev                              # NIfTI-1 and NIfTI-2 reading (nifti2_io),
+                                             # writing: convert-nifti, convert-dataset,
+                                             # predict
   mricron-data                               # MNI templates: the brain dataset
   libgtest-dev                               # tests
   python3                                    # e2e checks (standard library only)

@@ -99,13 +99,16 @@ struct CaseResult {
   std::string line;
 };
 
-// One case: read, resample to the training spacing, normalise, sliding
-// window, probabilities back to the case's own grid, argmax, NIfTI out.
+// One case: read, (ras) reorient to RAS as convert-dataset stored the
+// training cases, resample to the training spacing, normalise, sliding
+// window, probabilities back to the case's own spacing, argmax, the
+// reorientation undone, NIfTI out on the case's own grid and header.
 CaseResult predict_case(
     Trainer& trainer,
     const PredictArgs& args,
     const std::array<double, 3>& train_spacing,
     int64_t channels,
+    bool ras,
     const std::string& path) {
   NiftiCase c = read_nifti_case("predict", "--input", path);
   MT_CHECK(
@@ -117,24 +120,39 @@ CaseResult predict_case(
       " channel(s); the model was trained on ",
       channels,
       " (data.train)");
-  const std::array<int64_t, 3> dims = {c.shape[1], c.shape[2], c.shape[3]};
-  std::array<double, 3> grid_spacing = c.spacing_mm;
+  // The file's grid (D, H, W) and the grid predicted on before resampling:
+  // the same, or (ras) reoriented.
+  const std::array<int64_t, 3> file_dims = {c.shape[1], c.shape[2], c.shape[3]};
+  const std::array<int64_t, 3> ijk = {c.shape[3], c.shape[2], c.shape[1]};
+  Orientation orient;  // identity
+  if (ras) {
+    try {
+      orient = io_orientation(c.affine);
+    } catch (const Error& e) {
+      throw Error("predict: --input '" + path + "': " + e.what());
+    }
+  }
+  const std::array<int64_t, 3> rs = reoriented_shape(orient, ijk);
+  const std::array<double, 3> rp = reoriented_spacing(
+      orient, {c.spacing_mm[2], c.spacing_mm[1], c.spacing_mm[0]});
+  const std::array<int64_t, 3> dims = {rs[2], rs[1], rs[0]};
+  const std::array<double, 3> spacing = {rp[2], rp[1], rp[0]};
+  c.voxels = reorient(c.voxels, c.shape[0], ijk, orient);
+  std::array<double, 3> grid_spacing = spacing;
   bool resample = false;
   for (int a = 0; a < 3; ++a) {
     if (train_spacing[a] > 0 &&
-        std::fabs(train_spacing[a] - c.spacing_mm[a]) > 1e-3 * train_spacing[a])
+        std::fabs(train_spacing[a] - spacing[a]) > 1e-3 * train_spacing[a])
       resample = true;
   }
   std::array<int64_t, 3> grid = dims;
   if (resample) {
     grid_spacing = train_spacing;
-    grid = resampled_dims(dims, c.spacing_mm, train_spacing);
+    grid = resampled_dims(dims, spacing, train_spacing);
     c.voxels = resample_linear(
-        c.voxels, c.shape[0], dims, c.spacing_mm, grid, train_spacing);
+        c.voxels, c.shape[0], dims, spacing, grid, train_spacing);
   }
-  const IntensityNorm norm = nonzero_zscore(c.voxels);
-  for (float& x : c.voxels)
-    x = static_cast<float>(x * norm.scale + norm.shift);
+  normalize_channels(&c.voxels, c.shape[0]);
   at::Tensor volume = torch::from_blob(
       c.voxels.data(),
       {c.shape[0], grid[0], grid[1], grid[2]},
@@ -144,7 +162,7 @@ CaseResult predict_case(
   std::vector<float> p(
       probs.data_ptr<float>(), probs.data_ptr<float>() + probs.numel());
   if (resample)
-    p = resample_linear(p, k, grid, grid_spacing, dims, c.spacing_mm);
+    p = resample_linear(p, k, grid, grid_spacing, dims, spacing);
   const size_t n = static_cast<size_t>(dims[0] * dims[1] * dims[2]);
   std::vector<uint8_t> labels(n);
   for (size_t i = 0; i < n; ++i) {
@@ -155,12 +173,15 @@ CaseResult predict_case(
     }
     labels[i] = static_cast<uint8_t>(best);
   }
+  labels = reorient_back(labels, 1, ijk, orient);
   CaseResult r;
   r.out = (fs::path(args.out) / (case_name(path) + ".nii.gz")).string();
   write_nifti_labels_like(path, labels, r.out);
   std::ostringstream line;
-  line << case_name(path) << ": " << dims[2] << "x" << dims[1] << "x" << dims[0]
+  line << case_name(path) << ": " << ijk[0] << "x" << ijk[1] << "x" << ijk[2]
        << " voxels";
+  if (!orient.identity())
+    line << " (reoriented to RAS)";
   if (resample)
     line << " (predicted at " << grid[2] << "x" << grid[1] << "x" << grid[0]
          << ")";
@@ -173,7 +194,7 @@ CaseResult predict_case(
         path,
         args.label_map);
     for (const ClassMetrics& m :
-         segmentation_metrics(labels, truth, dims, c.spacing_mm, k)) {
+         segmentation_metrics(labels, truth, file_dims, c.spacing_mm, k)) {
       r.csv += case_name(path) + "," + std::to_string(m.cls) + "," +
                num(m.dice) + "," + num(m.hd95_mm) + "," +
                std::to_string(m.pred_voxels) + "," +
@@ -192,8 +213,10 @@ void add_predict(CLI::App& app, PredictArgs& args) {
   auto* cmd = app.add_subcommand(
       "predict",
       "Segment NIfTI volumes with trained weights: each case is resampled "
-      "to the training data's voxel spacing (data.train's spacing_mm), "
-      "z-scored over its non-zero voxels (as convert-nifti), run by the "
+      "to the training data's voxel spacing (data.train's spacing_mm; "
+      "first reoriented to RAS when data.train's orientation is RAS, as "
+      "convert-dataset writes), z-scored per channel over its non-zero "
+      "voxels (as convert-nifti and convert-dataset), run by the "
       "validator's sliding window (validation.roi, overlap, sw_batch, "
       "blend, offload), and its label map, brought back to the case's own "
       "grid, is written as OUT/CASE.nii.gz with the case's header "
@@ -210,7 +233,7 @@ void add_predict(CLI::App& app, PredictArgs& args) {
   cmd->add_option(
          "--input",
          args.input,
-         "a NIfTI-1 image (.nii, .nii.gz) or a folder of them")
+         "a NIfTI-1 or NIfTI-2 image (.nii, .nii.gz) or a folder of them")
       ->required();
   cmd->add_option("--out", args.out, "output folder (created)")->required();
   cmd->add_option(
@@ -234,6 +257,7 @@ int run_predict(const PredictArgs& args, int* argc, char*** argv) {
   std::vector<std::string> cases;
   std::array<double, 3> spacing{0, 0, 0};
   int64_t channels = 0;
+  bool ras = false;
   if (!agreed(env, "config", [&] {
         cfg = TrainConfig::load(args.config, args.overrides);
         cfg.data.val = "";  // predict reads only --input
@@ -254,6 +278,7 @@ int run_predict(const PredictArgs& args, int* argc, char*** argv) {
         const H5Dataset train = H5Dataset::open(cfg.data.train, "data.train");
         spacing = train.info().spacing_mm;
         channels = train.info().sample_shape[0];
+        ras = train.info().orientation == "RAS";
         fs::create_directories(args.out);
       })) {
     return kExitUsage;
@@ -266,7 +291,7 @@ int run_predict(const PredictArgs& args, int* argc, char*** argv) {
   if (!agreed(env, "predict", [&] {
         for (size_t i = env.rank(); i < cases.size(); i += env.world_size()) {
           const CaseResult r =
-              predict_case(*trainer, args, spacing, channels, cases[i]);
+              predict_case(*trainer, args, spacing, channels, ras, cases[i]);
           std::printf("predict: [rank %d] %s\n", env.rank(), r.line.c_str());
           std::fflush(stdout);
           csv += r.csv;

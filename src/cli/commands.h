@@ -53,6 +53,9 @@ int run_convert_nifti();
 void add_convert_images(CLI::App& app);
 int run_convert_images();
 
+void add_convert_dataset(CLI::App& app);
+int run_convert_dataset();
+
 void add_plot(CLI::App& app);
 int run_plot();
 

@@ -174,6 +174,7 @@ void H5Dataset::open_volumes(
       }
     }
   }
+  h5::read_attr(f, "orientation", &info.orientation);  // "" when absent
 
   const std::string mw = where + " dataset '/masks'";
   MT_CHECK(

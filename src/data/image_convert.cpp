@@ -25,13 +25,6 @@ namespace memtrain {
 namespace fs = std::filesystem;
 namespace {
 
-uint64_t fnv1a64(const std::string& s) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : s)
-    h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 bool hidden(const fs::path& p) {
   const std::string n = p.filename().string();
   return !n.empty() && n[0] == '.';
@@ -176,14 +169,6 @@ void write_attrs(
 }
 
 }  // namespace
-
-uint64_t split_key(const std::string& relative, uint64_t seed) {
-  return splitmix64(fnv1a64(relative) ^ splitmix64(seed));
-}
-
-int64_t val_count(int64_t readable, double fraction) {
-  return static_cast<int64_t>(std::floor(fraction * readable + 0.5));
-}
 
 ImageConvertResult convert_images(
     const ImageConvertSpec& spec,

@@ -1,9 +1,7 @@
 #include "memtrain/data/nifti_convert.h"
 
-#include <nifti1_io.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <znzlib.h>
 
 #include <algorithm>
 #include <cerrno>

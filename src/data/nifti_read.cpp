@@ -2,11 +2,11 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
-#include <znzlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -74,22 +74,56 @@ void visit(const nifti_image* im, F&& f) {
   }
 }
 
-// The 4 bytes of sizeof_hdr (gzip or not): 348 NIfTI-1, 540 NIfTI-2.
-int32_t header_size(const std::string& path) {
-  znzFile f = znzopen(path.c_str(), "rb", 1);
+// libnifti sets NaN and Inf float voxels to 0 as it loads them, silently:
+// the file's raw float32/float64 voxels are scanned first (the data part
+// is read twice for float files), and the first non-finite one is refused.
+void check_finite_floats(const Nifti& n) {
+  const nifti_image* im = n.im.get();
+  if (im->datatype != DT_FLOAT32 && im->datatype != DT_FLOAT64)
+    return;
+  znzFile f = znzopen(im->iname, "rb", nifti_is_gzfile(im->iname));
   if (znz_isnull(f))
-    return -1;
-  int32_t size = -1;
-  if (znzread(&size, 1, 4, f) != 4)
-    size = -1;
+    return;  // nifti_image_load reports it
+  const size_t nb = static_cast<size_t>(im->nbyper);
+  const size_t total = static_cast<size_t>(im->nvox);
+  const bool swap = im->byteorder != nifti_short_order();
+  std::vector<unsigned char> buf(nb << 18);
+  size_t done = 0;
+  bool ok = znzseek(f, im->iname_offset, SEEK_SET) >= 0;
+  while (ok && done < total) {
+    const size_t got =
+        znzread(buf.data(), nb, std::min(buf.size() / nb, total - done), f);
+    if (got == 0)
+      break;  // truncated: nifti_image_load reports it
+    for (size_t e = 0; e < got; ++e) {
+      double v;
+      if (nb == 4) {
+        uint32_t u;
+        std::memcpy(&u, buf.data() + e * 4, 4);
+        u = swap ? __builtin_bswap32(u) : u;
+        float x;
+        std::memcpy(&x, &u, 4);
+        v = x;
+      } else {
+        uint64_t u;
+        std::memcpy(&u, buf.data() + e * 8, 8);
+        u = swap ? __builtin_bswap64(u) : u;
+        std::memcpy(&v, &u, 8);
+      }
+      if (std::isfinite(v))
+        continue;
+      Xznzclose(&f);
+      const size_t i = done + e;
+      const size_t plane = static_cast<size_t>(n.nx * n.ny);
+      throw Error(
+          n.command + ": " + n.name() + ": voxel (" + std::to_string(i % n.nx) +
+          "," + std::to_string((i / n.nx) % n.ny) + "," +
+          std::to_string((i / plane) % n.nz) + ") is " + fmt(v) +
+          " (not a finite float); replace NaN/Inf voxels first");
+    }
+    done += got;
+  }
   Xznzclose(&f);
-  return size;
-}
-
-int32_t bswap32(int32_t v) {
-  const uint32_t u = static_cast<uint32_t>(v);
-  return static_cast<int32_t>(
-      (u >> 24) | ((u >> 8) & 0xff00u) | ((u << 8) & 0xff0000u) | (u << 24));
 }
 
 std::string transform_str(const std::array<double, 12>& a) {
@@ -130,20 +164,12 @@ Nifti open_header(
       ": cannot read (",
       std::strerror(errno),
       ")");
-  // NIfTI-2 first: nifti1_io would print its own error for it.
-  const int32_t size = header_size(path);
-  if (size == 540 || bswap32(size) == 540) {
-    throw Error(
-        n.command + ": " + n.name() +
-        ": is a NIfTI-2 file; only NIfTI-1 is supported (save it as "
-        "NIfTI-1, e.g. with nibabel's Nifti1Image)");
-  }
   nifti_set_debug_level(0);  // the library prints its errors otherwise
   n.im.reset(nifti_image_read(path.c_str(), 0));
   if (!n.im) {
     throw Error(
         n.command + ": " + n.name() +
-        ": not a NIfTI-1 file (no valid NIfTI-1 header)");
+        ": not a NIfTI file (no valid NIfTI-1 or NIfTI-2 header)");
   }
   const nifti_image* im = n.im.get();
   if (!supported_type(im->datatype)) {
@@ -171,10 +197,10 @@ Nifti open_header(
       "x",
       im->nu,
       "...); at most 4 (x, y, z, volumes) are supported");
-  n.nx = std::max(1, im->nx);
-  n.ny = std::max(1, im->ny);
-  n.nz = std::max(1, im->nz);
-  n.nt = std::max(1, im->nt);
+  n.nx = std::max<int64_t>(1, im->nx);
+  n.ny = std::max<int64_t>(1, im->ny);
+  n.nz = std::max<int64_t>(1, im->nz);
+  n.nt = std::max<int64_t>(1, im->nt);
   double to_mm = 1.0;
   switch (im->xyz_units) {
     case NIFTI_UNITS_METER:
@@ -198,6 +224,7 @@ Nifti open_header(
 }
 
 void load_data(Nifti& n) {
+  check_finite_floats(n);
   MT_CHECK(
       nifti_image_load(n.im.get()) == 0 && n.im->data,
       n.command,
@@ -209,7 +236,7 @@ void load_data(Nifti& n) {
 // The world transforms a file declares (sform, qform), 3x4 each.
 std::vector<std::array<double, 12>> transforms(const nifti_image* im) {
   std::vector<std::array<double, 12>> out;
-  auto add = [&](const mat44& m) {
+  auto add = [&](const nifti_dmat44& m) {
     std::array<double, 12> a{};
     for (int r = 0; r < 3; ++r)
       for (int c = 0; c < 4; ++c)
@@ -223,7 +250,33 @@ std::vector<std::array<double, 12>> transforms(const nifti_image* im) {
   return out;
 }
 
-void check_same_grid(const Nifti& img, const Nifti& lbl, bool check_affine) {
+Affine best_affine(const nifti_image* im) {
+  Affine a = identity_affine();
+  const nifti_dmat44* m = im->sform_code > 0   ? &im->sto_xyz
+                          : im->qform_code > 0 ? &im->qto_xyz
+                                               : nullptr;
+  if (m != nullptr) {
+    for (int r = 0; r < 3; ++r)
+      for (int c = 0; c < 4; ++c)
+        a[r * 4 + c] = m->m[r][c];
+    return a;
+  }
+  const double zoom[3] = {
+      -std::fabs(im->dx), std::fabs(im->dy), std::fabs(im->dz)};
+  const int64_t dims[3] = {im->nx, im->ny, im->nz};
+  for (int r = 0; r < 3; ++r) {
+    const double z = zoom[r] == 0 ? 1.0 : zoom[r];
+    a[r * 4 + r] = z;
+    a[r * 4 + 3] = -(std::max<int64_t>(1, dims[r]) - 1) / 2.0 * z;
+  }
+  return a;
+}
+
+void check_same_grid(
+    const Nifti& img,
+    const Nifti& lbl,
+    bool check_affine,
+    const std::string& remedy) {
   MT_CHECK(
       img.nx == lbl.nx && img.ny == lbl.ny && img.nz == lbl.nz,
       img.command,
@@ -264,8 +317,7 @@ void check_same_grid(const Nifti& img, const Nifti& lbl, bool check_affine) {
       " have the same grid " + img.grid() +
       " but different voxel-to-world transforms (image " +
       transform_str(ti[0]) + ", labels " + transform_str(tl[0]) +
-      "): the labels would not line up with the image; fix the headers or "
-      "pass --ignore-affine if the voxels do correspond");
+      "): the labels would not line up with the image; " + remedy);
 }
 
 // Image voxels as float32 (slope applied), NIfTI order = [C, D, H, W].
@@ -360,6 +412,29 @@ AxisMap axis_map(int64_t n, double pix, double mm, int64_t m) {
   return a;
 }
 
+std::vector<uint8_t> resample_nearest(
+    const std::vector<uint8_t>& mask,
+    const std::array<int64_t, 3>& dims,
+    const std::array<double, 3>& from,
+    const std::array<int64_t, 3>& to_dims,
+    const std::array<double, 3>& to) {
+  MT_INTERNAL_ASSERT(
+      mask.size() == static_cast<size_t>(dims[0] * dims[1] * dims[2]));
+  AxisMap maps[3];
+  for (int a = 0; a < 3; ++a)
+    maps[a] = axis_map(dims[a], from[a], to[a], to_dims[a]);
+  const AxisMap &md = maps[0], &mh = maps[1], &mw = maps[2];
+  const int64_t H = dims[1], W = dims[2];
+  std::vector<uint8_t> out(
+      static_cast<size_t>(to_dims[0] * to_dims[1] * to_dims[2]));
+  uint8_t* dst = out.data();
+  for (int64_t z = 0; z < to_dims[0]; ++z)
+    for (int64_t y = 0; y < to_dims[1]; ++y)
+      for (int64_t x = 0; x < to_dims[2]; ++x)
+        *dst++ = mask[(md.nn[z] * H + mh.nn[y]) * W + mw.nn[x]];
+  return out;
+}
+
 void resample(
     std::vector<float>* image,
     std::vector<uint8_t>* mask,
@@ -370,18 +445,7 @@ void resample(
   const std::array<double, 3> to = {mm, mm, mm};
   const std::array<int64_t, 3> m = resampled_dims(n, pix_dhw, to);
   *image = resample_linear(*image, g->c, n, pix_dhw, m, to);
-  AxisMap maps[3];
-  for (int a = 0; a < 3; ++a)
-    maps[a] = axis_map(n[a], pix_dhw[a], mm, m[a]);
-  const AxisMap &md = maps[0], &mh = maps[1], &mw = maps[2];
-  const int64_t H = g->h, W = g->w;
-  std::vector<uint8_t> msk(static_cast<size_t>(m[0] * m[1] * m[2]));
-  uint8_t* dst = msk.data();
-  for (int64_t z = 0; z < m[0]; ++z)
-    for (int64_t y = 0; y < m[1]; ++y)
-      for (int64_t x = 0; x < m[2]; ++x)
-        *dst++ = (*mask)[(md.nn[z] * H + mh.nn[y]) * W + mw.nn[x]];
-  mask->swap(msk);
+  *mask = resample_nearest(*mask, n, pix_dhw, m, to);
   g->d = m[0];
   g->h = m[1];
   g->w = m[2];

@@ -1,10 +1,11 @@
 #pragma once
-// Reading NIfTI-1 files (libnifti2's nifti1_io) for convert-nifti and
-// predict: the header and its checks, voxels as float32 or as classes, the
-// world transforms, and the resampling of [C, D, H, W] grids. Private to
+// Reading NIfTI-1 and NIfTI-2 files (libnifti2's nifti2_io: one reader for
+// both, int64 dimensions) for convert-nifti, convert-dataset and predict:
+// the header and its checks, voxels as float32 or as classes, the world
+// transforms, and the resampling of [C, D, H, W] grids. Private to
 // src/data/; no public header includes the NIfTI headers.
 
-#include <nifti1_io.h>
+#include <nifti2_io.h>
 
 #include <array>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "memtrain/data/nifti_convert.h"
+#include "memtrain/data/orientation.h"
 
 namespace memtrain::nifti {
 
@@ -26,7 +28,7 @@ using NiftiPtr = std::unique_ptr<nifti_image, NiftiFree>;
 // What a file is, as read from its header (data not loaded yet).
 struct Nifti {
   std::string command;  // "convert-nifti", "predict": starts messages
-  std::string flag;     // "--image", "--labels", "--input"
+  std::string flag;     // "--image", "--labels", "--input", "case X image"
   std::string path;
   NiftiPtr im;
   int64_t nx = 1, ny = 1, nz = 1, nt = 1;
@@ -47,9 +49,9 @@ struct Nifti {
 };
 
 // Opens `path` (given as `flag` of `command`, for messages) and reads its
-// header; throws memtrain::Error naming the file for a missing, unreadable,
-// non-NIfTI-1 or NIfTI-2 file, an unsupported datatype or over 4
-// dimensions.
+// header; throws memtrain::Error naming the file for a missing, unreadable
+// or non-NIfTI file (neither NIfTI-1 nor NIfTI-2), an unsupported datatype
+// or over 4 dimensions.
 Nifti open_header(
     const std::string& command,
     const std::string& flag,
@@ -58,9 +60,20 @@ Nifti open_header(
 void load_data(Nifti& n);
 // The world transforms a file declares (sform, qform), 3x4 each.
 std::vector<std::array<double, 12>> transforms(const nifti_image* im);
+// The file's voxel-to-world transform as nibabel's get_best_affine: the
+// sform if sform_code > 0, else the qform if qform_code > 0, else the
+// Analyze default diag(-dx, dy, dz) centred on the grid (x flipped).
+Affine best_affine(const nifti_image* im);
 // Same voxel grid, one 3D label volume, and (check_affine) one transform
-// of each equal to 1e-3.
-void check_same_grid(const Nifti& img, const Nifti& lbl, bool check_affine);
+// of each equal to 1e-3. `remedy` ends the transform message (how to
+// accept such a pair, e.g. convert-nifti's --ignore-affine).
+void check_same_grid(
+    const Nifti& img,
+    const Nifti& lbl,
+    bool check_affine,
+    const std::string& remedy =
+        "fix the headers or pass --ignore-affine if the voxels do "
+        "correspond");
 // Image voxels as float32 (slope applied), NIfTI order = [C, D, H, W].
 std::vector<float> read_image(const Nifti& n);
 // Label voxels mapped to classes (uint8), NIfTI order = [D, H, W].
@@ -84,6 +97,16 @@ struct AxisMap {
 // size `pix`: input coordinate x = (n-1)/2 + (o - (m-1)/2) * mm / pix,
 // clamped to the input (border voxels repeat).
 AxisMap axis_map(int64_t n, double pix, double mm, int64_t m);
+
+// Nearest-neighbour resampling of `mask` ([D, H, W] of `dims` voxels of
+// `from` spacing) to `to_dims` voxels of `to` spacing on resample_linear's
+// grid mapping (nifti_volume.h); ties go to the higher index.
+std::vector<uint8_t> resample_nearest(
+    const std::vector<uint8_t>& mask,
+    const std::array<int64_t, 3>& dims,
+    const std::array<double, 3>& from,
+    const std::array<int64_t, 3>& to_dims,
+    const std::array<double, 3>& to);
 
 // Resamples image (trilinear) and mask (nearest) of grid *g with voxel
 // sizes pix_dhw to isotropic `mm` voxels; *g gets the new sizes.

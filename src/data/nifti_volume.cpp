@@ -24,6 +24,7 @@ NiftiCase read_nifti_case(
   c.path = path;
   c.shape = {n.nt, n.nz, n.ny, n.nx};
   c.spacing_mm = {n.pix_mm[2], n.pix_mm[1], n.pix_mm[0]};
+  c.affine = nifti::best_affine(n.im.get());
   c.voxels = nifti::read_image(n);
   return c;
 }
@@ -161,10 +162,12 @@ std::vector<float> resample_linear(
   return out;
 }
 
-IntensityNorm nonzero_zscore(const std::vector<float>& voxels) {
+namespace {
+IntensityNorm zscore_of(const float* voxels, size_t size) {
   double sum = 0, sq = 0;
   int64_t count = 0;
-  for (float x : voxels) {
+  for (size_t i = 0; i < size; ++i) {
+    const float x = voxels[i];
     if (x != 0) {
       sum += x;
       sq += static_cast<double>(x) * x;
@@ -180,6 +183,27 @@ IntensityNorm nonzero_zscore(const std::vector<float>& voxels) {
     n.shift = -mean * n.scale;
   }
   return n;
+}
+}  // namespace
+
+IntensityNorm nonzero_zscore(const std::vector<float>& voxels) {
+  return zscore_of(voxels.data(), voxels.size());
+}
+
+std::vector<IntensityNorm> normalize_channels(
+    std::vector<float>* voxels, int64_t channels) {
+  MT_INTERNAL_ASSERT(
+      channels > 0 && voxels->size() % static_cast<size_t>(channels) == 0);
+  const size_t plane = voxels->size() / static_cast<size_t>(channels);
+  std::vector<IntensityNorm> norms;
+  for (int64_t c = 0; c < channels; ++c) {
+    float* p = voxels->data() + static_cast<size_t>(c) * plane;
+    const IntensityNorm n = zscore_of(p, plane);
+    for (size_t i = 0; i < plane; ++i)
+      p[i] = static_cast<float>(p[i] * n.scale + n.shift);
+    norms.push_back(n);
+  }
+  return norms;
 }
 
 }  // namespace memtrain

@@ -161,7 +161,7 @@ expect_error() {  # PATTERN ARGS...
 }
 B=(--labels "$T/ch2bet.nii.gz" --out brain/brain.h5)
 expect_error "--image 'missing.nii.gz': no such file" --image missing.nii.gz "${B[@]}"
-expect_error "--image 'text.nii': not a NIfTI-1 file" --image text.nii "${B[@]}"
+expect_error "--image 'text.nii': not a NIfTI file" --image text.nii "${B[@]}"
 expect_error "grid mismatch: --image '$T/ch2.nii.gz' is 181x217x181 but --labels '$T/JHU-WhiteMatter-labels-2mm.nii.gz' is 91x109x91" \
   --image $T/ch2.nii.gz --labels $T/JHU-WhiteMatter-labels-2mm.nii.gz --out x.h5
 expect_error "grid mismatch: --image '$T/ch2better.nii.gz' is 301x370x316" \

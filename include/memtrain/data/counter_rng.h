@@ -3,9 +3,13 @@
 // of (key, k), so a sample's random choices depend on what identifies the
 // sample (a seed, the epoch, its index) and never on the thread, the rank or
 // the order in which samples are read. Used by PatchSampler (volume
-// patches) and the image augmentation (train/image_augment.h).
+// patches) and the image augmentation (train/image_augment.h). Also the
+// seeded train/val split of the converters (convert-images,
+// convert-dataset): split_key and val_count.
 
+#include <cmath>
 #include <cstdint>
+#include <string>
 
 namespace memtrain {
 
@@ -41,5 +45,26 @@ struct CounterDraws {
     return static_cast<double>(next(k) >> 11) * (1.0 / 9007199254740992.0);
   }
 };
+
+// FNV-1a, 64 bits, over the bytes of `s`.
+inline uint64_t fnv1a64(const std::string& s) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s)
+    h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// The split rule of the converters (data/FORMAT.md "From an image folder"):
+// an item named `name` (convert-images: the image's path inside its class
+// folder, '/'-separated; convert-dataset: the case name) has the key
+// SplitMix64(FNV-1a-64(name) XOR SplitMix64(seed)); of n items the
+// val_count(n, fraction) = floor(fraction * n + 0.5) with the smallest keys
+// (ties: by name) go to validation.
+inline uint64_t split_key(const std::string& name, uint64_t seed) {
+  return splitmix64(fnv1a64(name) ^ splitmix64(seed));
+}
+inline int64_t val_count(int64_t n, double fraction) {
+  return static_cast<int64_t>(std::floor(fraction * n + 0.5));
+}
 
 }  // namespace memtrain

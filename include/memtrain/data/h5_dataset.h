@@ -49,6 +49,9 @@ struct DatasetInfo {
   double scale = 1.0;
   double shift = 0.0;
   std::array<double, 3> spacing_mm{0, 0, 0};
+  // /volumes only: the root attribute orientation ("RAS": convert-dataset
+  // stored every case reoriented to RAS; "" when absent).
+  std::string orientation;
   // Whether every dataset this reads has HDF5's Fletcher32 checksum (what
   // memtrain's writers add), so that damaged bytes fail the read instead of
   // training on; `unchecksummed` names those that have none ("/labels").

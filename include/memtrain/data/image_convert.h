@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "memtrain/data/counter_rng.h"
 #include "memtrain/util/png.h"
 
 namespace memtrain {
@@ -83,10 +84,9 @@ RgbImage decode_image(const std::string& bytes, std::string* warning = nullptr);
 std::vector<uint8_t> resize_center_crop(const RgbImage& image, int64_t size);
 
 // The split rule: the image at path `relative` (inside its class folder,
-// '/'-separated) has the key SplitMix64(FNV-1a-64(relative) XOR
-// SplitMix64(seed)); in each class the round(fraction * n) readable images
-// with the smallest keys (ties: by path) go to validation. Exposed for tests.
-uint64_t split_key(const std::string& relative, uint64_t seed);
-int64_t val_count(int64_t readable, double fraction);
+// '/'-separated) has the key split_key(relative, seed); in each class the
+// val_count(n, fraction) readable images with the smallest keys (ties: by
+// path) go to validation. Both live in counter_rng.h (convert-dataset
+// splits cases with them too).
 
 }  // namespace memtrain

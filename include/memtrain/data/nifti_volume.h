@@ -9,15 +9,18 @@
 #include <string>
 #include <vector>
 
+#include "memtrain/data/orientation.h"
+
 namespace memtrain {
 
-// An image NIfTI-1 file's voxels: [C, D, H, W] float32 (scl_slope applied),
-// D = z (k), H = y (j), W = x (i) as the file stores them (data/CONVERT.md
-// "Output": no reorientation), C = its 4th dimension.
+// An image NIfTI-1 or NIfTI-2 file's voxels: [C, D, H, W] float32
+// (scl_slope applied), D = z (k), H = y (j), W = x (i) as the file stores
+// them (data/CONVERT.md "Output": no reorientation), C = its 4th dimension.
 struct NiftiCase {
   std::string path;
   std::array<int64_t, 4> shape{1, 1, 1, 1};   // C, D, H, W
   std::array<double, 3> spacing_mm{1, 1, 1};  // D, H, W
+  Affine affine = identity_affine();  // nibabel's best affine (orientation.h)
   std::vector<float> voxels;
 };
 
@@ -79,5 +82,12 @@ struct IntensityNorm {
 // (or with std 0) scale 1 and shift 0 (-mean). convert-nifti's /volumes
 // normalisation, and predict's for each case.
 IntensityNorm nonzero_zscore(const std::vector<float>& voxels);
+
+// nonzero_zscore of each channel of `voxels` ([C, ...], `channels` equal
+// parts) applied to it in place: convert-dataset's and predict's
+// normalisation (with one channel, the same as nonzero_zscore). Returns
+// the normalisation of each channel.
+std::vector<IntensityNorm> normalize_channels(
+    std::vector<float>* voxels, int64_t channels);
 
 }  // namespace memtrain
