@@ -2,10 +2,12 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "agreed.h"
@@ -40,8 +42,32 @@ bool is_nifti(const fs::path& p) {
   return case_name(n) != n;
 }
 
-// --input: one NIfTI file, or a folder's NIfTI files in name order.
-std::vector<std::string> list_cases(const std::string& input) {
+// A case of --input: its name (the output's, CASE.nii.gz) and its files,
+// one, or nnU-Net's one per channel (CASE_0000.nii.gz, CASE_0001.nii.gz,
+// ...: channels in that order).
+struct InputCase {
+  std::string name;
+  std::vector<std::string> files;
+};
+
+// "case_0001" -> base "case", channel 1; -1 without a 4-digit suffix.
+int channel_of(const std::string& stem, std::string* base) {
+  const size_t n = stem.size();
+  if (n < 6 || stem[n - 5] != '_')
+    return -1;
+  int c = 0;
+  for (size_t i = n - 4; i < n; ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(stem[i])))
+      return -1;
+    c = c * 10 + (stem[i] - '0');
+  }
+  *base = stem.substr(0, n - 5);
+  return c;
+}
+
+// --input: one NIfTI file, or a folder's NIfTI files in name order, the
+// channel files of a case grouped.
+std::vector<InputCase> list_cases(const std::string& input) {
   MT_CHECK(
       fs::exists(input),
       "predict: --input '",
@@ -53,35 +79,107 @@ std::vector<std::string> list_cases(const std::string& input) {
         "predict: --input '",
         input,
         "' is not a .nii or .nii.gz file");
-    return {input};
+    std::string base;
+    const int c = channel_of(case_name(input), &base);
+    return {{c == 0 ? base : case_name(input), {input}}};
   }
-  std::vector<std::string> cases;
+  std::vector<std::string> paths;
   for (const auto& e : fs::directory_iterator(input)) {
     if (e.is_regular_file() && is_nifti(e.path()))
-      cases.push_back(e.path().string());
+      paths.push_back(e.path().string());
   }
-  std::sort(cases.begin(), cases.end());
+  std::sort(paths.begin(), paths.end());
   MT_CHECK(
-      !cases.empty(),
+      !paths.empty(),
       "predict: --input '",
       input,
       "' holds no .nii or .nii.gz file");
+  std::vector<InputCase> cases;
+  for (const std::string& p : paths) {
+    std::string base;
+    const int c = channel_of(case_name(p), &base);
+    if (c < 0) {
+      cases.push_back({case_name(p), {p}});
+      continue;
+    }
+    std::string first;  // the base of the previous case's first file
+    if (cases.empty() || cases.back().name != base ||
+        channel_of(case_name(cases.back().files[0]), &first) < 0)
+      cases.push_back({base, {}});
+    InputCase& k = cases.back();
+    MT_CHECK(
+        c == static_cast<int>(k.files.size()),
+        "predict: --input '",
+        input,
+        "': case '",
+        k.name,
+        "' has ",
+        fs::path(p).filename().string(),
+        " but no channel ",
+        k.files.size(),
+        " file before it (nnU-Net names a case's channels CASE_0000, "
+        "CASE_0001, ...)");
+    k.files.push_back(p);
+  }
+  std::set<std::string> names;
+  for (const InputCase& k : cases) {
+    MT_CHECK(
+        names.insert(k.name).second,
+        "predict: --input '",
+        input,
+        "' holds two cases named '",
+        k.name,
+        "' (e.g. ",
+        k.name,
+        ".nii.gz and ",
+        k.name,
+        "_0000.nii.gz): their outputs would be one file");
+  }
   return cases;
 }
 
-// The label file of `case_path`: --labels itself (a file, with one input
-// file), or the file of the same name in the --labels folder.
-std::string labels_of(const std::string& labels, const std::string& case_path) {
+// The case's voxels: its file, or its channel files stacked, which must
+// share one grid and one voxel-to-world transform.
+NiftiCase read_input_case(const InputCase& in) {
+  NiftiCase c = read_nifti_case("predict", "--input", in.files[0]);
+  for (size_t i = 1; i < in.files.size(); ++i) {
+    NiftiCase more = read_nifti_case("predict", "--input", in.files[i]);
+    bool same_affine = true;
+    for (size_t j = 0; j < c.affine.size(); ++j)
+      same_affine =
+          same_affine && std::fabs(c.affine[j] - more.affine[j]) <=
+                             1e-3 * std::max(1.0, std::fabs(c.affine[j]));
+    MT_CHECK(
+        std::equal(
+            c.shape.begin() + 1, c.shape.end(), more.shape.begin() + 1) &&
+            same_affine,
+        "predict: --input '",
+        in.files[i],
+        "' is not on the grid of '",
+        in.files[0],
+        "' (another shape or voxel-to-world transform); the channel files of "
+        "case '",
+        in.name,
+        "' must share one grid");
+    c.voxels.insert(c.voxels.end(), more.voxels.begin(), more.voxels.end());
+    c.shape[0] += more.shape[0];
+  }
+  return c;
+}
+
+// The label file of case `name`: --labels itself (a file, with one input
+// case), or NAME.nii.gz / NAME.nii in the --labels folder.
+std::string labels_of(const std::string& labels, const InputCase& in) {
   if (!fs::is_directory(labels))
     return labels;
   for (const char* ext : {".nii.gz", ".nii"}) {
-    const fs::path p = fs::path(labels) / (case_name(case_path) + ext);
+    const fs::path p = fs::path(labels) / (in.name + ext);
     if (fs::exists(p))
       return p.string();
   }
   throw Error(
-      "predict: --labels '" + labels + "' has no " + case_name(case_path) +
-      ".nii.gz or .nii for input '" + case_path + "'");
+      "predict: --labels '" + labels + "' has no " + in.name +
+      ".nii.gz or .nii for input '" + in.files[0] + "'");
 }
 
 std::string num(double v) {
@@ -109,13 +207,18 @@ CaseResult predict_case(
     const std::array<double, 3>& train_spacing,
     int64_t channels,
     bool ras,
-    const std::string& path) {
-  NiftiCase c = read_nifti_case("predict", "--input", path);
+    const InputCase& in) {
+  const std::string& path = in.files[0];  // the reference grid and header
+  NiftiCase c = read_input_case(in);
   MT_CHECK(
       c.shape[0] == channels,
       "predict: --input '",
       path,
-      "' has ",
+      "' (case '",
+      in.name,
+      "', ",
+      in.files.size(),
+      " file(s)) has ",
       c.shape[0],
       " channel(s); the model was trained on ",
       channels,
@@ -175,10 +278,10 @@ CaseResult predict_case(
   }
   labels = reorient_back(labels, 1, ijk, orient);
   CaseResult r;
-  r.out = (fs::path(args.out) / (case_name(path) + ".nii.gz")).string();
+  r.out = (fs::path(args.out) / (in.name + ".nii.gz")).string();
   write_nifti_labels_like(path, labels, r.out);
   std::ostringstream line;
-  line << case_name(path) << ": " << ijk[0] << "x" << ijk[1] << "x" << ijk[2]
+  line << in.name << ": " << ijk[0] << "x" << ijk[1] << "x" << ijk[2]
        << " voxels";
   if (!orient.identity())
     line << " (reoriented to RAS)";
@@ -190,14 +293,13 @@ CaseResult predict_case(
     const std::vector<uint8_t> truth = read_nifti_case_labels(
         "predict",
         "--labels",
-        labels_of(args.labels, path),
+        labels_of(args.labels, in),
         path,
         args.label_map);
     for (const ClassMetrics& m :
          segmentation_metrics(labels, truth, file_dims, c.spacing_mm, k)) {
-      r.csv += case_name(path) + "," + std::to_string(m.cls) + "," +
-               num(m.dice) + "," + num(m.hd95_mm) + "," +
-               std::to_string(m.pred_voxels) + "," +
+      r.csv += in.name + "," + std::to_string(m.cls) + "," + num(m.dice) + "," +
+               num(m.hd95_mm) + "," + std::to_string(m.pred_voxels) + "," +
                std::to_string(m.true_voxels) + "\n";
       line << "; class " << m.cls << " Dice " << num(m.dice) << ", HD95 "
            << num(m.hd95_mm) << " mm";
@@ -233,7 +335,9 @@ void add_predict(CLI::App& app, PredictArgs& args) {
   cmd->add_option(
          "--input",
          args.input,
-         "a NIfTI-1 or NIfTI-2 image (.nii, .nii.gz) or a folder of them")
+         "a NIfTI-1 or NIfTI-2 image (.nii, .nii.gz) or a folder of them; "
+         "nnU-Net's channel files CASE_0000, CASE_0001, ... are one case, "
+         "written as CASE.nii.gz")
       ->required();
   cmd->add_option("--out", args.out, "output folder (created)")->required();
   cmd->add_option(
@@ -254,7 +358,7 @@ int run_predict(const PredictArgs& args, int* argc, char*** argv) {
   if (!start_ranks(env))
     return kExitUsage;
   TrainConfig cfg;
-  std::vector<std::string> cases;
+  std::vector<InputCase> cases;
   std::array<double, 3> spacing{0, 0, 0};
   int64_t channels = 0;
   bool ras = false;

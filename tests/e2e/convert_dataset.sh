@@ -394,11 +394,42 @@ grep -q "reoriented to RAS" predict.log || fail "predict did not reorient"
 /usr/bin/python3 - <<'PY' || fail "predicted label maps"
 import numpy as np, nibabel as nib
 for n in ("t1", "t2"):
-    src, out = nib.load(f"nn/imagesTs/{n}_0000.nii.gz"), nib.load(f"pred/{n}_0000.nii.gz")
+    src, out = nib.load(f"nn/imagesTs/{n}_0000.nii.gz"), nib.load(f"pred/{n}.nii.gz")
     assert out.shape == src.shape, (n, out.shape, src.shape)
     assert np.allclose(out.affine, src.affine, atol=1e-5), (n, out.affine, src.affine)
     v = np.asarray(out.dataobj)
     assert set(np.unique(v).tolist()) <= {0, 1}, np.unique(v)
     print(f"{n}: {out.shape}, the input's shape and affine, classes {sorted(set(np.unique(v).tolist()))}")
 PY
+
+# 5. Two channels: train on the nn2 files, predict nn2/imagesTr, whose
+#    cases are two files each (CASE_0000, CASE_0001: one case, written
+#    as CASE.nii.gz), with --labels: one Dice row per case and class.
+start=$SECONDS
+mpi -np 2 "$MEMTRAIN" train --config unet.yaml --data.train=out/nn2-train.h5 \
+  --data.val=out/nn2-val.h5 --training.epochs=1 --output.dir=run2 >train2.log 2>&1 ||
+  { tail -30 train2.log; fail "training on the 2-channel files"; }
+mpi -np 2 "$MEMTRAIN" predict --config unet.yaml --data.train=out/nn2-train.h5 \
+  --weights run2/model.safetensors --input nn2/imagesTr --labels nn2/labelsTr \
+  --out pred2 >predict2.log 2>&1 || { cat predict2.log; fail "predict, 2 channels"; }
+echo "2 channels: train and predict, $((SECONDS - start)) s"
+grep -q "predict: 5 case(s)" predict2.log || { cat predict2.log; fail "predict2: not 5 cases"; }
+/usr/bin/python3 - <<'PY' || fail "2-channel label maps"
+import csv, numpy as np, nibabel as nib
+rows = list(csv.DictReader(open("pred2/metrics.csv")))
+names = sorted({r["case"] for r in rows})
+assert names == [f"case_{n}" for n in "abcde"], names
+for n in names:
+    src, out = nib.load(f"nn2/imagesTr/{n}_0000.nii.gz"), nib.load(f"pred2/{n}.nii.gz")
+    assert out.shape == src.shape, (n, out.shape, src.shape)
+    assert np.allclose(out.affine, src.affine, atol=1e-5), (n, out.affine, src.affine)
+print(f"2 channels: {len(names)} cases as CASE.nii.gz on their inputs' grids, "
+      f"{len(rows)} metric rows")
+PY
+rm -rf v-pred && mkdir v-pred && cp nn2/imagesTr/case_a_0001.nii.gz v-pred/
+mpi -np 1 "$MEMTRAIN" predict --config unet.yaml --data.train=out/nn2-train.h5 \
+  --weights run2/model.safetensors --input v-pred --out pred3 >predict3.log 2>&1 &&
+  fail "a case without its channel 0 file was predicted"
+grep -qF "case 'case_a' has case_a_0001.nii.gz but no channel 0 file before it" predict3.log ||
+  { cat predict3.log; fail "predict3: message"; }
 echo "PASS"
