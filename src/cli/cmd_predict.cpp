@@ -65,8 +65,8 @@ int channel_of(const std::string& stem, std::string* base) {
   return c;
 }
 
-// --input: one NIfTI file, or a folder's NIfTI files in name order, the
-// channel files of a case grouped.
+// --input: one NIfTI file, or a folder's NIfTI files in name order (not
+// hidden ones), the channel files of a case grouped.
 std::vector<InputCase> list_cases(const std::string& input) {
   MT_CHECK(
       fs::exists(input),
@@ -85,7 +85,10 @@ std::vector<InputCase> list_cases(const std::string& input) {
   }
   std::vector<std::string> paths;
   for (const auto& e : fs::directory_iterator(input)) {
-    if (e.is_regular_file() && is_nifti(e.path()))
+    // Hidden files are skipped: the Decathlon's archives hold a macOS
+    // "._CASE.nii.gz" beside every case, which is not a NIfTI file.
+    const std::string n = e.path().filename().string();
+    if (e.is_regular_file() && is_nifti(e.path()) && n[0] != '.')
       paths.push_back(e.path().string());
   }
   std::sort(paths.begin(), paths.end());

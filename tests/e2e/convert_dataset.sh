@@ -386,6 +386,8 @@ mpi -np 2 "$MEMTRAIN" train --config unet.yaml >train.log 2>&1 ||
 echo "train: 2 ranks, $((SECONDS - start)) s"
 grep -q '"validation"' run/metrics.jsonl || fail "no validation record in run/metrics.jsonl"
 start=$SECONDS
+# As in the Decathlon's archives: a macOS "._" file beside a case, skipped.
+echo "not a NIfTI file" >nn/imagesTs/._t1_0000.nii.gz
 mpi -np 2 "$MEMTRAIN" predict --config unet.yaml --weights run/model.safetensors \
   --input nn/imagesTs --out pred >predict.log 2>&1 || { cat predict.log; fail "predict"; }
 echo "predict: 2 ranks, $((SECONDS - start)) s"
