@@ -35,6 +35,7 @@ run() {  # NAME NP MICRO ACCUM [extra]: one run, which must succeed
   mpi -np "$2" ${MPI_ARGS:-} "$MEMTRAIN" train "${common[@]}" --data.batch_size="$3" \
     --training.gradient_accumulation_steps="$4" --output.dir="$1" "${@:5}" \
     >"$1.log" 2>&1 || { cat "$1.log"; fail "run $1"; }
+  rm -rf "$1/checkpoints"  # 94 MB each, never read here: the disk is shared
 }
 windows() {  # FILE FIELD...: the fields of every window record, one a line
   "$PY" -c 'import json,sys
