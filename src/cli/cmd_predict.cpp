@@ -12,6 +12,7 @@
 
 #include "agreed.h"
 #include "commands.h"
+#include "memtrain/data/dataset_convert.h"
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/data/nifti_volume.h"
 #include "memtrain/data/seg_metrics.h"
@@ -50,21 +51,6 @@ struct InputCase {
   std::vector<std::string> files;
 };
 
-// "case_0001" -> base "case", channel 1; -1 without a 4-digit suffix.
-int channel_of(const std::string& stem, std::string* base) {
-  const size_t n = stem.size();
-  if (n < 6 || stem[n - 5] != '_')
-    return -1;
-  int c = 0;
-  for (size_t i = n - 4; i < n; ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(stem[i])))
-      return -1;
-    c = c * 10 + (stem[i] - '0');
-  }
-  *base = stem.substr(0, n - 5);
-  return c;
-}
-
 // --input: one NIfTI file, or a folder's NIfTI files in name order (not
 // hidden ones), the channel files of a case grouped.
 std::vector<InputCase> list_cases(const std::string& input) {
@@ -80,7 +66,7 @@ std::vector<InputCase> list_cases(const std::string& input) {
         input,
         "' is not a .nii or .nii.gz file");
     std::string base;
-    const int c = channel_of(case_name(input), &base);
+    const int64_t c = nnunet_channel(case_name(input), &base);
     return {{c == 0 ? base : case_name(input), {input}}};
   }
   std::vector<std::string> paths;
@@ -100,18 +86,18 @@ std::vector<InputCase> list_cases(const std::string& input) {
   std::vector<InputCase> cases;
   for (const std::string& p : paths) {
     std::string base;
-    const int c = channel_of(case_name(p), &base);
+    const int64_t c = nnunet_channel(case_name(p), &base);
     if (c < 0) {
       cases.push_back({case_name(p), {p}});
       continue;
     }
     std::string first;  // the base of the previous case's first file
     if (cases.empty() || cases.back().name != base ||
-        channel_of(case_name(cases.back().files[0]), &first) < 0)
+        nnunet_channel(case_name(cases.back().files[0]), &first) < 0)
       cases.push_back({base, {}});
     InputCase& k = cases.back();
     MT_CHECK(
-        c == static_cast<int>(k.files.size()),
+        c == static_cast<int64_t>(k.files.size()),
         "predict: --input '",
         input,
         "': case '",
@@ -139,35 +125,6 @@ std::vector<InputCase> list_cases(const std::string& input) {
         "_0000.nii.gz): their outputs would be one file");
   }
   return cases;
-}
-
-// The case's voxels: its file, or its channel files stacked, which must
-// share one grid and one voxel-to-world transform.
-NiftiCase read_input_case(const InputCase& in) {
-  NiftiCase c = read_nifti_case("predict", "--input", in.files[0]);
-  for (size_t i = 1; i < in.files.size(); ++i) {
-    NiftiCase more = read_nifti_case("predict", "--input", in.files[i]);
-    bool same_affine = true;
-    for (size_t j = 0; j < c.affine.size(); ++j)
-      same_affine =
-          same_affine && std::fabs(c.affine[j] - more.affine[j]) <=
-                             1e-3 * std::max(1.0, std::fabs(c.affine[j]));
-    MT_CHECK(
-        std::equal(
-            c.shape.begin() + 1, c.shape.end(), more.shape.begin() + 1) &&
-            same_affine,
-        "predict: --input '",
-        in.files[i],
-        "' is not on the grid of '",
-        in.files[0],
-        "' (another shape or voxel-to-world transform); the channel files of "
-        "case '",
-        in.name,
-        "' must share one grid");
-    c.voxels.insert(c.voxels.end(), more.voxels.begin(), more.voxels.end());
-    c.shape[0] += more.shape[0];
-  }
-  return c;
 }
 
 // The label file of case `name`: --labels itself (a file, with one input
@@ -212,7 +169,7 @@ CaseResult predict_case(
     bool ras,
     const InputCase& in) {
   const std::string& path = in.files[0];  // the reference grid and header
-  NiftiCase c = read_input_case(in);
+  NiftiCase c = read_nifti_case("predict", "--input", in.files);
   MT_CHECK(
       c.shape[0] == channels,
       "predict: --input '",

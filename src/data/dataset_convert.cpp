@@ -81,14 +81,10 @@ ImageIndex index_images(const fs::path& dir, const std::string& ending) {
     const std::string base = strip_ending(n, ending);
     if (n[0] == '.' || base.empty() || !it->is_regular_file(ec))
       continue;  // hidden (macOS "._x.nii.gz" in MSD archives) or other
-    int64_t ch = -1;
-    if (base.size() > 5 && base[base.size() - 5] == '_' &&
-        std::all_of(
-            base.end() - 4,
-            base.end(),
-            [](unsigned char d) { return d >= '0' && d <= '9'; }) &&
-        parse_int(base.substr(base.size() - 4), &ch)) {
-      ix.channels[base.substr(0, base.size() - 5)][ch] = it->path().string();
+    std::string name;
+    const int64_t ch = nnunet_channel(base, &name);
+    if (ch >= 0) {
+      ix.channels[name][ch] = it->path().string();
     } else {
       ix.single[base] = it->path().string();
     }
@@ -459,6 +455,17 @@ void draw_split(
 }
 
 }  // namespace
+
+int64_t nnunet_channel(const std::string& stem, std::string* base) {
+  const size_t n = stem.size();
+  if (n < 6 || stem[n - 5] != '_' ||
+      !std::all_of(stem.end() - 4, stem.end(), [](unsigned char d) {
+        return d >= '0' && d <= '9';
+      }))
+    return -1;
+  *base = stem.substr(0, n - 5);
+  return std::stoll(stem.substr(n - 4));
+}
 
 DatasetConvertResult convert_dataset(const DatasetConvertSpec& spec) {
   MT_CHECK(!spec.folder.empty(), kCmd, ": --folder is required");

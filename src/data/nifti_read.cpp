@@ -272,6 +272,23 @@ Affine best_affine(const nifti_image* im) {
   return a;
 }
 
+bool same_transform(const Nifti& a, const Nifti& b) {
+  const auto ta = transforms(a.im.get());
+  const auto tb = transforms(b.im.get());
+  if (ta.empty() || tb.empty())
+    return true;  // one of them declares no orientation: nothing to compare
+  for (const auto& x : ta) {
+    for (const auto& y : tb) {
+      bool same = true;
+      for (int e = 0; e < 12; ++e)
+        same = same && std::fabs(x[e] - y[e]) <= 1e-3;
+      if (same)
+        return true;
+    }
+  }
+  return false;
+}
+
 void check_same_grid(
     const Nifti& img,
     const Nifti& lbl,
@@ -297,21 +314,10 @@ void check_same_grid(
       ": has ",
       lbl.nt,
       " volumes (4D); labels must be one 3D volume");
-  if (!check_affine)
+  if (!check_affine || same_transform(img, lbl))
     return;
   const auto ti = transforms(img.im.get());
   const auto tl = transforms(lbl.im.get());
-  if (ti.empty() || tl.empty())
-    return;  // one of them declares no orientation: nothing to compare
-  for (const auto& a : ti) {
-    for (const auto& b : tl) {
-      bool same = true;
-      for (int e = 0; e < 12; ++e)
-        same = same && std::fabs(a[e] - b[e]) <= 1e-3;
-      if (same)
-        return;
-    }
-  }
   throw Error(
       img.command + ": " + img.name() + " and " + lbl.name() +
       " have the same grid " + img.grid() +

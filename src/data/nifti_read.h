@@ -64,8 +64,11 @@ std::vector<std::array<double, 12>> transforms(const nifti_image* im);
 // sform if sform_code > 0, else the qform if qform_code > 0, else the
 // Analyze default diag(-dx, dy, dz) centred on the grid (x flipped).
 Affine best_affine(const nifti_image* im);
-// Same voxel grid, one 3D label volume, and (check_affine) one transform
-// of each equal to 1e-3. `remedy` ends the transform message (how to
+// Whether one transform of each (transforms()) is equal to 1e-3, or
+// either file declares none.
+bool same_transform(const Nifti& a, const Nifti& b);
+// Same voxel grid, one 3D label volume, and (check_affine) the same
+// transform (same_transform). `remedy` ends the transform message (how to
 // accept such a pair, e.g. convert-nifti's --ignore-affine).
 void check_same_grid(
     const Nifti& img,

@@ -17,16 +17,45 @@ namespace memtrain {
 NiftiCase read_nifti_case(
     const std::string& command,
     const std::string& flag,
-    const std::string& path) {
-  nifti::Nifti n = nifti::open_header(command, flag, path);
+    const std::vector<std::string>& paths) {
+  MT_INTERNAL_ASSERT(!paths.empty(), "a case of no file");
+  nifti::Nifti n = nifti::open_header(command, flag, paths[0]);
   nifti::load_data(n);
   NiftiCase c;
-  c.path = path;
+  c.path = paths[0];
   c.shape = {n.nt, n.nz, n.ny, n.nx};
   c.spacing_mm = {n.pix_mm[2], n.pix_mm[1], n.pix_mm[0]};
   c.affine = nifti::best_affine(n.im.get());
   c.voxels = nifti::read_image(n);
+  for (size_t i = 1; i < paths.size(); ++i) {
+    nifti::Nifti more = nifti::open_header(command, flag, paths[i]);
+    MT_CHECK(
+        more.nx == n.nx && more.ny == n.ny && more.nz == n.nz &&
+            nifti::same_transform(n, more),
+        command,
+        ": ",
+        more.name(),
+        " is not on the grid of ",
+        n.name(),
+        " (",
+        more.grid(),
+        " vs ",
+        n.grid(),
+        ", or another voxel-to-world transform); the channel files of a "
+        "case must share one grid");
+    nifti::load_data(more);
+    const std::vector<float> v = nifti::read_image(more);
+    c.voxels.insert(c.voxels.end(), v.begin(), v.end());
+    c.shape[0] += more.nt;
+  }
   return c;
+}
+
+NiftiCase read_nifti_case(
+    const std::string& command,
+    const std::string& flag,
+    const std::string& path) {
+  return read_nifti_case(command, flag, std::vector<std::string>{path});
 }
 
 std::vector<uint8_t> read_nifti_case_labels(

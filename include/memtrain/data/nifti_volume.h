@@ -30,6 +30,13 @@ NiftiCase read_nifti_case(
     const std::string& command,
     const std::string& flag,
     const std::string& path);
+// A case of several files, one per channel group (nnU-Net's CASE_0000,
+// CASE_0001, ...), their channels stacked in that order; every file must
+// be on the first's grid and transform (else memtrain::Error naming both).
+NiftiCase read_nifti_case(
+    const std::string& command,
+    const std::string& flag,
+    const std::vector<std::string>& paths);
 
 // The label volume `path` ([D, H, W] classes, mapped by `label_map` as
 // convert-nifti's --label-map; "" takes the values as classes), which must
