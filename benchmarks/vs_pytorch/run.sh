@@ -8,7 +8,7 @@
 #
 # usage: benchmarks/vs_pytorch/run.sh [--device cpu|cuda] [--models mlp,cnn,unet3d]
 #          [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2]
-#          [--size full|smallest] [--warmup W] [--check-loss TOL]
+#          [--size full|smallest|gpu] [--warmup W] [--check-loss TOL]
 #   --size smallest   seconds-long sizes (CI); full: the sizes in README.md
 #   --warmup W        windows left out of the timing at the start of each run (1)
 #   --check-loss TOL  exit 1 when the losses after N windows differ by more
@@ -18,7 +18,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-usage="usage: $0 [--device cpu|cuda] [--models mlp,cnn,unet3d] [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2] [--size full|smallest] [--warmup W] [--check-loss TOL]"
+usage="usage: $0 [--device cpu|cuda] [--models mlp,cnn,unet3d] [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2] [--size full|smallest|gpu] [--warmup W] [--check-loss TOL]"
 device=cpu models=mlp,cnn,unet3d windows=10 repeats=3 out="" memtrain="$root/build/memtrain"
 np=2 size=full warmup=1 check=""
 while [ $# -gt 0 ]; do
@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$out" ] || { echo "$0: --out DIR is required" >&2; echo "$usage" >&2; exit 2; }
 case "$device" in cpu | cuda) ;; *) echo "$0: --device must be cpu or cuda, got '$device'" >&2; exit 2 ;; esac
-case "$size" in full | smallest) ;; *) echo "$0: --size must be full or smallest, got '$size'" >&2; exit 2 ;; esac
+case "$size" in full | smallest | gpu) ;; *) echo "$0: --size must be full, smallest or gpu, got '$size'" >&2; exit 2 ;; esac
 for v in windows repeats np warmup; do
   [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 -o "$v" = warmup ] ||
     { echo "$0: --$v must be a positive integer, got '${!v}'" >&2; exit 2; }
@@ -78,7 +78,12 @@ log() { echo "$*" >>"$out/commands.txt"; }
 set_model() {  # MODEL
   local m=$1
   opt=sgd lr=0.01 momentum=0.9 wd=0 accum=2
-  if [ "$size" = full ]; then
+  if [ "$size" = gpu ] && [ "$m" = unet3d ]; then
+    # A GPU-sized U-Net (the 16 GB scenario's patch, a narrower width so that
+    # fp32 fits a V100's budget): 96^3 patches of 128^3 volumes, feature 32.
+    data=(--kind volumes --channels 1 --depth 128 --height 128 --width 128 --classes 3 --chunk 32)
+    feat=32 depth=3 patch=96 micro=2 vols=4
+  elif [ "$size" = full ] || [ "$size" = gpu ]; then
     case $m in
       mlp) data=(--kind features --features 512 --classes 10); hidden=1024 depth=2 micro=64 lr=0.02 ;;
       cnn) data=(--kind images --channels 3 --height 32 --width 32 --classes 10); hidden=32 depth=3 micro=32 lr=0.02 ;;

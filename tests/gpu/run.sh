@@ -247,7 +247,11 @@ point_f() {
   local h=$src/benchmarks/vs_pytorch/run.sh
   [ -f "$h" ] || { row f "NOT RUN" "harness not present ($h)"; return 0; }
   local rc=0
-  MEMTRAIN_BIN=$M bash "$h" --device $dev --models unet3d --out "$W/f" >f.log 2>&1 || rc=$?
+  # On the GPU: one rank (NCCL, and PyTorch DDP's NCCL, refuse two ranks on
+  # one GPU) and the GPU-sized U-Net; on the CPU: two ranks, the full size.
+  local fa=(--np 2 --size full)
+  [ "$gpu" = 0 ] || fa=(--np 1 --size gpu)
+  bash "$h" --memtrain "$M" --device $dev --models unet3d "${fa[@]}" --out "$W/f" >f.log 2>&1 || rc=$?
   tail -20 f.log | detail "(f) vs_pytorch ($dev)"
   [ -f f/vs_pytorch.csv ] && detail "(f) vs_pytorch.csv" <f/vs_pytorch.csv
   row f "$([ $rc = 0 ] && [ -f f/vs_pytorch.csv ] && echo "$([ "$gpu" = 1 ] && echo MEASURED || echo 'CPU form')" || echo FAIL)" \
