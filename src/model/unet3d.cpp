@@ -50,10 +50,33 @@ struct ResBlockImpl : torch::nn::Module {
   // projection run on each part with their slice of the weights (halves),
   // and the sums are the convolutions of the concatenation. See Note
   // [U-Net decoder input].
+  // The shortcut comes first: see Note [U-Net block order].
   torch::Tensor forward(const std::vector<torch::Tensor>& xs) {
-    torch::Tensor h = torch::relu(normed(norm1, on_input(conv1, xs, 1)));
-    h = normed(norm2, conv2(h));
-    return torch::relu(h + (proj ? on_input(proj, xs, 0) : xs[0]));
+    torch::Tensor s = shortcut(xs);
+    return join(s, second(first(xs)));
+  }
+
+  torch::Tensor shortcut(const std::vector<torch::Tensor>& xs) {
+    return proj ? on_input(proj, xs, 0) : xs[0];
+  }
+
+  // relu(norm1(conv1(xs))).
+  torch::Tensor first(const std::vector<torch::Tensor>& xs) {
+    return torch::relu(normed(norm1, on_input(conv1, xs, 1)));
+  }
+
+  // norm2(conv2(h)).
+  torch::Tensor second(const torch::Tensor& h) {
+    return normed(norm2, conv2(h));
+  }
+
+  // relu(h + s), in place on the projection's output when there is one of
+  // h's type (its own tensor, which nothing saved); else on the fresh sum.
+  torch::Tensor join(torch::Tensor s, const torch::Tensor& h) {
+    if (proj && s.scalar_type() == h.scalar_type())
+      return torch::relu_(s.add_(h));
+    torch::Tensor sum = h + s;
+    return torch::relu_(sum);
   }
 
   static torch::Tensor on_input(
@@ -133,14 +156,19 @@ class UNet3d : public Classifier {
     for (int64_t l = 0; l < depth_; ++l) {
       // The pool runs inside the segments: its output and indices are
       // dropped, the unpooled input is the skip kept anyway.
-      x = run(block(enc_, l), enc_rank_[l], l > 0, {x});
+      x = run(block(enc_, l), enc_rank_[l], l > 0, depth_ == 1, {x});
       if (l + 1 < depth_)
         skips.push_back(x);
     }
     for (int64_t l = depth_ - 2; l >= 0; --l) {
       torch::Tensor up =
           up_[l]->as<torch::nn::ConvTranspose3dImpl>()->forward(x);
-      x = run(block(dec_, l), dec_rank_[l], false, {up, std::move(skips[l])});
+      x =
+          run(block(dec_, l),
+              dec_rank_[l],
+              false,
+              l == 0,
+              {up, std::move(skips[l])});
     }
     return head_(x);
   }
@@ -151,17 +179,42 @@ class UNet3d : public Classifier {
   }
 
   // Block b on xs (max-pooled first when `pool`), checkpointed when its
-  // segment `rank` is below checkpointed(): then only xs are kept.
+  // segment `rank` is below checkpointed(). A pooled block is one
+  // checkpoint (only its unpooled input is kept); any other keeps its
+  // shortcut outside and checkpoints its main path, in two pieces when it
+  // is the last block of the forward. See Note [U-Net checkpoints].
   torch::Tensor run(
       ResBlockImpl* b,
       int64_t rank,
       bool pool,
+      bool last,
       const std::vector<torch::Tensor>& xs) {
-    const auto fn = [b, pool](const std::vector<at::Tensor>& t) {
+    if (rank >= checkpointed())
       return b->forward(
-          pool ? std::vector<torch::Tensor>{torch::max_pool3d(t[0], 2)} : t);
-    };
-    return rank < checkpointed() ? checkpoint(fn, xs) : fn(xs);
+          pool ? std::vector<torch::Tensor>{torch::max_pool3d(xs[0], 2)} : xs);
+    if (pool) {
+      return checkpoint(
+          [b](const std::vector<at::Tensor>& t) {
+            return b->forward({torch::max_pool3d(t[0], 2)});
+          },
+          xs);
+    }
+    torch::Tensor s = b->shortcut(xs);
+    torch::Tensor h;
+    if (last) {
+      h = checkpoint(
+          [b](const at::Tensor& t) { return b->second(t); },
+          checkpoint(
+              [b](const std::vector<at::Tensor>& t) { return b->first(t); },
+              xs));
+    } else {
+      h = checkpoint(
+          [b](const std::vector<at::Tensor>& t) {
+            return b->second(b->first(t));
+          },
+          xs);
+    }
+    return b->join(s, h);
   }
 
   void check_input(const torch::Tensor& x) const {
@@ -217,7 +270,33 @@ class UNet3d : public Classifier {
 // more than the decoder's (the pooled input and the pool's int64 indices,
 // and at level 0 the input projection), so "enc.l" comes before "dec.l".
 // unet3d_test pins that the saving of each further segment does not grow.
-// Why not finer segments: ARCHITECTURE.md Note [Segment granularity].
+
+// Note [U-Net checkpoints]
+// What a checkpointed segment runs (UNet3d::run). A pooled encoder block is
+// one checkpoint of its unpooled input (the pool's output and int64 indices
+// are dropped). Any other block keeps its shortcut outside the checkpoint
+// -- the projection saves only the block's inputs, kept anyway, and its
+// output becomes the block's output in place -- and checkpoints its main
+// path, norm2(conv2(relu(norm1(conv1(xs))))). The last block of the forward
+// (the full-resolution decoder; enc.0 when depth is 1) checkpoints that path
+// as two pieces, conv1 block and conv2 block: backward runs it first, its
+// inner boundary lives only between its own forward and backward, and the
+// training peak, which is in this block's backward, then holds one
+// convolution block's recomputation at a time. Splitting other blocks would
+// keep their boundaries alive through this block's backward and raise the
+// peak. Measured with `bench_memory --models unet3d --amp off -w 1 -n 4`
+// (64^3, feature_size 16, depth 3, instance norm, micro-batch 2, 1 rank):
+// ARCHITECTURE.md Note [Segment granularity].
+
+// Note [U-Net block order]
+// A block computes its shortcut (the 1x1x1 projection, or the input) before
+// its main path. Backward runs nodes newest first, so the projection's
+// backward comes last: until then only the gradient at the sum is held for
+// it, instead of the two input-sized gradients (upsampled, skip) it would
+// have produced first and held through the whole main path's backward.
+// relu(h + s) runs in place on the projection's output (nothing saved it).
+// Without checkpointing this alone lowered the 64^3 peak from 550,550,528 B
+// to 521,143,296 B.
 
 // Note [U-Net decoder input]
 // A decoder block's input is [upsampled, skip] along channels. Its conv1

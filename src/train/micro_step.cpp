@@ -79,10 +79,11 @@ double micro_step(
     const std::vector<int64_t>& indices,
     double weight) {
   Batch batch = load_batch(run, *run.loader, epoch, indices);
-  const at::Tensor logits = forward(run, batch.x, batch.context);
+  at::Tensor logits = forward(run, batch.x, batch.context);
   batch.context.reset();
   batch.x.reset();
   at::Tensor loss = loss_sum(run, logits, batch.y);
+  logits.reset();  // the graph keeps what backward needs
   // See Note [Window weighting].
   (loss * (weight * run.scaler->scale())).backward();
   return loss.item<double>();

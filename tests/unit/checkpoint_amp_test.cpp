@@ -6,8 +6,10 @@
 
 #include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/model/checkpointed.h"
 #include "memtrain/model/models.h"
 #include "memtrain/train/loss_scaler.h"
+#include "memtrain/util/error.h"
 
 namespace memtrain {
 namespace {
@@ -149,6 +151,67 @@ TEST(Checkpointing, DeepModelPeakFallsByMoreThan40Percent) {
       (long)off.peak,
       ratio);
   EXPECT_LE(ratio, 0.6);
+}
+
+// Note [Checkpoint gradient lifetime]: backward through a checkpointed
+// relu(3x) holds, besides x and x's gradient, at most two tensors of x's size
+// at once (the recomputed relu output with the incoming gradient, then the
+// relu's gradient with x's): the incoming gradient is not kept for the
+// whole inner backward. A torch::autograd::Function kept it (3 at once).
+TEST(Checkpointing, IncomingGradientIsFreedDuringTheInnerBackward) {
+  const int64_t n = 1 << 20;
+  const int64_t t = n * 4;  // bytes of one tensor of x's size
+  memory::release_cache();
+  memory::DeviceScope device;
+  const torch::Tensor x = torch::randn({n}).requires_grad_();
+  const torch::Tensor c = torch::randn({n});
+  torch::Tensor y =
+      checkpoint([](const torch::Tensor& v) { return torch::relu(v * 3); }, x);
+  torch::Tensor loss = (y * c).sum();
+  y.reset();
+  const int64_t before = memory::stats().allocated;
+  memory::reset_peak();
+  loss.backward();
+  const int64_t peak = memory::stats().peak_allocated - before;
+  std::printf("backward peak %.2f tensors of x's size\n", double(peak) / t);
+  EXPECT_LE(peak, 3 * t + 4096);  // x.grad and two working tensors
+  EXPECT_TRUE(torch::allclose(x.grad(), 3 * c * (x > 0).to(torch::kFloat)));
+}
+
+TEST(Checkpointing, SegmentReturningItsInputOrAnUnusedOutput) {
+  const torch::Tensor x = torch::randn({5}).requires_grad_();
+  // The input itself comes back as a copy with a history of its own: x's
+  // history is untouched and the gradient flows through.
+  const torch::Tensor same =
+      checkpoint([](const torch::Tensor& v) { return v; }, x);
+  EXPECT_FALSE(same.is_same(x));
+  EXPECT_TRUE(x.is_leaf());
+  (same * 2).sum().backward();
+  EXPECT_TRUE(torch::allclose(x.grad(), torch::full({5}, 2.0f)));
+  // Of two checkpointed outputs only one enters the loss: no gradient from
+  // the other, and no error.
+  x.mutable_grad().reset();
+  const torch::Tensor a =
+      checkpoint([](const torch::Tensor& v) { return v * 2; }, x);
+  const torch::Tensor b =
+      checkpoint([](const torch::Tensor& v) { return v * 5; }, x);
+  (a.sum() + 0 * b.detach().sum()).backward();
+  EXPECT_TRUE(torch::allclose(x.grad(), torch::full({5}, 2.0f)));
+}
+
+TEST(Checkpointing, SecondBackwardIsRefusedByName) {
+  const torch::Tensor x = torch::randn({5}).requires_grad_();
+  const torch::Tensor y =
+      checkpoint([](const torch::Tensor& v) { return v.exp(); }, x);
+  const torch::Tensor loss = y.sum();
+  loss.backward({}, /*retain_graph=*/true);
+  try {
+    loss.backward();
+    FAIL() << "a second backward through a checkpoint ran";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("a second time"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(LossScaler, SkipsAndBacksOffOnOverflowThenGrows) {

@@ -1,5 +1,5 @@
 #pragma once
-// Activation checkpointing as a custom autograd function (LibTorch's C++ API
+// Activation checkpointing as an autograd node of its own (LibTorch's C++ API
 // has none; PyTorch issue 52744). See Note [Checkpointing] in
 // checkpointed.cpp.
 
