@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,11 +86,13 @@ struct CheckpointBackward : torch::autograd::Node {
         "(its inputs were freed after the first); backward(retain_graph) is "
         "not supported with training.gradient_checkpointing");
     std::vector<torch::Tensor> xs;
-    for (size_t i = 0; i < saved.size(); ++i)
-      xs.push_back(saved[i].unpack(shared_from_this()));
+    for (size_t i = 0; i < saved.size(); ++i) {
+      xs.push_back(saved[i]
+                       .unpack(shared_from_this())
+                       .detach()
+                       .requires_grad_(needs[i]));
+    }
     saved.clear();
-    for (size_t i = 0; i < xs.size(); ++i)
-      xs[i] = xs[i].detach().requires_grad_(needs[i]);
     torch::autograd::variable_list none(xs.size());
     if (incoming.empty() || !incoming[0].defined())
       return none;  // the output was not used: no gradient to anything
@@ -173,9 +176,11 @@ at::Tensor checkpoint(SegmentN segment, const std::vector<at::Tensor>& xs) {
   }
   // The output gets its history from the node; a segment that hands back an
   // input or a view of one gets a copy, so no input's history is touched.
-  for (const at::Tensor& x : xs)
-    if (y.is_same(x) || y.is_view())
-      y = y.clone();
+  if (y.is_view() ||
+      std::any_of(xs.begin(), xs.end(), [&y](const at::Tensor& x) {
+        return y.is_same(x);
+      }))
+    y = y.clone();
   node->set_next_edges(torch::autograd::collect_next_edges(xs));
   for (const at::Tensor& x : xs) {
     node->needs.push_back(x.requires_grad());

@@ -189,16 +189,14 @@ class UNet3d : public Classifier {
       bool pool,
       bool last,
       const std::vector<torch::Tensor>& xs) {
-    if (rank >= checkpointed())
+    const auto whole = [b, pool](const std::vector<at::Tensor>& t) {
       return b->forward(
-          pool ? std::vector<torch::Tensor>{torch::max_pool3d(xs[0], 2)} : xs);
-    if (pool) {
-      return checkpoint(
-          [b](const std::vector<at::Tensor>& t) {
-            return b->forward({torch::max_pool3d(t[0], 2)});
-          },
-          xs);
-    }
+          pool ? std::vector<torch::Tensor>{torch::max_pool3d(t[0], 2)} : t);
+    };
+    if (rank >= checkpointed())
+      return whole(xs);
+    if (pool)
+      return checkpoint(whole, xs);
     torch::Tensor s = b->shortcut(xs);
     torch::Tensor h;
     if (last) {
@@ -284,7 +282,7 @@ class UNet3d : public Classifier {
 // training peak, which is in this block's backward, then holds one
 // convolution block's recomputation at a time. Splitting other blocks would
 // keep their boundaries alive through this block's backward and raise the
-// peak. Measured with `bench_memory --models unet3d --amp off -w 1 -n 4`
+// peak. Measured with `bench_memory --models unet3d --amp off -w 1 -n 2`
 // (64^3, feature_size 16, depth 3, instance norm, micro-batch 2, 1 rank):
 // ARCHITECTURE.md Note [Segment granularity].
 

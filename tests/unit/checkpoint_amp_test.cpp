@@ -188,14 +188,17 @@ TEST(Checkpointing, SegmentReturningItsInputOrAnUnusedOutput) {
   EXPECT_TRUE(x.is_leaf());
   (same * 2).sum().backward();
   EXPECT_TRUE(torch::allclose(x.grad(), torch::full({5}, 2.0f)));
-  // Of two checkpointed outputs only one enters the loss: no gradient from
-  // the other, and no error.
+  // Of two checkpointed outputs only one passes a gradient back: b reaches
+  // the loss through a segment that cuts it (its recomputation detaches), so
+  // b's node is called with an undefined gradient and gives none, no error.
   x.mutable_grad().reset();
   const torch::Tensor a =
       checkpoint([](const torch::Tensor& v) { return v * 2; }, x);
   const torch::Tensor b =
       checkpoint([](const torch::Tensor& v) { return v * 5; }, x);
-  (a.sum() + 0 * b.detach().sum()).backward();
+  const torch::Tensor cut =
+      checkpoint([](const torch::Tensor& v) { return v.detach() * 0; }, b);
+  (a.sum() + cut.sum()).backward();
   EXPECT_TRUE(torch::allclose(x.grad(), torch::full({5}, 2.0f)));
 }
 
