@@ -89,12 +89,31 @@ void set_deterministic(bool on) {
   ctx.setDeterministicAlgorithms(true, /*warn_only=*/true);
   ctx.setDeterministicCuDNN(true);
   ctx.setBenchmarkCuDNN(false);
+#if MEMTRAIN_TORCH_AT_LEAST(2, 10)
+  ctx.setFloat32Precision(
+      at::Float32Backend::CUDA,
+      at::Float32Op::MATMUL,
+      at::Float32Precision::IEEE);
+  ctx.setFloat32Precision(
+      at::Float32Backend::CUDA,
+      at::Float32Op::CONV,
+      at::Float32Precision::IEEE);
+#else
   ctx.setAllowTF32CuBLAS(false);
   ctx.setAllowTF32CuDNN(false);
+#endif
   setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
 }
 
 #if MEMTRAIN_CUDA
+void init_cuda() {
+#if MEMTRAIN_TORCH_AT_LEAST(2, 6)
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+#else
+  at::globalContext().lazyInitCUDA();
+#endif
+}
+
 void set_cuda_allocator_settings(const std::string& conf) {
 #if MEMTRAIN_TORCH_AT_LEAST(2, 9)
   c10::CachingAllocator::setAllocatorSettings(conf);

@@ -1,9 +1,10 @@
 #pragma once
 // The one place where LibTorch versions differ for memtrain: Debian's
-// LibTorch 1.13 (the CPU build: development machines, CI) and LibTorch 2.11
-// from the torch wheel (the CUDA build, -DMEMTRAIN_CUDA=ON: GPU machines and
-// clusters; CI builds it and runs its CPU tests). Nothing else in the tree
-// tests TORCH_VERSION_*.
+// LibTorch 1.13 (the CPU build: development machines, CI) and the torch
+// wheels' LibTorch for the CUDA build (-DMEMTRAIN_CUDA=ON: GPU machines and
+// clusters): 2.11 for CUDA 13 (CI builds it and runs its CPU tests) and
+// 2.10 for CUDA 12.8, the V100s' (CI builds memtrain against it). Nothing
+// else in the tree tests TORCH_VERSION_*.
 
 #include <c10/core/Allocator.h>
 #include <c10/core/ScalarType.h>
@@ -103,12 +104,19 @@ class AutocastGuard {
 
 // training.deterministic: LibTorch's deterministic algorithms (warning, not
 // failing, where an op has none), cuDNN deterministic and not benchmarking,
-// no TF32 in cuBLAS and cuDNN, and CUBLAS_WORKSPACE_CONFIG=:4096:8 when
-// unset (cuBLAS's condition for reproducible results). Process-wide; call
-// before the first CUDA matrix product. false leaves LibTorch's defaults.
+// no TF32 in cuBLAS and cuDNN (IEEE float32: 2.10's float32 precision API;
+// its setAllowTF32CuBLAS/CuDNN warn that they are deprecated), and
+// CUBLAS_WORKSPACE_CONFIG=:4096:8 when unset (cuBLAS's condition for
+// reproducible results). Process-wide; call before the first CUDA matrix
+// product. false leaves LibTorch's defaults.
 void set_deterministic(bool on);
 
 #if MEMTRAIN_CUDA
+// CUDA's lazy initialisation now (it starts the caching allocator: Note
+// [CUDA start-up order]). 2.6 replaced lazyInitCUDA() with
+// lazyInitDevice(kCUDA); 2.11 warns on the former.
+void init_cuda();
+
 // Applies CUDA caching allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax)
 // before the first CUDA allocation. 2.9 moved the parser from
 // c10::cuda::CUDACachingAllocator to c10::CachingAllocator.

@@ -51,6 +51,21 @@ void add_train(CLI::App& app, TrainArgs& args) {
 
 namespace {
 
+// The CUDA caching allocator's settings in force (memory.allocator_conf
+// merged with PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF, the environment
+// winning key by key), each key with where it came from; on a CPU device
+// none are applied.
+nlohmann::json allocator_conf_json() {
+  const memory::AllocatorSettings in_force = memory::cuda_allocator_settings();
+  nlohmann::json keys = nlohmann::json::array();
+  for (const auto& e : in_force.entries)
+    keys.push_back({{"key", e.key}, {"value", e.value}, {"from", e.from}});
+  return {
+      {"applied", memory::backend_name() == "cuda-caching"},
+      {"in_force", in_force.text()},
+      {"keys", keys}};
+}
+
 // environment.json (rank 0): where and with what this run ran.
 void write_environment(
     const Environment& env,
@@ -70,7 +85,8 @@ void write_environment(
       {"threads_from", threads.reason},
       {"cpus", format_cpu_list(affinity_cpus())},
       {"blas", blas.library},
-      {"blas_threads", blas.threads}};
+      {"blas_threads", blas.threads},
+      {"allocator_conf", allocator_conf_json()}};
   const auto all = env.all_gather(me.dump());
   if (env.rank() != 0)
     return;
@@ -262,6 +278,10 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
         env.hostname().c_str(),
         e.what());
     std::fflush(stderr);
+    // A collective that failed on autograd's device thread (an overlapped
+    // gradient bucket) ends the job here, on the MPI thread.
+    if (const auto* f = dynamic_cast<const CollectiveFailure*>(&e))
+      comm->end_job_after(*f);
     env.abort(kExitFailure);
   }
   if (summary.stopped) {

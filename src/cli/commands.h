@@ -59,4 +59,7 @@ int run_convert_dataset();
 void add_plot(CLI::App& app);
 int run_plot();
 
+void add_probe(CLI::App& app);
+int run_probe();
+
 }  // namespace memtrain::cli

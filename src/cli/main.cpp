@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   memtrain::cli::add_convert_images(app);
   memtrain::cli::add_convert_dataset(app);
   memtrain::cli::add_plot(app);
+  memtrain::cli::add_probe(app);
 
   try {
     app.parse(argc, argv);
@@ -57,6 +58,8 @@ int main(int argc, char** argv) {
       return memtrain::cli::run_convert_dataset();
     if (app.got_subcommand("plot"))
       return memtrain::cli::run_plot();
+    if (app.got_subcommand("probe"))
+      return memtrain::cli::run_probe();
   } catch (const memtrain::Error& e) {
     std::fprintf(stderr, "memtrain: error: %s\n", e.what());
     return memtrain::kExitUsage;

@@ -3,6 +3,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
+#include <nccl.h>
 #include <torch/torch.h>
 
 #include <sstream>
@@ -69,6 +70,47 @@ class CudaPlacement final : public Placement {
 };
 
 }  // namespace
+
+// placement.h's probe_devices(), the CUDA part: versions as "major.minor"
+// (CUDA's integers are 1000 * major + 10 * minor), NCCL's as its code.
+std::string probe_cuda_devices() {
+  auto version = [](int v) {
+    return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+  };
+  std::ostringstream out;
+  int runtime = 0, driver = 0, nccl = 0, count = 0;
+  out << "cuda_build "
+      << (cudaRuntimeGetVersion(&runtime) == cudaSuccess ? version(runtime)
+                                                         : "unknown")
+      << "\n";
+  out << "cuda_driver "
+      << (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0
+              ? version(driver)
+              : "none")
+      << "\n";
+  if (ncclGetVersion(&nccl) == ncclSuccess) {
+    // 2.19 and later: 10000 * major + 100 * minor + patch.
+    out << "nccl " << nccl / 10000 << "." << (nccl % 10000) / 100 << "."
+        << nccl % 100 << "\n";
+  } else {
+    out << "nccl unknown\n";
+  }
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess) {
+    out << "devices 0 (" << cudaGetErrorString(rc) << ")\n";
+    cudaGetLastError();  // not sticky: clear it
+    return out.str();
+  }
+  out << "devices " << count << "\n";
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess)
+      continue;
+    out << "device " << i << ": " << prop.name << ", sm_" << prop.major
+        << prop.minor << ", " << prop.totalGlobalMem << " B\n";
+  }
+  return out.str();
+}
 
 std::unique_ptr<Placement> make_cuda_placement(
     int index, const std::string& allocator_conf) {

@@ -52,7 +52,18 @@ class CpuPlacement final : public Placement {
 // cuda_placement.cpp
 std::unique_ptr<Placement> make_cuda_placement(
     int index, const std::string& allocator_conf);
+std::string probe_cuda_devices();
 #endif
+
+std::string probe_devices() {
+  std::string out = std::string("torch ") + TORCH_VERSION + "\n";
+#if MEMTRAIN_CUDA
+  out += probe_cuda_devices();
+#else
+  out += "cuda_build none\ncuda_driver none\nnccl none\ndevices 0\n";
+#endif
+  return out;
+}
 
 std::unique_ptr<Placement> Placement::cpu() {
   memory::install_cpu_accounting();

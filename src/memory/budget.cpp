@@ -1,5 +1,6 @@
 #include "memtrain/memory/budget.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -28,7 +29,10 @@ constexpr Profile kProfiles[] = {
 }  // namespace
 
 int64_t Budget::usable() const {
-  return static_cast<int64_t>(static_cast<double>(bytes) * (1.0 - headroom));
+  return std::max<int64_t>(
+      0,
+      static_cast<int64_t>(static_cast<double>(bytes) * (1.0 - headroom)) -
+          outside);
 }
 
 std::vector<std::string> budget_profiles() {

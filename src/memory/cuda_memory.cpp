@@ -1,16 +1,20 @@
 // Built only with MEMTRAIN_CUDA=ON (LibTorch 2.x with CUDA).
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime.h>
+#include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
 
 #include "memory_backend.h"
 #include "memtrain/compat.h"
+#include "memtrain/memory/allocator_conf.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/error.h"
 
@@ -34,12 +38,44 @@ namespace memtrain::memory {
 // - on an OOM that exhausts the retries the allocator's segments and
 //   blocks are written as JSON to output.dir (write_snapshot).
 
+// Note [A budget is the whole process]
+// The per-process fraction bounds the caching allocator only. The CUDA
+// context, the cuBLAS/cuDNN handles and the kernels loaded for them, and
+// NCCL's buffers live outside it: on an H100, memory.budget=v100-16gb as an
+// allocator cap alone would let the process use up to a GiB more than a
+// real V100 has. So set_up_run, once the communicator has started, asks
+// measure_outside(): it loads those libraries (a matrix product and a
+// convolution on the device), releases what that cached, and returns what
+// the process then holds outside the allocator: the device's used bytes
+// (cudaMemGetInfo: total - free) less the allocator's reserved bytes. The
+// allocator's cap is the budget less that (Budget::outside;
+// memory_plan.json's outside_allocator_bytes and allocator_cap_bytes), and
+// at every window boundary the device's used bytes are checked against the
+// whole budget (check_device_within), so that what grows outside later
+// (kernels loaded lazily) is named, not missed.
+// cudaMemGetInfo counts every process on the GPU: with one rank per GPU
+// (what NCCL requires) that is this process.
+//
+// Note [CUDA start-up order]
+// LibTorch sets the caching allocator up at CUDA's lazy initialisation,
+// which the first CUDA tensor triggers; before it, getDeviceStats and
+// resetPeakStats throw ("did you call init?") and setMemoryFraction
+// asserts. use_cuda_allocator() applies the allocator settings (read when
+// the allocator starts), selects the device and initialises CUDA at once,
+// so the budget, the monitor and the planner may ask before any tensor
+// exists (set_up_run does).
+
 namespace {
 
 using c10::CachingAllocator::StatType;
 namespace cca = c10::cuda::CUDACachingAllocator;
 
 constexpr size_t kAggregate = static_cast<size_t>(StatType::AGGREGATE);
+
+AllocatorSettings& in_force() {
+  static AllocatorSettings settings;
+  return settings;
+}
 
 class CudaCachingBackend final : public MemoryBackend {
  public:
@@ -85,29 +121,27 @@ class CudaCachingBackend final : public MemoryBackend {
   }
 
   void set_cap(int64_t bytes) override {
-    size_t free_bytes = 0, total = 0;
-    const cudaError_t rc = cudaMemGetInfo(&free_bytes, &total);
+    const DeviceBytes dev = device_bytes();
     MT_CHECK(
-        rc == cudaSuccess,
-        "cudaMemGetInfo on cuda:",
-        device_,
-        ": ",
-        cudaGetErrorString(rc));
-    MT_CHECK(
-        bytes <= static_cast<int64_t>(total),
+        bytes <= dev.total,
         "memory.budget (",
         format_bytes(static_cast<double>(bytes)),
         ") is larger than cuda:",
         device_,
         " (",
-        format_bytes(static_cast<double>(total)),
+        format_bytes(static_cast<double>(dev.total)),
         "); use a smaller budget or none");
     const double fraction =
-        bytes > 0 ? static_cast<double>(bytes) / static_cast<double>(total)
+        bytes > 0 ? static_cast<double>(bytes) / static_cast<double>(dev.total)
                   : 1.0;
     cca::setMemoryFraction(fraction, index());
     std::lock_guard<std::mutex> lock(mu_);
     cap_ = bytes;
+  }
+
+  int64_t device_used_bytes() override {
+    const DeviceBytes dev = device_bytes();
+    return dev.total - dev.free;
   }
 
   std::string write_snapshot(const std::string& dir) override {
@@ -141,6 +175,7 @@ class CudaCachingBackend final : public MemoryBackend {
         {"peak_allocated", s.peak_allocated},
         {"peak_reserved", s.peak_reserved},
         {"cap", s.cap},
+        {"device_used", device_used_bytes()},
         {"alloc_retries", s.alloc_retries},
         {"num_ooms", s.num_ooms},
         {"segments", segments}};
@@ -150,9 +185,48 @@ class CudaCachingBackend final : public MemoryBackend {
     return path;
   }
 
+  // Note [A budget is the whole process].
+  int64_t measure_outside() override {
+    {
+      const auto on =
+          torch::TensorOptions().device(c10::Device(c10::kCUDA, index()));
+      torch::NoGradGuard no_grad;
+      const at::Tensor a = torch::ones({64, 64}, on);
+      const at::Tensor m = torch::matmul(a, a);
+      const at::Tensor x = torch::ones({1, 1, 8, 8, 8}, on);
+      const at::Tensor w = torch::ones({1, 1, 3, 3, 3}, on);
+      const at::Tensor c = torch::conv3d(x, w);
+      (void)m;
+      (void)c;
+      c10::cuda::device_synchronize();
+    }
+    cca::emptyCache();
+    const int64_t reserved =
+        cca::getDeviceStats(index()).reserved_bytes[kAggregate].current;
+    return std::max<int64_t>(0, device_used_bytes() - reserved);
+  }
+
  private:
   c10::DeviceIndex index() const {
     return static_cast<c10::DeviceIndex>(device_);
+  }
+
+  struct DeviceBytes {
+    int64_t free = 0;
+    int64_t total = 0;
+  };
+
+  DeviceBytes device_bytes() const {
+    size_t free_bytes = 0, total = 0;
+    const c10::cuda::CUDAGuard guard(index());
+    const cudaError_t rc = cudaMemGetInfo(&free_bytes, &total);
+    MT_CHECK(
+        rc == cudaSuccess,
+        "cudaMemGetInfo on cuda:",
+        device_,
+        ": ",
+        cudaGetErrorString(rc));
+    return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total)};
   }
 
   const int device_;
@@ -173,14 +247,35 @@ void use_cuda_allocator(int device_index, const std::string& allocator_conf) {
       " does not exist (",
       static_cast<int>(c10::cuda::device_count()),
       " CUDA device(s) visible)");
-  // Read by the allocator once, when it starts: before the first CUDA
-  // allocation of the process, which nothing has made yet (the placement is
-  // chosen before any tensor exists).
-  if (!allocator_conf.empty())
-    compat::set_cuda_allocator_settings(allocator_conf);
+  // memory.allocator_conf merged with the user's exported settings (the
+  // environment wins key by key): LibTorch replaces its settings as a
+  // whole, so applying the config's alone would drop the user's keys.
+  const auto [env_name, env_text] = allocator_conf_from_environment();
+  const AllocatorSettings merged =
+      merge_allocator_conf(allocator_conf, env_text, env_name);
+  // Note [CUDA start-up order]: the settings, then the device, then CUDA's
+  // initialisation, which starts the caching allocator.
+  try {
+    if (!merged.entries.empty())
+      compat::set_cuda_allocator_settings(merged.text());
+  } catch (const c10::Error& e) {
+    throw Error(detail::concat(
+        "the CUDA allocator settings '",
+        merged.text(),
+        "' (memory.allocator_conf",
+        env_name.empty() ? "" : " merged with " + env_name,
+        ") are refused by LibTorch: ",
+        e.what_without_backtrace()));
+  }
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_index));
+  compat::init_cuda();
   static CudaCachingBackend* backend = new CudaCachingBackend(device_index);
   activate_backend(backend);
+  in_force() = merged;
+}
+
+AllocatorSettings cuda_allocator_settings() {
+  return in_force();
 }
 
 }  // namespace memtrain::memory

@@ -59,12 +59,54 @@ void set_cap(int64_t bytes) {
     b->set_cap(bytes);
 }
 
+int64_t device_used_bytes() {
+  MemoryBackend* b = g_backend.load();
+  return b ? b->device_used_bytes() : -1;
+}
+
+int64_t measure_outside() {
+  MemoryBackend* b = g_backend.load();
+  return b ? b->measure_outside() : 0;
+}
+
+void check_device_within(
+    int64_t budget_bytes, int64_t outside_at_start, const std::string& budget) {
+  MemoryBackend* b = g_backend.load();
+  if (b == nullptr || budget_bytes <= 0)
+    return;
+  const int64_t used = b->device_used_bytes();
+  if (used < 0 || used <= budget_bytes)
+    return;
+  const Stats s = b->stats();
+  throw Error(detail::concat(
+      budget,
+      " (",
+      format_bytes(static_cast<double>(budget_bytes)),
+      ") is the whole process's, but the device reports ",
+      format_bytes(static_cast<double>(used)),
+      " in use at a window boundary: the caching allocator reserves ",
+      format_bytes(static_cast<double>(s.reserved)),
+      ", and ",
+      format_bytes(static_cast<double>(used - s.reserved)),
+      " is outside it (",
+      format_bytes(static_cast<double>(outside_at_start)),
+      " at start-up: the CUDA context, cuBLAS/cuDNN and NCCL; since then "
+      "kernels loaded lazily, or another process on this GPU). On the card "
+      "the budget names this run would run out of memory. Give this rank a "
+      "GPU of its own, or raise memory.headroom so that the allocator leaves "
+      "room"));
+}
+
 std::string write_snapshot(const std::string& dir) {
   MemoryBackend* b = g_backend.load();
   return b ? b->write_snapshot(dir) : std::string();
 }
 
 #if !MEMTRAIN_CUDA
+AllocatorSettings cuda_allocator_settings() {
+  return {};
+}
+
 void use_cuda_allocator(int /*device_index*/, const std::string& /*conf*/) {
   throw Error(
       "the CUDA caching allocator is not part of this build "

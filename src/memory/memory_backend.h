@@ -17,6 +17,13 @@ class MemoryBackend {
   virtual int64_t release_cache() = 0;
   virtual void set_cap(int64_t bytes) = 0;
   virtual std::string write_snapshot(const std::string& dir) = 0;
+  // -1: the backend cannot say (device_memory.h).
+  virtual int64_t device_used_bytes() {
+    return -1;
+  }
+  virtual int64_t measure_outside() {
+    return 0;
+  }
 };
 
 // Makes `backend` (never freed: tensors may outlive static destruction) the

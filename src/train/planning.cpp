@@ -54,7 +54,7 @@ ProbeResult probe(RunState& run, int64_t micro_batch, int64_t segments) {
       state[i].copy_(saved[i]);
   }
   memory::release_cache();
-  memory::set_cap(run.budget.bytes);
+  memory::set_cap(run.budget.allocator_cap());
   return {ran && (usable <= 0 || peak <= usable), peak};
 }
 

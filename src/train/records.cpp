@@ -220,6 +220,10 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
       {"budget_bytes", run.budget.bytes},
       {"headroom", run.budget.headroom},
       {"usable_bytes", run.budget.limited() ? run.budget.usable() : 0},
+      // The budget is the whole process's: what the process held outside
+      // the allocator at start-up, and the allocator's cap (the rest).
+      {"outside_allocator_bytes", run.budget.outside},
+      {"allocator_cap_bytes", run.budget.allocator_cap()},
       {"device", run.placement.describe()},
       {"memory_backend", memory::backend_name()},
       {"world_size", run.comm.size()},

@@ -224,8 +224,14 @@ ResumePoint resume_run(
       mine[i].second.copy_(ck->params[i].second);  // to the device
     }
     try {
+      // Onto this rank's device, whatever device wrote it: state saved by
+      // rank 0 on cuda:0 must not land on cuda:0 on every rank (the first
+      // step of local rank >= 1 would fail), and a GPU run's checkpoint
+      // resumes on a CPU and the other way. The weights are copied into
+      // the model's own tensors above; the generator states are host bytes.
       torch::serialize::InputArchive archive;
-      archive.load_from(ck->optimizer.data(), ck->optimizer.size());
+      archive.load_from(
+          ck->optimizer.data(), ck->optimizer.size(), m.placement.device());
       m.optimizer->load(archive);
     } catch (const c10::Error& e) {
       throw Error(

@@ -320,11 +320,28 @@ std::unique_ptr<RunState> set_up_run(
   auto run = std::make_unique<RunState>(cfg, comm, placement);
   run->budget = resolve_budget(cfg.memory.budget, cfg.memory.headroom);
   run->shape = WindowShape::from_config(cfg, comm.size());
+  // The budget is the whole process's (Note [A budget is the whole
+  // process]): what it holds outside the allocator comes off the cap.
+  if (run->budget.limited()) {
+    run->budget.outside = memory::measure_outside();
+    MT_CHECK(
+        run->budget.outside < run->budget.bytes,
+        "memory.budget=",
+        cfg.memory.budget,
+        " (",
+        format_bytes(static_cast<double>(run->budget.bytes)),
+        ") does not even cover what this process holds on ",
+        placement.describe(),
+        " outside the caching allocator (",
+        format_bytes(static_cast<double>(run->budget.outside)),
+        ": the CUDA context, cuBLAS/cuDNN and NCCL, or another process on "
+        "this GPU); raise memory.budget, or give this rank a GPU of its own");
+  }
   // A run starts from an empty cache and a fresh peak, whatever ran in
   // this process before it.
   memory::release_cache();
   memory::reset_peak();
-  memory::set_cap(run->budget.bytes);
+  memory::set_cap(run->budget.allocator_cap());
   open_data(*run);
   try {
     build_model(*run);

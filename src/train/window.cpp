@@ -144,6 +144,10 @@ WindowTotals exchange(
     double loss,
     const WindowResult& r) {
   const memory::WindowMemory m = c.monitor.end_window();
+  // The budget is the whole process's (Note [A budget is the whole
+  // process]): what grew outside the allocator since start-up is named here.
+  memory::check_device_within(
+      run.budget.bytes, run.budget.outside, "memory.budget=" + run.budget.spec);
   c.monitor.begin_window();  // the optimizer step counts in the next window
   const RankWindowMemory mine{
       m.allocated, m.reserved, m.peak, m.peak_reserved, r.oom_retries};

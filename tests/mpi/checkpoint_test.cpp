@@ -3,6 +3,7 @@
 // world size; corrupt and foreign checkpoints are refused and nothing is
 // overwritten.
 
+#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -91,6 +92,74 @@ TEST(Checkpoint, ResumeRepeatsTheUninterruptedRunBitForBit) {
       first.summary.windows + 1);
   // keep_checkpoints: at most 3 files.
   EXPECT_LE(list_checkpoints(part.output.dir).size(), 3u);
+}
+
+// `archive` (LibTorch's optimizer archive) as a GPU rank writes it: every
+// tensor's storage located on cuda:0 -- the pickled ('storage', type, key,
+// location, numel) tuples name "cpu" through one memoised string, rewritten
+// here; the records are copied into a new archive.
+std::string as_written_on_cuda0(const std::string& archive) {
+  std::istringstream in(archive);
+  caffe2::serialize::PyTorchStreamReader reader(&in);
+  std::string out;
+  caffe2::serialize::PyTorchStreamWriter writer(
+      [&out](const void* data, size_t n) {
+        out.append(static_cast<const char*>(data), n);
+        return n;
+      });
+  writer.setMinVersion(reader.version());
+  const std::string cpu("X\x03\0\0\0cpu", 8);
+  const std::string cuda("X\x06\0\0\0cuda:0", 11);
+  int relocated = 0;
+  for (const std::string& name : reader.getAllRecords()) {
+    if (name == "version" || name.rfind(".data/", 0) == 0)
+      continue;  // written by writeEndOfFile
+    auto [ptr, size] = reader.getRecord(name);
+    std::string bytes(static_cast<const char*>(ptr.get()), size);
+    if (name.size() >= 8 && name.compare(name.size() - 8, 8, "data.pkl") == 0) {
+      for (size_t at = bytes.find(cpu); at != std::string::npos;
+           at = bytes.find(cpu, at + cuda.size())) {
+        bytes.replace(at, cpu.size(), cuda);
+        ++relocated;
+      }
+    }
+    writer.writeRecord(name, bytes.data(), bytes.size());
+  }
+  writer.writeEndOfFile();
+  EXPECT_GT(relocated, 0) << "no storage location found to rewrite";
+  return out;
+}
+
+// A checkpoint written by a GPU rank resumes on this rank's device (here the
+// CPU): its optimizer state (SGD momentum, saved on cuda:0) is loaded onto
+// the placement's device, and the run continues exactly as the
+// uninterrupted one. Before, the state was loaded where it was saved, so
+// this resume failed (and on a node every local rank >= 1 got cuda:0's).
+TEST(Checkpoint, GpuWrittenCheckpointResumesOnThisRanksDevice) {
+  SharedDir dir("ondevice");
+  make_features(dir, "train.h5", 200);
+  const TrainConfig full = ckpt_config(dir, "full");
+  const RunResult a = train_out(full, MPI_COMM_WORLD).run;
+  TrainConfig part = ckpt_config(dir, "part");
+  part.training.max_windows = 5;  // a checkpoint at step 5
+  const RunResult first = train_out(part, MPI_COMM_WORLD).run;
+  const std::string path = checkpoint_path(part.output.dir, 5);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) {
+    Checkpoint c = load_checkpoint(path);
+    ASSERT_FALSE(c.optimizer.empty());
+    c.optimizer = as_written_on_cuda0(c.optimizer);
+    save_checkpoint(path, c);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  part.training.max_windows = 0;
+  const Resumed second = train_out(part, MPI_COMM_WORLD, path);
+  std::vector<double> joined = losses(first);
+  const std::vector<double> rest = losses(second.run);
+  joined.insert(joined.end(), rest.begin(), rest.end());
+  EXPECT_EQ(joined, losses(a));
+  EXPECT_EQ(max_abs_diff(second.run.params, a.params), 0.0);
 }
 
 TEST(Checkpoint, ResumesAtAnotherWorldSize) {

@@ -5,10 +5,22 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "memtrain/device/placement.h"
 #include "memtrain/dist/mpi_communicator.h"
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/util/error.h"
 #if MEMTRAIN_CUDA
 #include "memtrain/dist/nccl_communicator.h"
 #endif
+
+extern char** environ;
 
 namespace memtrain {
 namespace {
@@ -25,6 +37,70 @@ TEST(MpiCommunicatorGpu, StagesCudaTensorThroughTheHost_CUDA) {
   EXPECT_TRUE(torch::equal(t.cpu(), expected));
   EXPECT_EQ(comm.stats().allreduce_calls, 1);
   EXPECT_EQ(comm.stats().allreduce_bytes, 4 * 4);
+}
+
+// Runs this test binary again with only `test` (a full name), in a fresh
+// process whose main installs no CPU allocator and starts no MPI
+// (MEMTRAIN_TEST_OWN_PROCESS, test_main.cpp); returns its exit status.
+int run_in_own_process(const std::string& test) {
+  const std::string filter = "--gtest_filter=" + test;
+  char exe[] = "/proc/self/exe";
+  std::vector<char*> argv = {exe, const_cast<char*>(filter.c_str()), nullptr};
+  std::vector<std::string> env_text = {"MEMTRAIN_TEST_OWN_PROCESS=1"};
+  for (char** e = environ; *e != nullptr; ++e)
+    env_text.emplace_back(*e);
+  std::vector<char*> env;
+  for (auto& e : env_text)
+    env.push_back(e.data());
+  env.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, exe, nullptr, nullptr, argv.data(), env.data()) != 0)
+    return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+    return -1;
+  return WEXITSTATUS(status);
+}
+
+// Note [CUDA start-up order]: choosing the CUDA placement initialises CUDA,
+// so set_up_run's first memory calls (release the cache, reset the peak,
+// cap) work before the process's first CUDA tensor; before the fix they
+// threw "did you call init?" and the cap asserted. In a process of its own:
+// any CUDA tensor an earlier test made would have initialised CUDA already.
+TEST(CudaStartup, MemoryCallsBeforeTheFirstTensor_CUDA) {
+  if (std::getenv("MEMTRAIN_TEST_OWN_PROCESS") == nullptr) {
+    EXPECT_EQ(
+        run_in_own_process("CudaStartup.MemoryCallsBeforeTheFirstTensor_CUDA"),
+        0);
+    return;
+  }
+  const auto placement =
+      Placement::choose("cuda", /*local_rank=*/0, "expandable_segments:True");
+  ASSERT_TRUE(placement->is_cuda());
+  EXPECT_EQ(memory::backend_name(), "cuda-caching");
+  memory::release_cache();
+  memory::reset_peak();
+  const int64_t budget = int64_t{4} << 30;
+  // The context and the libraries loaded for the measurement take memory
+  // outside the allocator: on the order of 100 MiB to 1 GiB.
+  const int64_t outside = memory::measure_outside();
+  EXPECT_GT(outside, int64_t{10} << 20);
+  EXPECT_LT(outside, budget / 2);
+  memory::set_cap(budget - outside);
+  EXPECT_EQ(memory::stats().cap, budget - outside);
+  EXPECT_EQ(
+      memory::cuda_allocator_settings().text(), "expandable_segments:True");
+  const at::Tensor t = torch::empty(
+      {int64_t{1} << 20},
+      torch::dtype(torch::kFloat).device(placement->device()));
+  EXPECT_GE(memory::stats().allocated, int64_t{4} << 20);
+  EXPECT_GE(memory::device_used_bytes(), outside + (int64_t{4} << 20));
+  EXPECT_NO_THROW(
+      memory::check_device_within(budget, outside, "memory.budget=4GiB"));
+  // A budget the device is already past is named at the boundary.
+  EXPECT_THROW(
+      memory::check_device_within(outside / 2, outside, "memory.budget=x"),
+      Error);
 }
 
 #if MEMTRAIN_CUDA

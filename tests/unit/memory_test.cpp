@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "memtrain/memory/allocator_conf.h"
 #include "memtrain/memory/budget.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/monitor.h"
@@ -21,8 +22,15 @@ TEST(Budget, ProfilesSizesAndErrors) {
   EXPECT_EQ(resolve_budget("16GB", 0).bytes, int64_t{16000000000});
   EXPECT_EQ(resolve_budget("1900000", 0).bytes, 1900000);
   EXPECT_FALSE(resolve_budget("none", 0).limited());
-  const Budget b = resolve_budget("100MiB", 0.25);
+  Budget b = resolve_budget("100MiB", 0.25);
   EXPECT_EQ(b.usable(), int64_t{75} << 20);
+  // What the process holds outside the allocator (CUDA) is the budget's too.
+  b.outside = int64_t{5} << 20;
+  EXPECT_EQ(b.usable(), int64_t{70} << 20);
+  EXPECT_EQ(b.allocator_cap(), int64_t{95} << 20);
+  b.outside = int64_t{200} << 20;
+  EXPECT_EQ(b.usable(), 0);
+  EXPECT_EQ(resolve_budget("none", 0).allocator_cap(), 0);
   try {
     resolve_budget("v100", 0);
     FAIL();
@@ -119,6 +127,86 @@ ProbeFn curve(int64_t budget, int64_t segments, int64_t* calls) {
     const int64_t peak = 1000 + act;
     return ProbeResult{peak <= budget, peak};
   };
+}
+
+// Note [A budget is the whole process]: on the CPU there is nothing outside
+// the accounting allocator, and the device's own figure is unknown, so the
+// window-boundary check never fires.
+TEST_F(AccountingTest, CpuHasNothingOutsideAndNoDeviceFigure) {
+  EXPECT_EQ(memory::measure_outside(), 0);
+  EXPECT_EQ(memory::device_used_bytes(), -1);
+  EXPECT_NO_THROW(
+      memory::check_device_within(1, 0, "memory.budget=1"));  // unknown
+}
+
+std::string refusal(const std::string& conf, const std::string& env) {
+  try {
+    memory::merge_allocator_conf(conf, env, "PYTORCH_CUDA_ALLOC_CONF");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// memory.allocator_conf and the user's PYTORCH_CUDA_ALLOC_CONF: merged key
+// by key, the environment winning; each key says where it came from.
+TEST(AllocatorConf, EnvironmentWinsKeyByKey) {
+  const memory::AllocatorSettings m = memory::merge_allocator_conf(
+      "expandable_segments:True,garbage_collection_threshold:0.6",
+      "garbage_collection_threshold:0.8,"
+      "roundup_power2_divisions:[256:1,512:2,>:8]",
+      "PYTORCH_CUDA_ALLOC_CONF");
+  EXPECT_EQ(
+      m.text(),
+      "expandable_segments:True,garbage_collection_threshold:0.8,"
+      "roundup_power2_divisions:[256:1,512:2,>:8]");
+  ASSERT_EQ(m.entries.size(), 3u);
+  EXPECT_EQ(m.entries[0].from, "memory.allocator_conf");
+  EXPECT_EQ(m.entries[1].from, "PYTORCH_CUDA_ALLOC_CONF");
+  EXPECT_EQ(m.entries[2].from, "PYTORCH_CUDA_ALLOC_CONF");
+  // The user's keys survive a config that sets others, and an empty side
+  // changes nothing.
+  EXPECT_EQ(
+      memory::merge_allocator_conf("", "max_split_size_mb:512", "X").text(),
+      "max_split_size_mb:512");
+  EXPECT_EQ(
+      memory::merge_allocator_conf(" expandable_segments : True ,", "", "")
+          .text(),
+      "expandable_segments:True");
+  // The environment may turn expandable segments off and then split.
+  EXPECT_EQ(
+      memory::merge_allocator_conf(
+          "expandable_segments:True",
+          "expandable_segments:False,max_split_size_mb:256",
+          "PYTORCH_CUDA_ALLOC_CONF")
+          .text(),
+      "expandable_segments:False,max_split_size_mb:256");
+}
+
+TEST(AllocatorConf, RefusalsNameTheCauseAndTheFix) {
+  // expandable segments with max_split_size_mb, wherever each came from.
+  const std::string both =
+      refusal("expandable_segments:True", "max_split_size_mb:512");
+  EXPECT_NE(both.find("123548"), std::string::npos) << both;
+  EXPECT_NE(
+      both.find("max_split_size_mb:512 (from PYTORCH_CUDA_ALLOC_CONF)"),
+      std::string::npos)
+      << both;
+  EXPECT_NE(
+      both.find("expandable_segments:True (from memory.allocator_conf)"),
+      std::string::npos)
+      << both;
+  EXPECT_NE(refusal("expandable_segments:True,max_split_size_mb:64", ""), "");
+  // Malformed text names the variable and the entry.
+  const std::string bare = refusal("", "expandable_segments");
+  EXPECT_NE(bare.find("PYTORCH_CUDA_ALLOC_CONF"), std::string::npos) << bare;
+  EXPECT_NE(
+      bare.find("'expandable_segments' is not key:value"), std::string::npos)
+      << bare;
+  EXPECT_NE(
+      refusal("roundup_power2_divisions:[256:1", "").find("'['"),
+      std::string::npos);
+  EXPECT_NE(refusal("a:1,a:2", "").find("a is given twice"), std::string::npos);
 }
 
 TEST(Planner, AutoFindsLargestFittingDivisor) {

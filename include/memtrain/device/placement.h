@@ -85,6 +85,13 @@ class Placement {
   c10::Device device_;
 };
 
+// What this build and machine offer, one "key value" line each, for
+// `memtrain probe` (tests/gpu/probe.sh): "torch 2.11.0", "cuda_build 13.0"
+// (or none), "cuda_driver 13.0" (or none), "nccl 2.28.9" (or none),
+// "devices N", then "device I: NAME, BYTES" per visible GPU. Makes no CUDA
+// context (device properties only).
+std::string probe_devices();
+
 // The seed of rank `rank`'s stream: SplitMix64 of (seed, rank), so nearby
 // seeds and ranks give unrelated streams.
 uint64_t rank_seed(uint64_t seed, int rank);

@@ -13,11 +13,36 @@
 #include <memory>
 #include <string>
 
+#include "memtrain/util/error.h"
+
 namespace at {
 class Tensor;
 }
 
 namespace memtrain {
+
+// A collective that failed or timed out on a thread that may not call MPI
+// (autograd's device thread, which issues the overlapped gradient buckets):
+// the communicator stopped its own work (NCCL: the communicator is aborted)
+// and throws this instead of ending the job there. Autograd rethrows it on
+// the thread that called backward(), which hands it to
+// Communicator::end_job_after() to end the job as a failure on that thread
+// would have (the timeout protocol names the ranks that did not arrive).
+class CollectiveFailure : public Error {
+ public:
+  CollectiveFailure(
+      const std::string& message,
+      const char* collective,
+      int64_t sequence,
+      bool timed_out)
+      : Error(message),
+        collective(collective),
+        sequence(sequence),
+        timed_out(timed_out) {}
+  const char* collective;  // "all-reduce", ...
+  int64_t sequence;        // its number (MpiWaiter::next_sequence)
+  bool timed_out;          // false: an error (NCCL's message in what())
+};
 
 struct CommStats {
   int64_t allreduce_calls = 0;
@@ -128,6 +153,13 @@ class Communicator {
   // starting buckets inside backward then only adds synchronisation points.
   virtual bool all_reduce_overlaps() const {
     return true;
+  }
+
+  // Ends the job after `failure` came out of a thread that may not call MPI
+  // (see CollectiveFailure), from the thread that initialised MPI. Backends
+  // that never throw it return and leave the ending to the caller.
+  virtual void end_job_after(const CollectiveFailure& failure) {
+    (void)failure;
   }
 
   const CommStats& stats() const {

@@ -8,12 +8,14 @@
 //
 // Threads: one thread at a time per communicator; autograd's device thread
 // may issue and the main thread wait. MPI (thread level FUNNELED) is called
-// by the start and barrier(), by wait() and test() only to end the job, and
-// by all_reduce_async only when its enqueue fails or times out, which then
-// ends the job from the issuing thread.
+// only from the thread that built the communicator: by the start and
+// barrier(), and to end the job after an NCCL error or a timeout. On any
+// other thread (autograd's, issuing an overlapped bucket or testing one) an
+// error or timeout aborts the NCCL communicator and throws
+// CollectiveFailure, which the main thread passes to end_job_after().
 //
-// Compiled (g++ -fsyntax-only against CUDA 13's nccl.h and Debian's c10/cuda
-// headers), never run: no GPU was lent to the tasks that wrote it.
+// Compiled against the torch wheels' LibTorch and NCCL, not run on a GPU
+// yet (tests/gpu/README.md).
 
 #include <mpi.h>
 
@@ -51,6 +53,9 @@ class NcclCommunicator final : public Communicator {
   // Waits (host) for this rank's current stream, then an MPI barrier; both
   // within the timeout.
   void barrier() override;
+  // The timeout protocol (naming the ranks that did not arrive) or, for an
+  // NCCL error, the message and MPI_Abort; never returns.
+  void end_job_after(const CollectiveFailure& failure) override;
 
  private:
   struct Impl;

@@ -12,12 +12,19 @@ struct Budget {
   std::string spec;       // as configured: "v100-16gb", "512MiB", "" (none)
   int64_t bytes = 0;      // 0: unlimited
   double headroom = 0.0;  // fraction of `bytes` kept free by the planner
+  // CUDA: what the process holds outside the caching allocator (context,
+  // libraries, NCCL), measured at set-up (memory::measure_outside()).
+  int64_t outside = 0;
 
   bool limited() const {
     return bytes > 0;
   }
-  // What the planner may fill: bytes * (1 - headroom).
+  // What the planner may fill: bytes * (1 - headroom) - outside.
   int64_t usable() const;
+  // The allocator's cap: bytes - outside (0: none).
+  int64_t allocator_cap() const {
+    return limited() ? bytes - outside : 0;
+  }
 };
 
 // "512MiB", "14GiB", "1.5GiB", "2000000000", "16GB" (GB = 10^9). Throws

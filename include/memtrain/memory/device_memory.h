@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <string>
 
+#include "memtrain/memory/allocator_conf.h"
+
 namespace memtrain::memory {
 
 struct Stats {
@@ -48,7 +50,15 @@ bool accounting_installed();
 // "" for LibTorch's defaults) -- which must happen before the process's
 // first CUDA allocation, so call it first thing. Throws memtrain::Error on
 // a build without CUDA or when settings cannot be applied.
+// `allocator_conf` is merged with PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF
+// first (memory/allocator_conf.h); a refused combination throws
+// memtrain::Error. CUDA is initialised before it returns (Note [CUDA start-up
+// order]), so stats(), reset_peak() and set_cap() work before any tensor.
 void use_cuda_allocator(int device_index, const std::string& allocator_conf);
+
+// The settings use_cuda_allocator() applied, each with where it came from;
+// empty before it ran and on a CPU device.
+AllocatorSettings cuda_allocator_settings();
 
 // "cpu-accounting", "cuda-caching", or "none" (nothing installed: stats()
 // returns zeros and the cap does nothing).
@@ -69,6 +79,28 @@ int64_t release_cache();
 // pass the cap first releases the cache, then throws c10::OutOfMemoryError.
 // CUDA: the per-process memory fraction cap / total (0: the whole GPU).
 void set_cap(int64_t bytes);
+
+// What the process holds on the device outside the allocator, for a budget
+// that is the whole process's (Note [A budget is the whole process] in
+// cuda_memory.cpp): CUDA loads cuBLAS and cuDNN (a matrix product and a
+// convolution), releases the cache, and returns the device's used bytes
+// less the allocator's reserved ones; 0 on the CPU, where the accounting
+// allocator is the whole device.
+int64_t measure_outside();
+
+// The device memory in use, as the device reports it (CUDA:
+// cudaMemGetInfo's total - free: the context, the libraries, NCCL and the
+// allocator's segments, and any other process on that GPU); -1 where the
+// backend cannot say (the CPU).
+int64_t device_used_bytes();
+
+// Throws memtrain::Error when the device reports more in use than
+// `budget_bytes` (> 0), naming `budget` ("memory.budget=v100-16gb"), the
+// allocator's share and what is outside it (`outside_at_start`, as
+// measure_outside() returned); does nothing for 0 or where
+// device_used_bytes() is unknown. Called at every window boundary.
+void check_device_within(
+    int64_t budget_bytes, int64_t outside_at_start, const std::string& budget);
 
 // While at least one DeviceScope is alive (any thread), allocations belong
 // to the device domain. Nestable.

@@ -1,15 +1,16 @@
-// Built only with MEMTRAIN_CUDA=ON. Compiled (g++ -fsyntax-only against
-// CUDA 13's nccl.h, NCCL 2.28, and Debian's c10/cuda headers), never run: no
-// GPU was lent to the tasks that wrote it.
+// Built only with MEMTRAIN_CUDA=ON, against the torch wheels' LibTorch and
+// NCCL; not run on a GPU yet.
 #include "memtrain/dist/nccl_communicator.h"
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -117,9 +118,16 @@ struct NcclCommunicator::Impl {
   int rank = 0;
   int size = 1;
   int device = 0;
+  // The thread that built the communicator: the only one that may call MPI
+  // (FUNNELED). Autograd's device thread issues overlapped buckets.
+  const std::thread::id mpi_thread = std::this_thread::get_id();
 
   Impl(MPI_Comm mpi, int dev, double timeout_s)
       : waiter(mpi, timeout_s), device(dev) {}
+
+  bool on_mpi_thread() const {
+    return std::this_thread::get_id() == mpi_thread;
+  }
 
   ~Impl() {
     if (comm)
@@ -145,27 +153,43 @@ struct NcclCommunicator::Impl {
     }
   }
 
-  // An NCCL error ends the job: peers may be inside this collective, and an
-  // aborted communicator cannot be used again.
-  [[noreturn]] void failed(ncclResult_t rc, const char* what, int64_t seq) {
+  // "error: NCCL all-reduce #12 failed: ... " with NCCL's reasons.
+  std::string failure_text(ncclResult_t rc, const char* what, int64_t seq) {
     const std::string last = comm ? ncclGetLastError(comm) : "";
-    abort_comm();
-    std::fprintf(
-        stderr,
-        "memtrain: [rank %d, %s] error: NCCL %s #%lld failed: %s%s%s. A "
-        "peer rank probably died or lost its network (NCCL_DEBUG=INFO shows "
-        "NCCL's view). Aborting the job; if a checkpoint was written, "
-        "continue with --resume auto.\n",
+    return detail::concat(
+        "[rank ",
         rank,
-        host_name().c_str(),
+        ", ",
+        host_name(),
+        "] NCCL ",
         what,
-        static_cast<long long>(seq),
+        " #",
+        seq,
+        " failed: ",
         ncclGetErrorString(rc),
         last.empty() ? "" : ": ",
-        last.c_str());
+        last,
+        ". A peer rank probably died or lost its network (NCCL_DEBUG=INFO "
+        "shows NCCL's view). Aborting the job; if a checkpoint was written, "
+        "continue with --resume auto.");
+  }
+
+  [[noreturn]] void end_job(const std::string& message) {
+    std::fprintf(stderr, "memtrain: error: %s\n", message.c_str());
     std::fflush(stderr);
     MPI_Abort(waiter.comm(), kExitFailure);
     std::_Exit(kExitFailure);
+  }
+
+  // An NCCL error ends the job: peers may be inside this collective, and an
+  // aborted communicator cannot be used again. Off the MPI thread the
+  // communicator is aborted and CollectiveFailure thrown instead.
+  [[noreturn]] void failed(ncclResult_t rc, const char* what, int64_t seq) {
+    const std::string message = failure_text(rc, what, seq);
+    abort_comm();
+    if (!on_mpi_thread())
+      throw CollectiveFailure(message, what, seq, /*timed_out=*/false);
+    end_job(message);
   }
 
   // True once `event` has fired. A CUDA error other than "not ready" (a
@@ -185,18 +209,41 @@ struct NcclCommunicator::Impl {
   // timeouts], which names the ranks that did not arrive.
   template <typename Ready>
   void poll(Ready&& ready, const char* what, int64_t seq) {
+    // A bounded polling rate, not a spinning core per rank: the first
+    // polls back to back (a short collective), then sleeps that double
+    // from 10 us to 1 ms, so a long one costs at most ~1000 polls a second.
     const auto start = std::chrono::steady_clock::now();
-    for (int spins = 0;; ++spins) {
+    std::chrono::microseconds nap(10);
+    for (int polls = 0;; ++polls) {
       const ncclResult_t s = state();
       if (s != ncclSuccess && s != ncclInProgress)
         failed(s, what, seq);
       if (ready(s))
         return;
-      if (spins > 1000)
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      if (waiter.timeout_s() > 0 && spins % 256 == 0 &&
-          seconds_since(start) > waiter.timeout_s()) {
+      if (polls >= 64) {
+        std::this_thread::sleep_for(nap);
+        nap = std::min(nap * 2, std::chrono::microseconds(1000));
+      }
+      if (waiter.timeout_s() > 0 && seconds_since(start) > waiter.timeout_s()) {
         abort_comm();
+        if (!on_mpi_thread()) {
+          throw CollectiveFailure(
+              detail::concat(
+                  "[rank ",
+                  rank,
+                  ", ",
+                  host_name(),
+                  "] NCCL ",
+                  what,
+                  " #",
+                  seq,
+                  " did not complete within dist.timeout_s=",
+                  waiter.timeout_s(),
+                  " s"),
+              what,
+              seq,
+              /*timed_out=*/true);
+        }
         waiter.timed_out(what, seq);
       }
     }
@@ -283,6 +330,14 @@ struct NcclCommunicator::Impl {
     MT_CUDA_CHECK(cudaEventRecord(ready, current), rank);
     MT_CUDA_CHECK(cudaStreamWaitEvent(stream, ready, 0), rank);
     settle(enqueue(stream), what, seq);
+    // The caching allocator must not hand t's block to other work before
+    // the collective has finished with it, even if the caller frees t
+    // first (a staged copy, a bucket replaced after an out-of-memory
+    // replay): record its use on the communication stream.
+    c10::cuda::CUDACachingAllocator::recordStream(
+        t.storage().data_ptr(),
+        c10::cuda::getStreamFromExternal(
+            stream, static_cast<c10::DeviceIndex>(device)));
     cudaEvent_t done = nullptr;
     MT_CUDA_CHECK(
         cudaEventCreateWithFlags(&done, cudaEventDisableTiming), rank);
@@ -447,6 +502,17 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, int device, double timeout_s)
 }
 
 NcclCommunicator::~NcclCommunicator() = default;
+
+void NcclCommunicator::end_job_after(const CollectiveFailure& failure) {
+  Impl& m = *impl_;
+  MT_INTERNAL_ASSERT(
+      m.on_mpi_thread(),
+      "end_job_after must be called from the thread that built the "
+      "communicator");
+  if (failure.timed_out)
+    m.waiter.timed_out(failure.collective, failure.sequence);
+  m.end_job(failure.what());
+}
 
 int NcclCommunicator::rank() const {
   return impl_->rank;
