@@ -163,10 +163,16 @@ TEST(UNet3d, CheckpointSavingsFollowSegmentOrder) {
 }
 
 // Note [U-Net checkpoints]: with every segment checkpointed the peak of a
-// forward and backward falls to at most 0.6x of the unchecked one,
-// with equal gradients: issue 12's size (64^3, feature_size 16, depth 3,
+// forward and backward falls to about 0.6x of the unchecked one, with
+// equal gradients: issue 12's size (64^3, feature_size 16, depth 3,
 // instance norm, micro-batch 2; bench_memory measures the whole window).
-TEST(UNet3d, CheckpointingAllCutsThePeakToAtMost06) {
+// The figure depends on the instructions oneDNN picks its blocked layouts
+// (and so its reorder buffers) for: 0.582 with AVX-512 (the machine of
+// issue 12), 0.601 with AVX2 (295,712,256 / 491,821,568 B), 0.552 with
+// ONEDNN_MAX_CPU_ISA=AVX or SSE41 (262,227,968 / 475,021,312 B); the
+// bound is 0.61 so that every x86-64 machine holds it, and a regression
+// of one checkpointed block's activations (several percent) still fails.
+TEST(UNet3d, CheckpointingAllCutsThePeakToAbout06) {
   ModelConfig cfg = unet_config(3, "instance");
   cfg.feature_size = 16;
   auto net = build(cfg, 1, 3);
@@ -202,7 +208,7 @@ TEST(UNet3d, CheckpointingAllCutsThePeakToAtMost06) {
       (long)peaks[1],
       (long)peaks[0],
       ratio);
-  EXPECT_LE(ratio, 0.6);
+  EXPECT_LE(ratio, 0.61);
   for (size_t i = 0; i < grads[0].size(); ++i)
     EXPECT_LE(max_abs_diff(grads[0][i], grads[1][i]), 1e-6) << i;
 }
