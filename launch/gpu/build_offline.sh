@@ -2,27 +2,32 @@
 # Builds memtrain's CUDA configuration on a GPU node without network and
 # without root, from the package folder launch/gpu/prepare_offline.sh made.
 # usage: launch/gpu/build_offline.sh DIR [PREFIX] [--build-dir B] [--python PY]
-#                                    [--hide-system] [--no-build]
+#                                    [--targets T1,T2,...] [--hide-system] [--no-build]
 #   DIR          the kit (DIR/MANIFEST, DIR/debs/*.deb)
 #   PREFIX       where the packages are unpacked (default DIR/prefix; never /)
 #   --build-dir  default build-gpu (relative to the source folder)
 #   --python     the Python that holds PyTorch 2.x for CUDA (default python3)
+#   --targets    build only these CMake targets (default: all of them), e.g.
+#                memtrain,memtrain_unit_tests,memtrain_mpi_tests,bench_memory
 #   --hide-system  CMake ignores /usr's packages (a test on a machine that
 #                has Open MPI/HDF5 installed: the kit's must be the ones used)
-#   --no-build   unpack, relocate and check MPI only
+#   --no-build   unpack, relocate and check MPI only (the check compiles a
+#                small MPI program when a C compiler is there; without one it
+#                is left to the caller: tests/gpu/run.sh --bundle runs
+#                mpiexec -np 2 memtrain --version)
 # Then: source PREFIX/env.sh (PATH, LD_LIBRARY_PATH, OPAL_PREFIX, MEMTRAIN_MPIEXEC,
 # MEMTRAIN_BUILD_DIR) and run B/memtrain or tests/gpu/run.sh --prefix PREFIX.
 # MEMTRAIN_BUILD_JOBS: parallel compile jobs (default: the number of cores).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 source "$src/launch/gpu/lib.sh"
-usage="usage: $0 DIR [PREFIX] [--build-dir B] [--python PY] [--hide-system] [--no-build]"
-pos=() build=build-gpu python=python3 hide=0 nobuild=0
+usage="usage: $0 DIR [PREFIX] [--build-dir B] [--python PY] [--targets T1,T2] [--hide-system] [--no-build]"
+pos=() build=build-gpu python=python3 hide=0 nobuild=0 targets=
 while [ $# -gt 0 ]; do
   case "$1" in
-    --build-dir | --python)
+    --build-dir | --python | --targets)
       [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
-      if [ "$1" = --python ]; then python=$2; else build=$2; fi
+      case "$1" in --python) python=$2 ;; --targets) targets=$2 ;; *) build=$2 ;; esac
       shift 2 ;;
     --hide-system) hide=1; shift ;;
     --no-build) nobuild=1; shift ;;
@@ -48,9 +53,14 @@ have_glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
 [ -z "$need_glibc" ] || version_ge "${have_glibc:-0}" "$need_glibc" ||
   die "the kit's libraries need glibc >= $need_glibc, this node has ${have_glibc:-none}: make the kit on an older Debian"
 cxx=${CXX:-$(command -v c++ || command -v g++ || true)}
-[ -n "$cxx" ] || die "no C++ compiler (c++, g++ or \$CXX): the node needs g++ >= 9 (cmake too, or a kit made with --with-toolchain)"
+[ -n "$cxx" ] || [ "$nobuild" = 1 ] ||
+  die "no C++ compiler (c++, g++ or \$CXX): the node needs g++ >= 9 (cmake too, or a kit made with --with-toolchain)"
 need_cxx=$(sed -n 's/^# needs-glibcxx: //p' "$kit/MANIFEST")
-libstdcxx=$("$cxx" -print-file-name=libstdc++.so.6)
+if [ -n "$cxx" ]; then
+  libstdcxx=$("$cxx" -print-file-name=libstdc++.so.6)
+else
+  libstdcxx=$(ldconfig -p 2>/dev/null | awk '$1 == "libstdc++.so.6" && /x86-64/ && !f {print $NF; f = 1}')
+fi
 if [ -n "$need_cxx" ] && [ -f "$libstdcxx" ] && ! grep -qa "GLIBCXX_$need_cxx" "$libstdcxx"; then
   die "the kit's C++ libraries need libstdc++ GLIBCXX_$need_cxx, $libstdcxx lacks it: use a newer g++"
 fi
@@ -106,11 +116,22 @@ export PATH="$prefix/usr/bin:\$PATH"
 export LD_LIBRARY_PATH="$(kit_lib_dirs "$prefix")\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export OPAL_PREFIX="$prefix/usr"
 export OPAL_SYSCONFDIR="$prefix/etc/openmpi"
+# PMIx (Debian's, configured under $L/pmix2): its plugins (pcompress,
+# gds, ...) and help files by these, not by PMIX_PREFIX alone.
 export PMIX_PREFIX="$L/pmix2"
+export PMIX_LIBDIR="$L/pmix2/lib"
+export PMIX_PKGLIBDIR="$L/pmix2/lib/pmix"
+export PMIX_DATADIR="$L/pmix2/share"
+export PMIX_PKGDATADIR="$L/pmix2/share/pmix"
 export HWLOC_PLUGINS_PATH="$L/hwloc"
 export UCX_MODULE_DIR="$L/ucx"
 export FI_PROVIDER_PATH="$L/libfabric"
 export MEMTRAIN_MPIEXEC="$prefix/usr/bin/mpiexec.openmpi"
+# Open MPI's rsh launcher insists on finding its agent (ssh, rsh) even when
+# every rank is local; a node without either (ssh is no part of the kit):
+# an agent that exists and is never called.
+command -v ssh >/dev/null 2>&1 || command -v rsh >/dev/null 2>&1 ||
+  export OMPI_MCA_plm_rsh_agent=\${OMPI_MCA_plm_rsh_agent:-false}
 export MEMTRAIN_BUILD_DIR="$build"
 export MEMTRAIN_KIT_PREFIX="$prefix"
 EOF
@@ -136,17 +157,26 @@ int main(int argc, char** argv) {
   return sum == size * (size + 1) / 2 ? 0 : 1;
 }
 EOF
-cc=${CC:-$(command -v cc || command -v gcc)}
-"$cc" -I"$L/openmpi/include" "$prefix/check/mpi_check.c" -o "$prefix/check/mpi_check" \
-  -L"$L/openmpi/lib" -lmpi -Wl,-rpath,"$L/openmpi/lib" ||
-  die "compiling against the kit's mpi.h/libmpi failed"
-for np in 1 2; do
-  out=$(timeout 120 "$MEMTRAIN_MPIEXEC" --oversubscribe -np $np "$prefix/check/mpi_check" 2>&1) ||
-    die "mpiexec -np $np of the kit's Open MPI failed: $out"
-  say "mpiexec -np $np: $out"
-done
-libmpi=$(ldd "$prefix/check/mpi_check" | awk '$1 ~ /^libmpi\.so/ {print $3}')
-case "$libmpi" in "$prefix"/*) ;; *) die "mpi_check loaded $libmpi, not the kit's libmpi" ;; esac
+cc=${CC:-$(command -v cc || command -v gcc || true)}
+if [ -n "$cc" ]; then
+  "$cc" -I"$L/openmpi/include" "$prefix/check/mpi_check.c" -o "$prefix/check/mpi_check" \
+    -L"$L/openmpi/lib" -lmpi -Wl,-rpath,"$L/openmpi/lib" ||
+    die "compiling against the kit's mpi.h/libmpi failed"
+  for np in 1 2; do
+    out=$(timeout 120 "$MEMTRAIN_MPIEXEC" --oversubscribe -np $np "$prefix/check/mpi_check" 2>&1) ||
+      die "mpiexec -np $np of the kit's Open MPI failed: $out"
+    say "mpiexec -np $np: $(grep 'mpi_check:' <<<"$out")"
+    # Help text instead of silence: a plugin or help file not found where
+    # the relocated prefix should have put it.
+    ! grep -q 'Sorry!\|-----------' <<<"$out" ||
+      say "warning: mpiexec -np $np also printed: $(grep -v 'mpi_check:' <<<"$out" | tr -s '\n -' ' ' | cut -c1-400)"
+  done
+  libmpi=$(ldd "$prefix/check/mpi_check" | awk '$1 ~ /^libmpi\.so/ {print $3}')
+  case "$libmpi" in "$prefix"/*) ;; *) die "mpi_check loaded $libmpi, not the kit's libmpi" ;; esac
+else
+  [ "$nobuild" = 1 ] || die "no C compiler (cc, gcc or \$CC)"
+  say "note: no C compiler: the MPI check is left to the caller"
+fi
 [ "$nobuild" = 0 ] || { say "unpacked and checked in $((SECONDS - start)) s (--no-build)"; exit 0; }
 
 # 4. PyTorch, CUDA, NCCL as this node has them.
@@ -154,7 +184,7 @@ py=$(command -v "$python" || true)
 [ -n "$py" ] || die "no $python: give the Python that holds PyTorch with --python"
 probe=$(torch_probe "$py" 2>"$prefix/torch-probe.err") ||
   die "$py: $(tail -1 "$prefix/torch-probe.err") (install PyTorch 2.x for CUDA in it, or pass --python)"
-IFS=';' read -r tv tcmake tcuda tabi site <<<"$probe"
+IFS=';' read -r tv tcmake tcuda tabi site tgit tnccl <<<"$probe"
 version_ge "$tv" 2.4 || die "$py has torch $tv; the CUDA build needs torch >= 2.4 (LibTorch 2.x)"
 [ "$tcuda" != None ] || die "$py has torch $tv without CUDA (a CPU wheel): install a CUDA build of torch"
 venv=$("$py" -c 'import sys; print(sys.prefix)')
@@ -179,6 +209,11 @@ args=(-DMEMTRAIN_CUDA=ON -DMEMTRAIN_TORCH_VENV="$venv" -DMEMTRAIN_TORCH_PYTHON="
       -DHDF5_C_COMPILER_EXECUTABLE="$prefix/usr/bin/h5cc"
       -DMEMTRAIN_PYTHON="$(command -v python3 || echo "$py")"
       -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG")
+# Debian's multiarch include folder (libjpeg62-turbo-dev's jconfig.h): the
+# compiler searches /usr/include/x86_64-linux-gnu by itself, the kit's copy
+# only when named.
+ma=$prefix/usr/include/$("$cxx" -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+[ ! -d "$ma" ] || args+=("-DCMAKE_C_STANDARD_INCLUDE_DIRECTORIES=$ma" "-DCMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES=$ma")
 [ "$hide" = 0 ] || args+=("-DCMAKE_IGNORE_PREFIX_PATH=/usr;/")
 # A node without make: ninja (pip's, the node's, or the kit's --with-toolchain).
 if [ ! -f "$build/CMakeCache.txt" ] && ! command -v make >/dev/null; then
@@ -189,12 +224,14 @@ t0=$SECONDS
 cmake -S "$src" -B "$build" "${args[@]}" >"$prefix/cmake-configure.log" 2>&1 ||
   { tail -40 "$prefix/cmake-configure.log" >&2; die "cmake configure failed (log: $prefix/cmake-configure.log)"; }
 grep -E 'memtrain CUDA build|Found MPI_C|Found HDF5' "$prefix/cmake-configure.log" || true
-cmake --build "$build" -j"${MEMTRAIN_BUILD_JOBS:-$(nproc)}" >"$prefix/cmake-build.log" 2>&1 ||
+tgt=()
+[ -z "$targets" ] || tgt=(--target ${targets//,/ })
+cmake --build "$build" -j"${MEMTRAIN_BUILD_JOBS:-$(nproc)}" "${tgt[@]}" >"$prefix/cmake-build.log" 2>&1 ||
   { tail -40 "$prefix/cmake-build.log" >&2; die "build failed (log: $prefix/cmake-build.log)"; }
-say "configured and built in $((SECONDS - t0)) s into $build"
+say "configured and built ${targets:-every target} in $((SECONDS - t0)) s into $build"
 
-# 6. memtrain links the kit's MPI, HDF5 and yaml-cpp.
-for lib in libmpi.so libhdf5_serial.so libyaml-cpp.so; do
+# 6. memtrain links the kit's MPI, HDF5, yaml-cpp, libpng and libjpeg.
+for lib in libmpi.so libhdf5_serial.so libyaml-cpp.so libpng16.so libjpeg.so; do
   at=$(ldd "$build/memtrain" | awk -v l="$lib" 'index($1, l) == 1 {print $3}')
   case "$at" in "$prefix"/*) say "memtrain: $lib -> $at" ;; *) die "memtrain loads $lib from ${at:-nowhere}, not from $prefix" ;; esac
 done

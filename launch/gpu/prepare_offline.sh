@@ -2,7 +2,11 @@
 # Puts into DIR the Debian (bookworm, amd64) packages that the CUDA build of
 # memtrain needs on a GPU node without network: the Open MPI and HDF5
 # runtimes and headers, yaml-cpp, CLI11, nlohmann-json, GoogleTest, nifti,
-# zlib headers, and the shared libraries these load. Run where Debian's
+# libpng, libjpeg-turbo, zlib headers, and the shared libraries these load:
+# every package whose library or headers CMakeLists.txt finds, except
+# LibTorch (the node's torch wheel), CUDA (the node's toolkit) and what a
+# compiling system has (rule 1 below). tests/gpu/hide_system.sh proves it:
+# a build with every other library of the machine hidden. Run where Debian's
 # registry is reachable; root is not needed (apt-get download, an empty
 # dpkg status file for the dependency computations).
 # usage: launch/gpu/prepare_offline.sh DIR [--with-toolchain]
@@ -25,9 +29,11 @@
 #     package's libX.so -> the runtime's libX.so.N). Candidates reached only
 #     through Depends are left out: autotools, gfortran, openssh-client
 #     (mpirun's remote start; one node needs none), hwloc's X11/ICU plugins,
-#     the -dev packages of HDF5's static link (curl, ssl, jpeg), javascript.
+#     the -dev packages of HDF5's static link (curl, ssl, aec; jpeg is a
+#     root for memtrain itself), javascript.
 #  4. check: every NEEDED library of the kit is in the kit or in base.
 set -euo pipefail
+source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 usage="usage: $0 DIR [--with-toolchain]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 dir=$1
@@ -49,9 +55,13 @@ codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-unknown}")
 [ "$codename" = bookworm ] ||
   echo "prepare_offline.sh: warning: made and tested on Debian bookworm; this is $codename" >&2
 
+# What CMakeLists.txt and tests/CMakeLists.txt find (find_package,
+# find_library, find_path) besides Torch, CUDA, Threads and Python: MPI, HDF5,
+# yaml-cpp, nlohmann_json, CLI11, GTest, nifti2 + znz, ZLIB, PNG, JPEG.
+# libjpeg62-turbo-dev, not libjpeg-dev: that one only depends on it.
 ROOTS=(libopenmpi-dev openmpi-bin openmpi-common libhdf5-dev hdf5-helpers libyaml-cpp-dev
        libcli11-dev nlohmann-json3-dev libgtest-dev libnifti2-dev libniftiio-dev
-       libznz-dev zlib1g-dev)
+       libznz-dev zlib1g-dev libpng-dev libjpeg62-turbo-dev)
 [ "$toolchain" = 0 ] || ROOTS+=(cmake cmake-data make ninja-build)
 
 mkdir -p "$dir/debs"
@@ -59,20 +69,11 @@ dir=$(cd "$dir" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 : >"$work/status"
-# apt-get -s against an empty status: the whole closure, as root or not.
-closure() {
-  apt-get -o Dir::State::status="$work/status" -o Debug::NoLocking=1 -s install \
-    --no-install-recommends "$@" 2>"$work/apt.err" | awk '/^Inst /{print $2}' | sort -u ||
-    { cat "$work/apt.err" >&2; return 1; }
-}
-apt-cache dumpavail | awk '/^Package:/{p=$2} /^Priority: (required|important)$/{print p}
-  /^Essential: yes$/{print p}' | sort -u >"$work/base-roots"
-[ -s "$work/base-roots" ] ||
-  { echo "prepare_offline.sh: apt knows no packages: run apt-get update (as root) first" >&2; exit 1; }
-# shellcheck disable=SC2046
-closure build-essential $(cat "$work/base-roots") >"$work/base"
-closure "${ROOTS[@]}" >"$work/closure"
-[ -s "$work/closure" ] || { cat "$work/apt.err" >&2; echo "prepare_offline.sh: no closure for ${ROOTS[*]}" >&2; exit 1; }
+debian_base "$work" >"$work/base" ||
+  { echo "prepare_offline.sh: cannot compute the base system (apt-get -s failed)" >&2; exit 1; }
+apt_closure "$work" "${ROOTS[@]}" >"$work/closure" ||
+  { echo "prepare_offline.sh: apt-get -s cannot install ${ROOTS[*]} (apt-get update?)" >&2; exit 1; }
+[ -s "$work/closure" ] || { echo "prepare_offline.sh: no closure for ${ROOTS[*]}" >&2; exit 1; }
 comm -23 "$work/closure" "$work/base" >"$work/candidates"
 echo "prepare_offline.sh: $(wc -l <"$work/candidates") candidates (closure $(wc -l <"$work/closure"), base $(wc -l <"$work/base"))"
 

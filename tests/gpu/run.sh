@@ -1,30 +1,48 @@
 #!/usr/bin/env bash
-# The GPU proof (issue 10): builds the CUDA configuration, runs every test on
-# it, then the acceptance runs (a)-(g), and writes OUT/gpu-report.md with the
-# versions, the date and every figure, each point PASS, FAIL or NOT RUN.
-# usage: tests/gpu/run.sh [--kit DIR | --prefix P] [--cpu] [--out DIR]
-#          [--build-dir B] [--cpu-build BIN] [--python PY] [--hide-system]
+# The GPU proof (issue 10): the CUDA configuration's unit and MPI tests (the
+# *_CUDA ones included where a GPU is usable), then the acceptance runs
+# (a)-(g); writes OUT/gpu-report.md with the versions, the date, the time of
+# each part and every figure, each point PASS, FAIL or NOT RUN.
+# usage: tests/gpu/run.sh [--bundle DIR | --kit DIR | --prefix P] [--cpu]
+#          [--out DIR] [--build-dir B] [--cpu-build BIN] [--python PY]
+#          [--points LIST] [--no-ctest] [--hide-system]
+#   --bundle DIR   executables built elsewhere (launch/gpu/bundle.sh): no
+#                  build, no network, no root. Unpacks DIR/kit (Open MPI,
+#                  HDF5, ... with dpkg-deb -x) into DIR/prefix
+#                  ($MEMTRAIN_BUNDLE_PREFIX), checks that --python's torch is
+#                  the one the executables were built against (version,
+#                  CUDA, C++ ABI; else it says so and builds here with
+#                  launch/gpu/build_offline.sh), and loads LibTorch and the
+#                  NVIDIA libraries from that torch's folders
 #   --kit DIR      build first with launch/gpu/build_offline.sh DIR
 #   --prefix P     use a kit already unpacked and built (sources P/env.sh)
 #   --cpu          CPU mode (also chosen when no GPU is usable): each point
 #                  that has a CPU form runs it at a small size; the report
 #                  says "CPU mode -- not a GPU proof" and lists what needs one
 #   --cpu-build    (a) in CPU mode: the CPU build's memtrain (default build/memtrain)
+#   --python       the Python whose torch the executables load (bundle) or
+#                  that the build uses (default python3)
 #   --points LIST  the acceptance points to run (default a,b,c,d,e,f,g)
-#   --no-ctest     leave the test suite out (a machine that limits a command's time)
-#   MEMTRAIN_GPU_CTEST_ARGS  extra ctest arguments (e.g. "-LE e2e" to leave
-#                  the end-to-end scripts out; the report says so)
+#   --no-ctest     leave the unit and MPI tests out
+#   MEMTRAIN_GPU_CTEST_ARGS  extra ctest arguments (a build folder, not a
+#                  bundle; the report says so)
+#   MEMTRAIN_GPU_TEST_TIMEOUT  seconds for each test binary of a bundle
+#                  (default 300 unit, 600 each MPI run, as in ctest)
+#   MEMTRAIN_GPU_RUN_TIMEOUT   seconds for each training run (default 1200)
+# Which GPU: nvidia-smi lists one and `memtrain probe` (the executable's own
+# view through LibTorch) counts at least one device; an executable without
+# the probe subcommand: nvidia-smi alone.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 source "$src/launch/gpu/lib.sh"
-usage="usage: $0 [--kit DIR | --prefix P] [--cpu] [--out DIR] [--build-dir B] [--cpu-build BIN] [--python PY] [--points a,b,..] [--no-ctest] [--hide-system]"
-kit= prefix= cpu=0 out= build= cpubin=$src/build/memtrain python=python3 hide=() points=a,b,c,d,e,f,g ctest=1
+usage="usage: $0 [--bundle DIR | --kit DIR | --prefix P] [--cpu] [--out DIR] [--build-dir B] [--cpu-build BIN] [--python PY] [--points a,b,..] [--no-ctest] [--hide-system]"
+bundle= kit= prefix= cpu=0 out= build= cpubin=$src/build/memtrain python=python3 hide=() points=a,b,c,d,e,f,g ctest=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    --kit | --prefix | --out | --build-dir | --cpu-build | --python | --points)
+    --bundle | --kit | --prefix | --out | --build-dir | --cpu-build | --python | --points)
       [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
       case "$1" in
-        --kit) kit=$2 ;; --prefix) prefix=$2 ;; --out) out=$2 ;;
+        --bundle) bundle=$2 ;; --kit) kit=$2 ;; --prefix) prefix=$2 ;; --out) out=$2 ;;
         --build-dir) build=$2 ;; --cpu-build) cpubin=$2 ;; --python) python=$2 ;;
         --points) points=$2 ;;
       esac
@@ -35,42 +53,128 @@ while [ $# -gt 0 ]; do
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
+n=0
+for v in "$bundle" "$kit" "$prefix"; do [ -z "$v" ] || n=$((n + 1)); done
+[ $n -le 1 ] || die "give one of --bundle, --kit and --prefix, not several"
+for p in ${points//,/ }; do
+  [[ "$p" =~ ^[a-g]$ ]] || die "--points: $p is not one of a-g"
+done
 out=${out:-$src/runs/gpu-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 start=$SECONDS
+: >"$out/times.md"
+took() {  # WHAT SECONDS: one row of the report's time table, and a line now
+  echo "| $1 | $2 s |" >>"$out/times.md"
+  say "$1: $2 s"
+}
+
+# --- a bundle: unpack and check, or build here ----------------------------------
+build_note=
+if [ -n "$bundle" ]; then
+  t0=$SECONDS
+  bundle=$(cd "$bundle" 2>/dev/null && pwd) || die "no bundle folder $bundle (make it with launch/gpu/bundle.sh)"
+  [ -f "$bundle/BUNDLE.info" ] || die "$bundle has no BUNDLE.info: not a bundle from launch/gpu/bundle.sh"
+  (cd "$bundle" && sha256sum --quiet -c SHA256SUMS) ||
+    die "a file of $bundle does not match its SHA256SUMS: copy the bundle again"
+  py=$(command -v "$python" || true)
+  [ -n "$py" ] || die "no $python: give the Python that holds the node's PyTorch with --python"
+  probe=$(torch_probe "$py" 2>"$out/torch-probe.err") ||
+    die "$py: $(tail -1 "$out/torch-probe.err") (the executables load LibTorch from the node's torch: pass --python)"
+  IFS=';' read -r tv tcmake tcuda tabi site tgit tnccl <<<"$probe"
+  wv=$(bundle_get "$bundle" torch_version) wc=$(bundle_get "$bundle" torch_cuda)
+  wa=$(bundle_get "$bundle" torch_cxx11_abi) wg=$(bundle_get "$bundle" torch_git)
+  if [ "$tv" != "$wv" ] || [ "$tcuda" != "$wc" ] || [ "$tabi" != "$wa" ]; then
+    say "the bundle's executables were built against torch $wv (CUDA $wc, C++11 ABI $wa); $py has torch $tv (CUDA $tcuda, ABI $tabi): they cannot load it, so building here from the sources and the bundle's kit with launch/gpu/build_offline.sh (needs nvcc, cmake and g++; 16 cores: about 4 minutes)"
+    [ -f "$src/CMakeLists.txt" ] ||
+      die "no sources at $src to build from: run tests/gpu/run.sh of a memtrain checkout, or use a Python with torch $wv (CUDA $wc) (--python)"
+    kit=$bundle/kit
+    build=${build:-build-gpu}
+    MEMTRAIN_GPU_TARGETS=${MEMTRAIN_GPU_TARGETS:-memtrain,memtrain_unit_tests,memtrain_mpi_tests,bench_memory,bench_overlap}
+    build_note="the bundle's torch $wv (CUDA $wc) is not $py's $tv (CUDA $tcuda): built here"
+    bundle=
+  else
+    [ "$tgit" = "$wg" ] ||
+      say "note: $py's torch $tv is another build (git $tgit) than the bundle's (git $wg); same version, CUDA and ABI: using the bundle"
+    prefix=${MEMTRAIN_BUNDLE_PREFIX:-$bundle/prefix}
+    if [ ! -f "$prefix/env.sh" ] || [ "$(cat "$prefix/.bundle-id" 2>/dev/null)" != "$(bundle_get "$bundle" id)" ]; then
+      rm -rf "$prefix"
+      bash "$src/launch/gpu/build_offline.sh" "$bundle/kit" "$prefix" --no-build --python "$py" \
+        >"$out/unpack.log" 2>&1 || { cat "$out/unpack.log" >&2; die "unpacking $bundle/kit failed (log: $out/unpack.log)"; }
+      sed -n 's/^build_offline.sh: //p' "$out/unpack.log"
+      bundle_get "$bundle" id >"$prefix/.bundle-id"
+    fi
+    B=$prefix/bin
+    if [ ! -x "$B/memtrain" ] || [ "$(cat "$B/.bundle-id" 2>/dev/null)" != "$(bundle_get "$bundle" id)" ]; then
+      rm -rf "$B" && mkdir -p "$B"
+      tar -xJf "$bundle/bin.tar.xz" -C "$B" || die "cannot unpack $bundle/bin.tar.xz (xz missing? tar -xJf needs xz-utils)"
+      bundle_get "$bundle" id >"$B/.bundle-id"
+    fi
+    build_note="bundle $bundle: $(bundle_get "$bundle" built)"
+  fi
+fi
 
 # --- the build -----------------------------------------------------------
 if [ -n "$kit" ]; then
   t0=$SECONDS
   bash "$src/launch/gpu/build_offline.sh" "$kit" ${build:+--build-dir "$build"} \
+    ${MEMTRAIN_GPU_TARGETS:+--targets "$MEMTRAIN_GPU_TARGETS"} \
     --python "$python" "${hide[@]}" 2>&1 | tee "$out/build.log"
   build_s=$((SECONDS - t0))
+  took "build_offline.sh (unpack, MPI check, configure, build)" "$build_s"
   prefix=$(cd "$kit" && pwd)/prefix
 fi
 if [ -n "$prefix" ]; then
   [ -f "$prefix/env.sh" ] || die "$prefix/env.sh missing: run launch/gpu/build_offline.sh first"
   source "$prefix/env.sh"
 fi
-B=${build:-${MEMTRAIN_BUILD_DIR:-build-gpu}}
-case "$B" in /*) ;; *) B=$src/$B ;; esac
-M=$B/memtrain
-[ -x "$M" ] || die "$M not built (bash launch/gpu/build_offline.sh KIT, or --kit KIT)"
-grep -q '^MEMTRAIN_CUDA:BOOL=ON' "$B/CMakeCache.txt" || die "$B is not a -DMEMTRAIN_CUDA=ON build"
 source "$src/launch/env.sh"
 export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}
-MPIEXEC=${MEMTRAIN_MPIEXEC:-$(command -v mpiexec || command -v mpirun)}
-PYX=$(command -v python3)
+MPIEXEC=${MEMTRAIN_MPIEXEC:-$(command -v mpiexec || command -v mpirun || true)}
+[ -n "$MPIEXEC" ] || die "no mpiexec: give a kit (--bundle, --kit or --prefix) or put Open MPI on PATH"
+if [ -n "$bundle" ]; then
+  # LibTorch and the NVIDIA libraries (cudart, NCCL, cuBLAS, cuDNN, ...) of
+  # the node's torch before the executables' build-time run paths.
+  export LD_LIBRARY_PATH="$(torch_lib_path "$site"):$LD_LIBRARY_PATH"
+  M=$B/memtrain
+  missing=$(for f in "$B"/*; do ldd "$f" 2>&1 | awk -v f="$(basename "$f")" '/not found/ {print f ": " $1}'; done | sort -u)
+  [ -z "$missing" ] || die "libraries not found (LD_LIBRARY_PATH: the kit and $site/torch/lib, $site/nvidia/*/lib): $(echo $missing)"
+  at=$(ldd "$M" | awk '$1 == "libtorch_cpu.so" {print $3}')
+  case "$at" in "$site"/torch/lib/*) ;; *) die "memtrain loads libtorch_cpu.so from ${at:-nowhere}, not from $site/torch/lib" ;; esac
+  timeout 120 "$MEMTRAIN_MPIEXEC" --oversubscribe -np 2 "$M" --version >"$out/mpi-check.log" 2>&1 ||
+    { cat "$out/mpi-check.log" >&2; die "mpiexec -np 2 memtrain --version failed with the kit's Open MPI"; }
+  took "bundle: verify, unpack the kit and the executables, check libraries and mpiexec" $((SECONDS - t0))
+else
+  B=${build:-${MEMTRAIN_BUILD_DIR:-build-gpu}}
+  case "$B" in /*) ;; *) B=$src/$B ;; esac
+  M=$B/memtrain
+  [ -x "$M" ] || die "$M not built (bash launch/gpu/build_offline.sh KIT, --kit KIT, or --bundle DIR)"
+  grep -q '^MEMTRAIN_CUDA:BOOL=ON' "$B/CMakeCache.txt" || die "$B is not a -DMEMTRAIN_CUDA=ON build"
+  build_note=${build_note:-"$B"}
+fi
+PYX=$(command -v python3 || command -v "$python")
 ACC="$PYX $src/tests/gpu/acceptance.py"
 
 # --- GPU or CPU mode, versions ---------------------------------------------
-gpu=0
-if [ "$cpu" = 0 ] && nvidia-smi -L >/dev/null 2>&1 &&
-   "$python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+gpu=0 why=
+probe_out=
+if "$M" --help 2>/dev/null | grep -qE '^ +probe( |$)'; then
+  probe_out=$(timeout 120 "$M" probe 2>&1) || probe_out="memtrain probe failed: $probe_out"
+fi
+pval() { sed -n "s/^$1 //p" <<<"$probe_out" | head -1; }
+if [ "$cpu" = 1 ]; then
+  why="--cpu"
+elif ! nvidia-smi -L >/dev/null 2>&1; then
+  why="nvidia-smi lists no GPU (or is missing)"
+elif [ -n "$probe_out" ] && ! [ "$(pval devices | awk '{print $1}')" -ge 1 ] 2>/dev/null; then
+  why="nvidia-smi lists a GPU but memtrain probe counts none: $(echo $probe_out | cut -c1-200)"
+else
   gpu=1
 fi
+[ -n "$probe_out" ] || probe_out="(this memtrain has no probe subcommand: GPU from nvidia-smi alone)"
 dev=cpu
 [ "$gpu" = 0 ] || dev=cuda
+say "$([ "$gpu" = 1 ] && echo "GPU mode" || echo "CPU mode ($why)")"
 R=$out/gpu-report.md
 row() {  # POINT STATUS FIGURES; in CPU mode a PASS or FAIL is of the CPU form
   local st=$2
@@ -81,35 +185,77 @@ row() {  # POINT STATUS FIGURES; in CPU mode a PASS or FAIL is of the CPU form
 : >"$out/points.md"
 : >"$out/details.md"
 detail() { { echo; echo "### $1"; echo '```'; cat; echo '```'; } >>"$out/details.md"; }
+echo "$probe_out" | detail "memtrain probe"
 gpu_name=none driver=none gpu_mem=0
-if [ "$gpu" = 1 ]; then
+if nvidia-smi -L >/dev/null 2>&1; then
   IFS=, read -r gpu_name driver gpu_mem < <(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader,nounits | head -1)
 fi
-torch_v=$("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo "no torch in $python")
-nccl_v=$(sed -n 's/^NCCL_INCLUDE_DIR:PATH=//p' "$B/CMakeCache.txt" | xargs -I{} sh -c \
-  "grep -E '^#define NCCL_(MAJOR|MINOR|PATCH) ' {}/nccl.h | awk '{print \$3}' | paste -sd." 2>/dev/null || echo unknown)
+if [ -n "$(pval torch)" ]; then
+  torch_v="$(pval torch) CUDA $(pval cuda_build) (memtrain probe)"
+else
+  torch_v=$("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo "no torch in $python")
+fi
+if [ -n "$(pval nccl)" ]; then
+  nccl_v=$(pval nccl)
+elif [ -z "$bundle" ]; then
+  nccl_v=$(sed -n 's/^NCCL_INCLUDE_DIR:PATH=//p' "$B/CMakeCache.txt" | xargs -I{} sh -c \
+    "grep -E '^#define NCCL_(MAJOR|MINOR|PATCH) ' {}/nccl.h | awk '{print \$3}' | paste -sd." 2>/dev/null || echo unknown)
+else
+  nccl_v="$(bundle_get "$bundle" nccl) (nccl.h at the bundle's build)"
+fi
 nvcc_v=$( (find_nvcc >/dev/null && "$(find_nvcc)" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') || echo none)
 W=$out/work
 rm -rf "$W" && mkdir -p "$W" && cd "$W"
 
-# --- every test ------------------------------------------------------------
+# --- the unit and MPI tests ------------------------------------------------------
+# The end-to-end scripts are left out: they assume the CPU device and the
+# CPU build's Python peers. The *_CUDA tests run where a GPU is usable.
 t0=$SECONDS
-ctest_rc=0
-# Two end-to-end scripts read Debian's mricron-data, which the kit does not carry.
-MEMTRAIN_GPU_CTEST_ARGS=${MEMTRAIN_GPU_CTEST_ARGS:-}
-if [ ! -f /usr/share/mricron/templates/ch2.nii.gz ]; then
-  MEMTRAIN_GPU_CTEST_ARGS="$MEMTRAIN_GPU_CTEST_ARGS -E e2e_(brain_mask|convert_nifti) (no mricron-data here)"
-fi
-if [ "$ctest" = 1 ]; then
-  (cd "$B" && ctest --output-on-failure ${MEMTRAIN_GPU_CTEST_ARGS%% (*}) >"$out/ctest.log" 2>&1 || ctest_rc=$?
-else
+ctest_rc=0 ctest_args=
+if [ "$ctest" = 0 ]; then
   echo "not run (--no-ctest)" >"$out/ctest.log"
+elif [ -n "$bundle" ]; then
+  # No build folder: the ctest entries' commands, as tests/CMakeLists.txt has them.
+  filter=
+  data=$(bundle_get "$bundle" test_data)
+  if [ ! -d "$data" ]; then
+    if grep -qa MEMTRAIN_TEST_DATA "$B/memtrain_unit_tests"; then
+      export MEMTRAIN_TEST_DATA=$src/tests/data
+    else
+      filter=--gtest_filter=-ResNet.*KeysShapesAndCountAreTimms
+      ctest_args="$filter ($data, the test data the unit tests were built to read, is not on this machine)"
+    fi
+  fi
+  tenv=(env OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1)
+  n=0 failed=()
+  {
+    for t in unit mpi_np1 mpi_np2 mpi_np4; do
+      n=$((n + 1)) t1=$SECONDS rc=0
+      case "$t" in
+        unit) timeout "${MEMTRAIN_GPU_TEST_TIMEOUT:-300}" "${tenv[@]}" "$B/memtrain_unit_tests" $filter >"$out/test-$t.log" 2>&1 || rc=$? ;;
+        *) timeout "${MEMTRAIN_GPU_TEST_TIMEOUT:-600}" "${tenv[@]}" "$MPIEXEC" -np "${t#mpi_np}" --oversubscribe "$B/memtrain_mpi_tests" \
+             >"$out/test-$t.log" 2>&1 || rc=$? ;;
+      esac
+      [ $rc = 0 ] || failed+=("cuda_$t")
+      printf '%3d/4 Test #%d: cuda_%s ... %s %d sec\n' $n $n "$t" "$([ $rc = 0 ] && echo Passed || echo "***Failed (exit $rc)")" $((SECONDS - t1))
+    done
+    echo
+    echo "$(( (4 - ${#failed[@]}) * 100 / 4 ))% tests passed, ${#failed[@]} tests failed out of 4"
+    [ ${#failed[@]} = 0 ] || echo "The following tests FAILED: ${failed[*]} (logs: $out/test-*.log)"
+  } >"$out/ctest.log"
+  [ ${#failed[@]} = 0 ] || ctest_rc=8
+  cat "$out"/test-*.log >"$out/tests-output.log"
+else
+  ctest_args="-L ^(unit|mpi)$ ${MEMTRAIN_GPU_CTEST_ARGS:-}"
+  (cd "$B" && ctest --output-on-failure -L '^(unit|mpi)$' ${MEMTRAIN_GPU_CTEST_ARGS:-}) >"$out/ctest.log" 2>&1 || ctest_rc=$?
+  cp "$B/Testing/Temporary/LastTest.log" "$out/tests-output.log" 2>/dev/null || : >"$out/tests-output.log"
 fi
 ctest_s=$((SECONDS - t0))
+took "unit and MPI tests" "$ctest_s"
 ctest_sum=$(grep -E 'tests passed|tests failed|No tests were found|not run' "$out/ctest.log" | tail -1 || true)
-{ grep -ho 'Skipping [0-9]* GPU-only tests* (\*_CUDA): [^"]*' "$B/Testing/Temporary/LastTest.log" 2>/dev/null |
-    sort | uniq -c || true; } | detail "ctest: the mains' lines about skipped *_CUDA tests (count of test runs)"
-{ grep -E '^ *[0-9]+/[0-9]+ Test' "$out/ctest.log" || true; } | detail "ctest ($ctest_sum, ${ctest_s} s, args: ${MEMTRAIN_GPU_CTEST_ARGS:-none})"
+{ grep -ho 'Skipping [0-9]* GPU-only tests* (\*_CUDA): [^"]*' "$out/tests-output.log" 2>/dev/null |
+    sort | uniq -c || true; } | detail "tests: the mains' lines about skipped *_CUDA tests (count of test runs)"
+{ grep -E '^ *[0-9]+/[0-9]+ Test|FAILED' "$out/ctest.log" || true; } | detail "tests ($ctest_sum, ${ctest_s} s, args: ${ctest_args:-none})"
 
 # --- acceptance --------------------------------------------------------------
 run() {  # NP NAME BINARY ARGS...: train, log in NAME.log; returns the exit status
@@ -125,14 +271,19 @@ UNET=(--data.train=vol.h5 --model.name=unet3d --model.feature_size=$FS --model.d
 # Equivalence runs use plain SGD: Adam's first steps divide by |g| and turn
 # rounding noise in small gradients into differences of the order of lr.
 EQ=(--training.optimizer=sgd --training.lr=0.1 --training.momentum=0)
+t0=$SECONDS
 mkvol --out vol.h5 --samples 4 --depth $EDGE --height $EDGE --width $EDGE --chunk 16
+took "make-data (${EDGE}^3 volumes)" $((SECONDS - t0))
 
 point_a() {
   local ref=$M refdev=cpu what
   if [ "$gpu" = 0 ]; then
-    [ -x "$cpubin" ] || { row a "NOT RUN" "no CPU build at $cpubin (bash launch/build.sh --target memtrain)"; return 0; }
-    ref=$cpubin
-    what="CPU build ($cpubin, Debian LibTorch) vs CUDA build with dist.device=cpu"
+    if [ -x "$cpubin" ] && "$cpubin" --version >/dev/null 2>&1; then
+      ref=$cpubin
+      what="CPU build ($cpubin, Debian LibTorch) vs CUDA build with dist.device=cpu"
+    else
+      what="CUDA build with dist.device=cpu twice (the script's flow only: no CPU build runs here at $cpubin)"
+    fi
   else
     what="CUDA build dist.device=cpu vs dist.device=cuda, fp32"
   fi
@@ -158,21 +309,31 @@ point_a() {
   row a "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$line"
 }
 
+# (b) the seed-001 scenario: launch/configs/unet3d-v100.yaml as shipped
+# (U-Net depth 5, instance norm, feature size 48, 96^3 patches, AMP fp16,
+# effective batch 8, batch size and checkpointing auto under v100-16gb),
+# 3 windows on synthetic 128^3 volumes; then micro-batch 8 without
+# accumulation or checkpointing under the same budget must be refused as
+# out of device memory. CPU form: the same config at feature size 8, 32^3
+# patches, bf16, and a budget between the peaks measured at micro 2 and 8.
 point_b() {
-  local amp=bf16 ok=1 p budget
+  local amp ok=1 p budget cfg=$src/launch/configs/unet3d-v100.yaml
+  [ -f "$cfg" ] || { row b "NOT RUN" "no $cfg"; return 0; }
   if [ "$gpu" = 1 ]; then
     amp=fp16 budget=v100-16gb
     mkvol --out seed.h5 --samples 4 --depth 128 --height 128 --width 128 --chunk 32
-    B_ARGS=(--data.train=seed.h5 --model.name=unet3d --model.feature_size=48 --data.patch_size=96
-            --training.optimizer=adamw --training.effective_batch_size=8 --training.max_windows=3)
+    B_ARGS=(--config "$cfg" --data.train=seed.h5 --training.max_windows=3)
   else
+    amp=bf16
     mkvol --out seed.h5 --samples 4 --depth 48 --height 48 --width 48 --chunk 16
-    B_ARGS=(--data.train=seed.h5 --model.name=unet3d --model.feature_size=8 --data.patch_size=32
-            --training.optimizer=adamw --training.effective_batch_size=8 --training.max_windows=1)
+    B_ARGS=(--config "$cfg" --data.train=seed.h5 --model.feature_size=8 --data.patch_size=32
+            --validation.roi=32 --training.max_windows=1)
     # The budget: between the allocated peaks measured at micro-batch 2 and 8
     # (mem_peak: without a budget the reserved peak includes cache).
-    run 1 b_m2 "$M" "${B_ARGS[@]}" --training.amp=$amp --data.batch_size=2 || { row b FAIL "b_m2 failed"; return 0; }
-    run 1 b_m8 "$M" "${B_ARGS[@]}" --training.amp=$amp --data.batch_size=8 || { row b FAIL "b_m8 failed"; return 0; }
+    run 1 b_m2 "$M" "${B_ARGS[@]}" --training.amp=$amp --data.batch_size=2 \
+      --training.gradient_checkpointing=off --memory.budget=none || { row b FAIL "b_m2 failed: $(tail -1 b_m2.log)"; return 0; }
+    run 1 b_m8 "$M" "${B_ARGS[@]}" --training.amp=$amp --data.batch_size=8 \
+      --training.gradient_checkpointing=off --memory.budget=none || { row b FAIL "b_m8 failed: $(tail -1 b_m8.log)"; return 0; }
     budget=$(( ($($ACC peak b_m2 mem_peak) + $($ACC peak b_m8 mem_peak)) / 2 ))
   fi
   run 1 b_auto "$M" "${B_ARGS[@]}" --training.amp=$amp --data.batch_size=auto \
@@ -188,7 +349,8 @@ point_b() {
     --memory.budget=$budget --memory.max_oom_retries=0 --dist.device=$dev || rc=$?
   local said=$(grep -m1 -o 'out of device memory: .*' b_m8_fixed.log | cut -c1-200 || true)
   [ "$rc" != 0 ] && [ -n "$said" ] || ok=0
-  row b "$([ $ok = 1 ] && echo PASS || echo FAIL)" "amp $amp, budget $budget: auto: $plan; $win; micro 8 without accumulation or checkpointing: exit $rc, \"$said\""
+  if [ -s b_auto.log ]; then tail -5 b_auto.log | detail "(b) b_auto.log, last lines"; fi
+  row b "$([ $ok = 1 ] && echo PASS || echo FAIL)" "$(basename "$cfg") (depth 5, instance norm), amp $amp, budget $budget: auto: $plan; $win; micro 8 without accumulation or checkpointing: exit $rc, \"$said\""
 }
 
 point_c() {
@@ -260,11 +422,13 @@ point_f() {
 
 point_g() {
   local ov=(-w 1 -n 2 --hidden 256 --depth 2) me=(-b 32 -e 32 -w 1 -n 1 --models mlp,cnn) rc=0 rc2=0
+  [ -x "$B/bench_overlap" ] && [ -x "$B/bench_memory" ] ||
+    { row g "NOT RUN" "bench_overlap or bench_memory not in $B"; return 0; }
   # On the GPU: both ranks of bench_overlap share the one GPU, so over MPI
   # (NCCL refuses two ranks on one GPU); bench_memory on one rank.
   [ "$gpu" = 0 ] || { ov=(--device cuda --backend mpi); me=(--device cuda); }
-  timeout 900 "$MPIEXEC" --oversubscribe -np 2 "$B/benchmarks/bench_overlap" "${ov[@]}" >g_overlap.log 2>&1 || rc=$?
-  timeout 900 "$MPIEXEC" --oversubscribe -np 1 "$B/benchmarks/bench_memory" "${me[@]}" >g_memory.log 2>&1 || rc2=$?
+  timeout 900 "$MPIEXEC" --oversubscribe -np 2 "$B/bench_overlap" "${ov[@]}" >g_overlap.log 2>&1 || rc=$?
+  timeout 900 "$MPIEXEC" --oversubscribe -np 1 "$B/bench_memory" "${me[@]}" >g_memory.log 2>&1 || rc2=$?
   detail "(g) bench_overlap -np 2 ${ov[*]} (exit $rc)" <g_overlap.log
   detail "(g) bench_memory ${me[*]} (exit $rc2)" <g_memory.log
   row g "$([ $rc = 0 ] && [ $rc2 = 0 ] && echo "$([ "$gpu" = 1 ] && echo MEASURED || echo 'CPU form')" || echo FAIL)" \
@@ -272,43 +436,47 @@ point_g() {
 }
 
 for p in ${points//,/ }; do
-  [[ "$p" =~ ^[a-g]$ ]] || die "--points: $p is not one of a-g"
   t0=$SECONDS
   "point_$p" || row $p FAIL "the script's check itself failed (see $W)"
-  echo "point $p: $((SECONDS - t0)) s"
+  took "point ($p)" $((SECONDS - t0))
 done
-env_line=$($ACC env a_dev 2>/dev/null || echo "")
+env_line=$($ACC env a_dev 2>/dev/null || $ACC env b_auto 2>/dev/null || echo "")
 
 # --- the report --------------------------------------------------------------
 {
   echo "# memtrain GPU report"
   echo
   if [ "$gpu" = 0 ]; then
-    echo "**CPU mode — not a GPU proof.** No GPU was used$([ "$cpu" = 1 ] && echo ' (--cpu)' || echo ' (none usable: nvidia-smi or torch.cuda)'). Points that need a GPU: (a) CUDA vs CPU weights and world-1 NCCL vs MPI, (b) the seed-001 scenario at 96³/feature 48 under v100-16gb, (c) the OOM replay on the GPU, (d) fp16 with the dynamic loss scaler, (e) 2 ranks sharing one GPU and NCCL's refusal, (f) memtrain vs PyTorch on the GPU, (g) the benchmarks on the GPU."
+    echo "**CPU mode — not a GPU proof.** No GPU was used ($why). Points that need a GPU: (a) CUDA vs CPU weights and world-1 NCCL vs MPI, (b) the seed-001 scenario (unet3d-v100.yaml: depth 5, instance norm, 96³, feature 48) under v100-16gb, (c) the OOM replay on the GPU, (d) fp16 with the dynamic loss scaler, (e) 2 ranks sharing one GPU and NCCL's refusal, (f) memtrain vs PyTorch on the GPU, (g) the benchmarks on the GPU."
     echo
   fi
   echo "| what | value |"
   echo "| --- | --- |"
   echo "| date (UTC) | $(date -u +%Y-%m-%dT%H:%M:%SZ) |"
   echo "| host | $(hostname), $(nproc --all) cores |"
-  echo "| mode | $([ "$gpu" = 1 ] && echo GPU || echo 'CPU mode — not a GPU proof') |"
+  echo "| mode | $([ "$gpu" = 1 ] && echo GPU || echo "CPU mode — not a GPU proof ($why)") |"
   echo "| GPU | $gpu_name, ${gpu_mem} MiB |"
   echo "| driver | $driver |"
   echo "| CUDA (nvcc; torch) | $nvcc_v; $torch_v |"
   echo "| LibTorch / NCCL built against | $torch_v / NCCL $nccl_v |"
-  echo "| build | $B $([ -n "${build_s:-}" ] && echo "(build_offline.sh took ${build_s} s in this call)") |"
+  echo "| executables | $build_note $([ -n "${build_s:-}" ] && echo "(build_offline.sh took ${build_s} s in this call)") |"
   echo "| launcher | $MPIEXEC |"
-  echo "| environment.json (a) | $env_line |"
-  echo "| ctest | $ctest_sum (exit $ctest_rc, ${ctest_s} s, extra args: ${MEMTRAIN_GPU_CTEST_ARGS:-none}) |"
+  echo "| environment.json | $env_line |"
+  echo "| unit and MPI tests | $ctest_sum (exit $ctest_rc, ${ctest_s} s, args: ${ctest_args:-none}) |"
   echo
   echo "| point | result | figures |"
   echo "| --- | --- | --- |"
   cat "$out/points.md"
   echo
+  echo "| part | time |"
+  echo "| --- | --- |"
+  cat "$out/times.md"
+  echo "| whole script | $((SECONDS - start)) s |"
+  echo
   echo "## Details"
   cat "$out/details.md"
   echo
-  echo "Runs and logs: $W. Whole script: $((SECONDS - start)) s."
+  echo "Runs and logs: $W."
 } >"$R"
-echo "run.sh: wrote $R"
+say "wrote $R ($((SECONDS - start)) s)"
 if grep -q '| FAIL' "$out/points.md" || [ "$ctest_rc" != 0 ]; then exit 1; fi
