@@ -140,7 +140,7 @@ glibcxx=$(elf_needs 'GLIBCXX_3\.4\.[0-9]*' "$stage"/bin/*)
 grep -qaF "$src/tests/data" "$stage/bin/memtrain_unit_tests" || die "memtrain_unit_tests does not name $src/tests/data"
 raw=$(du -cb "$stage"/bin/* | tail -1 | cut -f1)
 tar -C "$stage/bin" -cf - "${TARGETS[@]}" | xz -T0 -6 >"$stage/bin.tar.xz"
-rm -rf "$stage/bin"
+rm -rf "${stage:?}/bin"
 step "strip, check libraries, xz ($((raw / 1048576)) MiB stripped)" $((SECONDS - t0))
 
 # 5. What run.sh reads besides the executables.
