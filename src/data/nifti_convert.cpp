@@ -41,14 +41,6 @@ bool parse_number(const std::string& s, double* out) {
   return true;
 }
 
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos)
-    return "";
-  const auto e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
-
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::string cur;

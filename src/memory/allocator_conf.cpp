@@ -7,14 +7,6 @@
 namespace memtrain::memory {
 namespace {
 
-std::string trim(const std::string& s) {
-  const size_t a = s.find_first_not_of(" \t");
-  if (a == std::string::npos)
-    return "";
-  const size_t b = s.find_last_not_of(" \t");
-  return s.substr(a, b - a + 1);
-}
-
 bool is_true(const std::string& v) {
   return v == "True" || v == "true" || v == "1";
 }

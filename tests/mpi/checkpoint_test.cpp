@@ -69,6 +69,17 @@ TrainConfig ckpt_config(const SharedDir& dir, const std::string& out) {
   return c;
 }
 
+// `first` then `second` (resumed where `first` stopped) trained exactly as
+// `whole`: the same losses window by window and the same final weights.
+void expect_continues_exactly(
+    const RunResult& whole, const RunResult& first, const RunResult& second) {
+  std::vector<double> joined = losses(first);
+  const std::vector<double> rest = losses(second);
+  joined.insert(joined.end(), rest.begin(), rest.end());
+  EXPECT_EQ(joined, losses(whole));  // exact, not approximate
+  EXPECT_EQ(max_abs_diff(second.params, whole.params), 0.0);
+}
+
 TEST(Checkpoint, ResumeRepeatsTheUninterruptedRunBitForBit) {
   SharedDir dir("resume");
   make_features(dir, "train.h5", 200);
@@ -82,11 +93,7 @@ TEST(Checkpoint, ResumeRepeatsTheUninterruptedRunBitForBit) {
   const Resumed second = train_out(part, MPI_COMM_WORLD, "auto");
   EXPECT_NE(second.note.find("resumed from"), std::string::npos) << second.note;
 
-  std::vector<double> joined = losses(first);
-  const std::vector<double> rest = losses(second.run);
-  joined.insert(joined.end(), rest.begin(), rest.end());
-  EXPECT_EQ(joined, losses(a));  // exact, not approximate
-  EXPECT_EQ(max_abs_diff(second.run.params, a.params), 0.0);
+  expect_continues_exactly(a, first, second.run);
   EXPECT_EQ(
       second.run.summary.window_results.front().step,
       first.summary.windows + 1);
@@ -155,11 +162,7 @@ TEST(Checkpoint, GpuWrittenCheckpointResumesOnThisRanksDevice) {
   MPI_Barrier(MPI_COMM_WORLD);
   part.training.max_windows = 0;
   const Resumed second = train_out(part, MPI_COMM_WORLD, path);
-  std::vector<double> joined = losses(first);
-  const std::vector<double> rest = losses(second.run);
-  joined.insert(joined.end(), rest.begin(), rest.end());
-  EXPECT_EQ(joined, losses(a));
-  EXPECT_EQ(max_abs_diff(second.run.params, a.params), 0.0);
+  expect_continues_exactly(a, first, second.run);
 }
 
 TEST(Checkpoint, ResumesAtAnotherWorldSize) {

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -46,7 +47,11 @@ int64_t parameter_count(const torch::nn::Module& m) {
 
 void expect_timm_keys(const std::string& name, int64_t expected_params) {
   auto net = resnet(name, 1000);
-  std::ifstream in(std::string(MEMTRAIN_TEST_DATA) + "/" + name + "_keys.txt");
+  // MEMTRAIN_TEST_DATA in the environment points a relocated binary (the GPU
+  // bundle) at its copy of tests/data; otherwise the source tree's.
+  const char* env = std::getenv("MEMTRAIN_TEST_DATA");
+  const std::string data = env != nullptr && *env != '\0' ? env : MEMTRAIN_TEST_DATA;
+  std::ifstream in(data + "/" + name + "_keys.txt");
   ASSERT_TRUE(in.good()) << name;
   std::vector<std::string> want, got;
   for (std::string line; std::getline(in, line);)

@@ -61,6 +61,9 @@ std::string concat(Args&&... args) {
 // "1.5 MiB", "512 B": for messages and logs.
 std::string format_bytes(double bytes);
 
+// `s` without its leading and trailing spaces and tabs.
+std::string trim(const std::string& s);
+
 }  // namespace memtrain
 
 #define MT_CHECK(cond, ...)                                             \

@@ -153,18 +153,17 @@ struct NcclCommunicator::Impl {
     }
   }
 
-  // "error: NCCL all-reduce #12 failed: ... " with NCCL's reasons.
+  // "[rank 1, node7] NCCL all-reduce #12": a collective, in messages.
+  std::string named(const char* what, int64_t seq) const {
+    return detail::concat(
+        "[rank ", rank, ", ", host_name(), "] NCCL ", what, " #", seq);
+  }
+
+  // "... NCCL all-reduce #12 failed: ... " with NCCL's reasons.
   std::string failure_text(ncclResult_t rc, const char* what, int64_t seq) {
     const std::string last = comm ? ncclGetLastError(comm) : "";
     return detail::concat(
-        "[rank ",
-        rank,
-        ", ",
-        host_name(),
-        "] NCCL ",
-        what,
-        " #",
-        seq,
+        named(what, seq),
         " failed: ",
         ncclGetErrorString(rc),
         last.empty() ? "" : ": ",
@@ -229,14 +228,7 @@ struct NcclCommunicator::Impl {
         if (!on_mpi_thread()) {
           throw CollectiveFailure(
               detail::concat(
-                  "[rank ",
-                  rank,
-                  ", ",
-                  host_name(),
-                  "] NCCL ",
-                  what,
-                  " #",
-                  seq,
+                  named(what, seq),
                   " did not complete within dist.timeout_s=",
                   waiter.timeout_s(),
                   " s"),
