@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.h"
 #include "memtrain/util/error.h"
@@ -15,6 +16,12 @@ int main(int argc, char** argv) {
       "memtrain"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "memtrain 0.1.0");
+  // A usage error reads like every other refusal: one `memtrain: error:`
+  // line (then where the help is), exit status 2.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("memtrain: error: ") + e.what() +
+           "\nRun with --help for more information.\n";
+  });
 
   memtrain::cli::TrainArgs train_args;
   memtrain::cli::add_train(app, train_args);

@@ -1,5 +1,6 @@
 #include "memtrain/config/train_config.h"
 
+#include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -8,10 +9,12 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "memtrain/memory/budget.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/file_kind.h"
 
 namespace memtrain {
 namespace {
@@ -39,6 +42,7 @@ struct Key {
   bool min_exclusive = false;
   bool max_exclusive = false;  // floats: the range is [min, max)
   bool allow_auto = false;     // integers: "auto" means kAuto
+  bool allow_empty = false;    // strings: "" is a value (none, skip)
   std::vector<std::string> choices;
   // Accessors into a config (exactly one is set, by type).
   std::function<int64_t*(TrainConfig&)> i;
@@ -115,6 +119,18 @@ Key string_key(
   k.type = Key::Type::kString;
   k.help = std::move(help);
   k.s = std::move(at);
+  return k;
+}
+
+// A string for which "" means something (none, skip, the defaults); any
+// other string key refuses an empty value (`--memory.budget=` is a typo, not
+// "none").
+Key optional_string_key(
+    std::string name,
+    std::function<std::string*(TrainConfig&)> at,
+    std::string help) {
+  Key k = string_key(std::move(name), std::move(at), std::move(help));
+  k.allow_empty = true;
   return k;
 }
 
@@ -294,7 +310,7 @@ const std::vector<Key>& keys() {
           true,
           kInf,
           "cosine: initial value of the learnable logit scale s"),
-      string_key(
+      optional_string_key(
           "model.pretrained",
           [](TrainConfig& c) { return &c.model.pretrained; },
           "a safetensors file whose tensors are loaded by name (and shape) "
@@ -325,7 +341,7 @@ const std::vector<Key>& keys() {
           "data.train",
           [](TrainConfig& c) { return &c.data.train; },
           "training HDF5 file (see data/FORMAT.md)"),
-      string_key(
+      optional_string_key(
           "data.val",
           [](TrainConfig& c) { return &c.data.val; },
           "validation HDF5 file; empty to skip validation"),
@@ -663,7 +679,9 @@ const std::vector<Key>& keys() {
           {"skip", "stop"},
           "a NaN/Inf loss or gradient (any rank): skip the window's update, "
           "or stop with the last checkpoint as the resume point (fp16 runs "
-          "use the loss scaler's skip)"),
+          "use the loss scaler's skip); a NaN/Inf in a sample read is named "
+          "(file, dataset, row) the first time, and stops the run at once "
+          "with stop"),
       int_key(
           "training.max_nonfinite_skips",
           [](TrainConfig& c) { return &c.training.max_nonfinite_skips; },
@@ -785,7 +803,7 @@ const std::vector<Key>& keys() {
           "for tests only: where memory.test_oom_rank runs out -- the first "
           "micro-step, or the last micro-step's backward once a gradient "
           "bucket's all-reduce is in flight"),
-      string_key(
+      optional_string_key(
           "memory.allocator_conf",
           [](TrainConfig& c) { return &c.memory.allocator_conf; },
           "CUDA caching allocator settings, as PYTORCH_CUDA_ALLOC_CONF "
@@ -1078,6 +1096,8 @@ void assign(
     *k.l(cfg) = v;
     return;
   }
+  if (node.IsNull() && k.type == Key::Type::kString && !k.allow_empty)
+    fail("empty; this key needs a value");  // `budget:` with nothing after
   if (!node.IsScalar())
     fail("expected a single value");
   switch (k.type) {
@@ -1122,6 +1142,8 @@ void assign(
       break;
     }
     case Key::Type::kString:
+      if (node.Scalar().empty() && !k.allow_empty)
+        fail("empty; this key needs a value");
       *k.s(cfg) = node.Scalar();
       break;
     case Key::Type::kChoice:
@@ -1144,9 +1166,21 @@ void apply_tree(
     const YAML::Node& node,
     const std::string& prefix,
     const std::string& origin) {
+  // yaml-cpp keeps every entry of a mapping and this loop would apply each,
+  // so a key (or section) written twice would silently take its last value.
+  std::map<std::string, int> seen;  // key -> its first line
   for (const auto& item : node) {
     const std::string key = item.first.as<std::string>();
     const std::string name = prefix.empty() ? key : prefix + "." + key;
+    const int line = item.first.Mark().line + 1;
+    const auto first = seen.emplace(key, line);
+    if (!first.second) {
+      throw Error(
+          "config: " + std::string(item.second.IsMap() ? "section '" : "'") +
+          name + "' is written twice" + origin + ", on lines " +
+          std::to_string(first.first->second) + " and " + std::to_string(line) +
+          " (YAML would keep the last silently); " + "keep one");
+    }
     if (item.second.IsMap()) {
       // Only sections are maps; a key that is a map is either unknown
       // (find_key throws) or misused (assign reports it).
@@ -1322,6 +1356,14 @@ TrainConfig TrainConfig::load(
     const std::string& yaml_path, const std::vector<std::string>& overrides) {
   TrainConfig cfg;
   if (!yaml_path.empty()) {
+    // stat first: opening a FIFO (or a device) would wait for a writer.
+    struct stat st {};
+    if (::stat(yaml_path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      throw Error(
+          "config: '" + yaml_path + "' is " + file_kind(st.st_mode) +
+          ", not a regular file; --config reads a YAML file (every rank "
+          "reads it): write the configuration to a file");
+    }
     std::ifstream in(yaml_path);
     MT_CHECK(
         in.good(),
@@ -1366,6 +1408,15 @@ void TrainConfig::validate() const {
       "config: data.train is empty; set it to a training HDF5 file "
       "(memtrain make-data makes one)");
   MT_CHECK(!output.dir.empty(), "config: output.dir is empty; set a folder");
+  MT_CHECK(
+      std::none_of(
+          output.dir.begin(),
+          output.dir.end(),
+          [](char c) { return static_cast<unsigned char>(c) < 0x20; }),
+      "config: output.dir = '",
+      output.dir,
+      "' holds a control character (a newline or tab?): the run's files and "
+      "plots name it in logs and scripts; choose a folder name without one");
   MT_CHECK(
       data.batch_size != kAuto || training.effective_batch_size > 0,
       "config: data.batch_size=auto needs training.effective_batch_size "

@@ -3,6 +3,7 @@
 
 #include "memtrain/data/image_convert.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "h5_util.h"
 #include "memtrain/data/counter_rng.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/file_kind.h"
 #include "temp_files.h"
 
 namespace memtrain {
@@ -48,7 +50,22 @@ std::string stem(const std::string& out) {
 struct Candidate {
   std::string relative;  // inside the class folder, '/'-separated
   fs::path path;
+  std::string unreadable;  // why it is not a file to read ("" if it is)
 };
+
+// Why an entry that is neither a folder nor a regular file cannot be read
+// as an image (never opened: a FIFO would block the reader).
+std::string not_a_file(const fs::path& p) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) == 0)
+    return file_kind(st.st_mode) + ", not a regular file";
+  const int err = errno;
+  if (err == ELOOP)
+    return "a symbolic link loop (" + std::string(std::strerror(err)) + ")";
+  if (err == ENOENT)
+    return "a broken symbolic link (its target does not exist)";
+  return "cannot stat: " + std::string(std::strerror(err));
+}
 
 // One output file while it is written: a temporary file beside `path`.
 struct Output {
@@ -102,17 +119,25 @@ std::vector<Candidate> list_class(
       ec.clear();
       continue;
     }
-    if (e.is_directory(ec) || !e.is_regular_file(ec)) {
-      ec.clear();
+    if (e.is_directory(ec)) {
       continue;
     }
+    ec.clear();  // a symbolic link loop or a broken link: handled below
+    const bool regular = e.is_regular_file(ec);
+    ec.clear();
     const std::string ext = lower(e.path().extension().string());
     if (ext != ".jpg" && ext != ".jpeg" && ext != ".png") {
       ++r->ignored;
       exts->insert(ext.empty() ? "(no extension)" : ext);
       continue;
     }
-    files.push_back({fs::relative(e.path(), dir).generic_string(), e.path()});
+    // An image's name on something that is not a file (a FIFO, a link
+    // loop) is skipped with its reason like an undecodable one, never
+    // dropped unsaid.
+    files.push_back(
+        {e.path().lexically_relative(dir).generic_string(),
+         e.path(),
+         regular ? "" : not_a_file(e.path())});
   }
   MT_CHECK(
       !ec, "convert-images: cannot list '", dir.string(), "': ", ec.message());
@@ -274,6 +299,10 @@ ImageConvertResult convert_images(
         if (on_file)
           on_file("skipped", r.skipped.back());
       };
+      if (!f.unreadable.empty()) {
+        skip(f.unreadable);
+        continue;
+      }
       std::string bytes, why;
       if (!read_bytes(f.path, &bytes, &why)) {
         skip(why);

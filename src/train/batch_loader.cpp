@@ -2,7 +2,13 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
 #include "memtrain/data/h5_dataset.h"
+#include "memtrain/util/error.h"
+#include "memtrain/util/rank_log.h"
 
 namespace memtrain {
 namespace {
@@ -11,7 +17,79 @@ at::Tensor host_empty(std::vector<int64_t> shape, at::ScalarType t, bool pin) {
   return at::empty(shape, at::TensorOptions().dtype(t).pinned_memory(pin));
 }
 
+// "a, b, c and 4 more" for the first items of `total`.
+std::string joined(const std::vector<std::string>& items, size_t total) {
+  std::string s;
+  for (size_t i = 0; i < items.size(); ++i)
+    s += (i ? ", " : "") + items[i];
+  if (total > items.size())
+    s += " and " + std::to_string(total - items.size()) + " more";
+  return s;
+}
+
 }  // namespace
+
+void FiniteCheck::check(
+    const std::string& file,
+    const std::string& dataset,
+    const at::Tensor& x,
+    int64_t epoch,
+    const std::function<std::string(int64_t)>& where) const {
+  if (!x.defined() || x.numel() == 0 || (!stop_ && told_.load()))
+    return;
+  const float* p = x.data_ptr<float>();
+  const int64_t n = x.size(0);
+  const int64_t per = x.numel() / n;
+  std::vector<std::string> bad;
+  size_t count = 0;
+  int64_t first_k = -1, first_e = 0;
+  float first_v = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const float* row = p + k * per;
+    bool finite = true;
+    for (int64_t e = 0; e < per; ++e)
+      finite = finite && std::isfinite(row[e]);
+    if (finite)
+      continue;
+    if (first_k < 0) {
+      first_k = k;
+      while (std::isfinite(row[first_e]))
+        ++first_e;
+      first_v = row[first_e];
+    }
+    if (bad.size() < 8)
+      bad.push_back(where(k));
+    ++count;
+  }
+  if (count == 0)
+    return;
+  std::ostringstream what;
+  what << role_ << " '" << file << "' dataset '" << dataset
+       << "': " << where(first_k) << " holds " << first_v << " (element "
+       << first_e << ")";
+  if (count > 1) {
+    what << ", and so do " << count - 1 << " more of this batch ("
+         << joined(
+                std::vector<std::string>(bad.begin() + 1, bad.end()), count - 1)
+         << ")";
+  }
+  what << ", read in epoch " << epoch + 1
+       << "; training.nonfinite=" << (stop_ ? "stop" : "skip");
+  if (stop_) {
+    throw Error(
+        what.str() +
+        ": stopped before any update from it. Fix or drop those samples "
+        "(or set training.nonfinite=skip to skip the windows they reach)");
+  }
+  if (told_.exchange(true))
+    return;
+  const std::string line = what.str() +
+                           ": the windows they reach are skipped (said once; "
+                           "training.nonfinite=stop stops at the first)";
+  log_event("warning: " + line);
+  std::fprintf(stderr, "memtrain: warning: %s\n", line.c_str());
+  std::fflush(stderr);
+}
 
 int64_t Batch::size() const {
   return y.defined() ? y.size(0) : 0;
@@ -40,6 +118,19 @@ void RowSource::read(
       into.x.data_ptr<float>(),
       into.y.data_ptr<int64_t>(),
       into.context.defined() ? into.context.data_ptr<float>() : nullptr);
+  if (finite_ != nullptr) {
+    const DatasetInfo& info = data_.info();
+    const auto row = [&](int64_t k) { return "row " + std::to_string(ids[k]); };
+    finite_->check(info.path, info.sample_dataset, into.x, epoch, row);
+    if (into.context.defined()) {
+      finite_->check(
+          info.path,
+          info.paired ? "/features_b" : "/context_features",
+          into.context,
+          epoch,
+          row);
+    }
+  }
   if (transform_.active())
     transform_images(transform_, epoch, ids, into.x);
 }
@@ -77,6 +168,16 @@ void PatchSource::read(
       xs.copy_(xs.flip(xdims));
       ys.copy_(ys.flip(dims));
     }
+  }
+  if (finite_ != nullptr) {
+    finite_->check(
+        data_.info().path, "/volumes", into.x, epoch, [&](int64_t k) {
+          const PatchRef r = sampler_.at(epoch, ids[k]);
+          return "volume " + std::to_string(r.volume) + "'s patch at (" +
+                 std::to_string(r.corner[0]) + ", " +
+                 std::to_string(r.corner[1]) + ", " +
+                 std::to_string(r.corner[2]) + ")";
+        });
   }
 }
 

@@ -34,6 +34,14 @@ void EpisodeSource::read(
   }
   int64_t* y = into.y.data_ptr<int64_t>();
   data_.read(rows, into.x.data_ptr<float>(), y);
+  if (finite_ != nullptr) {
+    finite_->check(
+        data_.info().path,
+        data_.info().sample_dataset,
+        into.x,
+        e,
+        [&](int64_t k) { return "row " + std::to_string(rows[k]); });
+  }
   // The file's labels -> episode labels (and a check of the layout).
   for (size_t k = 0; k < ids.size(); ++k) {
     const std::vector<int64_t>& cls = classes[k];

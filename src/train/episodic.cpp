@@ -54,7 +54,8 @@ void set_up_episodes(RunState& run) {
   const uint64_t seed = static_cast<uint64_t>(cfg.data.seed);
   run.episodes = std::make_unique<EpisodeSampler>(
       run.class_rows, run.class_split.train, shape, seed, 0);
-  run.source = std::make_unique<EpisodeSource>(*run.train_data, *run.episodes);
+  run.source = std::make_unique<EpisodeSource>(
+      *run.train_data, *run.episodes, -1, &run.train_finite);
   if (need_val) {
     run.val_episodes = std::make_unique<EpisodeSampler>(
         run.class_rows, run.class_split.val, shape, seed, 1);
@@ -103,7 +104,8 @@ ValResult validate_episodes(RunState& run, RunCounters& counters) {
   std::vector<int64_t> mine;
   for (int64_t v = rank; v < m; v += world)
     mine.push_back(v);
-  const EpisodeSource val_source(*run.val_data, *run.val_episodes, 0);
+  const EpisodeSource val_source(
+      *run.val_data, *run.val_episodes, 0, &run.val_finite);
   Prefetcher val_loader(val_source, /*depth=*/0, /*threads=*/0);
   const EpisodeShape shape = run.episode_shape();
   double sum = 0, sum_sq = 0, loss = 0;

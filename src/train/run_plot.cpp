@@ -34,12 +34,26 @@ std::string base_name(std::string dir) {
   return at == std::string::npos ? dir : dir.substr(at + 1);
 }
 
-// gnuplot single-quoted string: '' stands for '.
+// gnuplot single-quoted string: '' stands for '. A newline would end the
+// command (and the rest of the string run as the next one).
 std::string quoted(const std::string& s) {
   std::string q = "'";
-  for (char c : s)
+  for (char c : s) {
+    MT_CHECK(
+        static_cast<unsigned char>(c) >= 0x20,
+        "cannot plot '",
+        s,
+        "': the path holds a control character (a newline?); rename it");
     q += c == '\'' ? std::string("''") : std::string(1, c);
+  }
   return q + "'";
+}
+
+// j[key] as a number; NaN when absent or null (a skipped window's loss):
+// gnuplot leaves a gap there.
+double number_or_nan(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : NAN;
 }
 
 void data_block(
@@ -47,8 +61,13 @@ void data_block(
     const std::string& name,
     const std::vector<std::array<double, 2>>& points) {
   out << "$" << name << " << EOD\n";
-  for (const auto& p : points)
-    out << p[0] << " " << p[1] << "\n";
+  for (const auto& p : points) {
+    if (std::isfinite(p[1])) {
+      out << p[0] << " " << p[1] << "\n";
+    } else {
+      out << "\n";  // a blank line: the curve breaks here
+    }
+  }
   out << "EOD\n";
 }
 
@@ -70,16 +89,14 @@ RunCurves load_run_curves(const std::string& dir) {
         const std::string type = j.value("type", "");
         if (type == "window") {
           const double step = j.value("step", 0.0);
-          c.loss.push_back({step, j.value("loss", NAN)});
-          c.mem_peak.push_back({step, j.value("mem_peak", 0.0) / kMiB});
+          c.loss.push_back({step, number_or_nan(j, "loss")});
+          c.mem_peak.push_back({step, number_or_nan(j, "mem_peak") / kMiB});
         } else if (type == "validation") {
           for (const char* metric : {"val_dice", "val_accuracy"}) {
             if (j.contains(metric)) {
               c.val_metric = metric;
-              const auto& v = j[metric];
               c.val.push_back(
-                  {j.value("epoch", 0.0) + 1,
-                   v.is_number() ? v.get<double>() : NAN});
+                  {j.value("epoch", 0.0) + 1, number_or_nan(j, metric)});
               break;
             }
           }

@@ -225,9 +225,11 @@ void open_data(RunState& run) {
         run.cfg.data.pos_fraction,
         static_cast<uint64_t>(run.cfg.data.seed),
         run.cfg.data.flip);
-    run.source = std::make_unique<PatchSource>(*run.train_data, *run.patches);
+    run.source = std::make_unique<PatchSource>(
+        *run.train_data, *run.patches, &run.train_finite);
   } else {
-    run.source = std::make_unique<RowSource>(*run.train_data, run.images.train);
+    run.source = std::make_unique<RowSource>(
+        *run.train_data, run.images.train, &run.train_finite);
   }
 }
 
@@ -347,6 +349,17 @@ std::unique_ptr<RunState> set_up_run(
     build_model(*run);
   } catch (const c10::OutOfMemoryError&) {
     const memory::Stats st = memory::stats();
+    if (!run->budget.limited()) {
+      // No budget: the device itself ran out.
+      throw Error(detail::concat(
+          "the model itself does not fit in the memory of ",
+          placement.describe(),
+          ": its parameters and gradient buckets ran out with ",
+          format_bytes(double(st.reserved)),
+          " allocated (no memory.budget is set); use a smaller model "
+          "(model.hidden, model.depth) or a device "
+          "with more memory"));
+    }
     throw Error(detail::concat(
         "memory.budget=",
         cfg.memory.budget,

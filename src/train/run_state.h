@@ -51,6 +51,9 @@ struct RunState {
   std::optional<H5Dataset> train_data;
   std::optional<H5Dataset> val_data;
   std::unique_ptr<PatchSampler> patches;  // volumes
+  // NaN/Inf in the samples read (training.nonfinite).
+  FiniteCheck train_finite{"data.train", cfg.training.nonfinite == "stop"};
+  FiniteCheck val_finite{"data.val", cfg.training.nonfinite == "stop"};
   std::unique_ptr<SampleSource> source;
   std::unique_ptr<Prefetcher> loader;
   int64_t num_classes = 0;  // the model's outputs (1: binary)

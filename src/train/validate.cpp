@@ -163,7 +163,7 @@ int64_t for_each_val_batch(
     RunCounters& counters,
     const std::vector<int64_t>& rows,
     const std::function<void(const Batch&, size_t)>& fn) {
-  const RowSource source(*run.val_data, run.images.val);
+  const RowSource source(*run.val_data, run.images.val, &run.val_finite);
   Prefetcher loader(source, /*depth=*/0, /*threads=*/0);
   const OomRetry how = validation_oom_retry(run, "batch 1");
   int64_t retries = 0;

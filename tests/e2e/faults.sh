@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Faults through the executable, 2 ranks:
-# - a NaN in the data file: training.nonfinite=skip skips those windows
-#   (skipped_steps in metrics.jsonl) and ends with finite weights;
-#   training.nonfinite=stop stops with a message, exit status != 0, and the
-#   checkpoints on disk stay loadable;
+# - a NaN in the data file: the file, dataset and row are named the first
+#   time a rank reads it; training.nonfinite=skip skips those windows
+#   (skipped_steps in metrics.jsonl) and ends with finite weights, saying so
+#   once per rank; training.nonfinite=stop stops there with that message,
+#   exit status != 0, and the checkpoints on disk stay loadable;
 # - SIGTERM to one rank mid-run: every rank stops at the same boundary,
 #   writes one checkpoint, exits 3; --resume auto then gives the losses of an
 #   uninterrupted run, line by line.
@@ -24,11 +25,16 @@ t, _ = safetensors_read.load("skip/model.safetensors")
 assert all(math.isfinite(x) for _, _, v in t.values() for x in v)
 print(f"nonfinite=skip: {skipped} windows skipped, final weights finite")
 PYEOF
+named="data.train 'nan.h5' dataset '/features': row 5 holds nan (element 0)"
+n=$(grep -c "memtrain: warning: $named" skip.log || true)
+[ "$n" -ge 1 ] && [ "$n" -le 2 ] || { cat skip.log; fail "nonfinite=skip: $n warnings, want one per rank that read row 5"; }
+grep -q "training.nonfinite=skip: the windows they reach are skipped" skip.log || fail "skip: no policy"
 rc=0
 timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train $N --output.dir=stop \
   --training.nonfinite=stop >stop.log 2>&1 || rc=$?
 [ "$rc" != 0 ] && [ "$rc" != 124 ] || { cat stop.log; fail "nonfinite=stop: exit $rc"; }
-grep -q "non-finite loss or gradient (NaN/Inf) in epoch 1" stop.log || { cat stop.log; fail "no message"; }
+grep -q "$named, read in epoch 1; training.nonfinite=stop: stopped before any update from it" stop.log ||
+  { cat stop.log; fail "no message"; }
 for f in stop/checkpoints/ckpt-*.safetensors; do
   [ -e "$f" ] || continue
   step=$(basename "$f" .safetensors | sed 's/ckpt-0*//')

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <fstream>
 
@@ -99,7 +100,13 @@ TEST(TrainConfig, AutoBatchNeedsEffectiveBatchAndBudget) {
                     "  effective_batch_size: 64\nmemory:\n"
                     "  budget: ") +
         budget + "\n");
-    EXPECT_NE(e.find("needs memory.budget"), std::string::npos) << e;
+    // "" is not a way to write none (EmptyValuesOnlyWhereTheyMeanSomething).
+    EXPECT_NE(
+        e.find(
+            budget[0] == 'n' ? "needs memory.budget"
+                             : "empty; this key needs a value"),
+        std::string::npos)
+        << e;
   }
   EXPECT_NE(
       error_of("memory:\n  budget: lots\n").find("not a profile"),
@@ -126,6 +133,68 @@ TEST(TrainConfig, MissingFileAndNonMapping) {
   }
   EXPECT_NE(error_of("- a\n- b\n").find("mapping"), std::string::npos);
   EXPECT_NE(error_of("lr: 0.1\n").find("must be a section"), std::string::npos);
+}
+
+// yaml-cpp keeps both entries of a key written twice; applying them in order
+// would silently keep the last (a file that trained with lr 500).
+TEST(TrainConfig, KeysAndSectionsWrittenTwiceAreRefusedWithBothLines) {
+  const std::string key =
+      error_of("training:\n  lr: 0.1\n  epochs: 2\n  lr: 500\n");
+  EXPECT_NE(key.find("'training.lr' is written twice (in "), std::string::npos)
+      << key;
+  EXPECT_NE(key.find("c.yaml), on lines 2 and 4"), std::string::npos) << key;
+  const std::string section = error_of(
+      "training:\n  lr: 0.1\ndata:\n  batch_size: 4\n"
+      "training:\n  lr: 500\n");
+  EXPECT_NE(
+      section.find("section 'training' is written twice"), std::string::npos)
+      << section;
+  EXPECT_NE(section.find("on lines 1 and 5"), std::string::npos) << section;
+  EXPECT_EQ(
+      error_of("training:\n  lr: 0.1\ndata:\n  lr: 0.1\n").find("twice"),
+      std::string::npos);  // the same name in two sections is fine
+}
+
+// An empty value is a value only where the key says what "" means.
+TEST(TrainConfig, EmptyValuesOnlyWhereTheyMeanSomething) {
+  for (const std::string& text :
+       {error_of("", {"memory.budget="}),
+        error_of("memory:\n  budget:\n"),
+        error_of("", {"data.train="})}) {
+    EXPECT_NE(text.find("empty; this key needs a value"), std::string::npos)
+        << text;
+  }
+  EXPECT_NE(
+      error_of("", {"memory.budget="})
+          .find("memory.budget = '' (command line)"),
+      std::string::npos);
+  const TrainConfig c = TrainConfig::load(
+      "", {"data.val=", "model.pretrained=", "memory.allocator_conf="});
+  EXPECT_EQ(c.data.val, "");
+  EXPECT_EQ(c.memory.allocator_conf, "");
+}
+
+// --config on a FIFO would block in open() until a writer came; a folder
+// is not a file either. Both are refused by what they are.
+TEST(TrainConfig, ConfigThatIsNotARegularFileIsRefusedWithoutBlocking) {
+  test::TempDir dir("config-fifo");
+  const std::string fifo = dir.file("c.yaml");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(
+      test::error_of([&] { TrainConfig::load(fifo, {}); }),
+      "config: '" + fifo +
+          "' is a FIFO, not a regular file; --config reads a YAML file "
+          "(every rank reads it): write the configuration to a file");
+  EXPECT_NE(
+      test::error_of([&] {
+        TrainConfig::load(dir.path(), {});
+      }).find("' is a directory, not a regular file"),
+      std::string::npos);
+}
+
+TEST(TrainConfig, OutputDirWithANewlineIsRefused) {
+  const std::string e = error_of("", {"output.dir=runs/a\nb"});
+  EXPECT_NE(e.find("holds a control character"), std::string::npos) << e;
 }
 
 TEST(TrainConfig, ResolvedYamlRoundTrips) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 
 // jpeglib.h needs size_t and FILE declared before it.
 #include <cstddef>
@@ -458,6 +459,34 @@ TEST(ImageConvert, SplitIsTheDocumentedSeededDraw) {
   EXPECT_EQ(all.val_path, "");
   EXPECT_FALSE(fs::exists(dir.file("all-val.h5")));
   EXPECT_EQ(read_labels(all.train_path).size(), 10u);
+}
+
+// An image's name on a FIFO or a symbolic link that leads nowhere is skipped
+// with its reason like an undecodable file (never opened: a FIFO would
+// block), not dropped unsaid; such an entry with another extension counts
+// as ignored.
+TEST(ImageConvert, FifosAndDeadLinksAreSkippedWithTheirReason) {
+  test::TempDir dir("images-special");
+  const ImageConvertSpec spec = make_folder(dir);
+  const std::string c = spec.folder + "/c/";
+  ASSERT_EQ(::mkfifo((c + "pipe.jpg").c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo((c + "pipe.txt").c_str(), 0600), 0);
+  fs::create_symlink("loop.png", c + "loop.png");
+  fs::create_symlink("nowhere.jpg", c + "dead.jpeg");
+  const ImageConvertResult r = convert_images(spec);
+  std::map<std::string, std::string> why;
+  for (const SkippedImage& s : r.skipped)
+    why[s.path] = s.reason;
+  ASSERT_EQ(why.size(), 5u);  // the two of make_folder and these three
+  EXPECT_EQ(why[c + "pipe.jpg"], "a FIFO, not a regular file");
+  EXPECT_EQ(
+      why[c + "loop.png"],
+      "a symbolic link loop (Too many levels of symbolic links)");
+  EXPECT_EQ(
+      why[c + "dead.jpeg"],
+      "a broken symbolic link (its target does not exist)");
+  EXPECT_EQ(r.ignored, 2);  // a/notes.txt and c/pipe.txt
+  EXPECT_EQ(r.train_per_class[2] + r.val_per_class[2], 10);
 }
 
 TEST(ImageConvert, FailuresLeaveExistingOutputsAlone) {

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -12,6 +13,7 @@
 
 #include "memtrain/train/metrics.h"
 #include "memtrain/train/overlay.h"
+#include "memtrain/train/run_plot.h"
 #include "memtrain/util/png.h"
 #include "memtrain/util/tb_events.h"
 #include "test_support.h"
@@ -228,6 +230,32 @@ TEST(MetricsLog, CsvRowsCarryTheEpochOnItsLastWindowAndRebuildOnResume) {
   EXPECT_EQ(
       read_file(dir.file("metrics.csv")),
       rows12 + "3,1,3,0.5,0.5,,8,,,,,,,,,,1024,,,,,0.25,,,,,\n");
+}
+
+// A skipped window's loss is null in metrics.jsonl: the plot reads it as a
+// gap (a blank line in gnuplot's data block), not a JSON type error; a path
+// with a newline is refused before it could end a gnuplot command.
+TEST(RunPlot, SkippedWindowIsAGapAndANewlineIsRefused) {
+  test::TempDir dir("plot");
+  std::ofstream(dir.file("metrics.jsonl"))
+      << R"({"type":"window","step":1,"loss":0.5,"mem_peak":1048576})"
+         "\n"
+      << R"({"type":"window","step":2,"loss":null,"mem_peak":1048576})"
+         "\n"
+      << R"({"type":"window","step":3,"loss":0.25,"mem_peak":2097152})"
+         "\n";
+  const RunCurves c = load_run_curves(dir.path());
+  ASSERT_EQ(c.loss.size(), 3u);
+  EXPECT_TRUE(std::isnan(c.loss[1][1]));
+  const std::string script = plot_script({c}, dir.file("p.png"));
+  EXPECT_NE(
+      script.find("$loss0 << EOD\n1 0.5\n\n3 0.25\nEOD\n"), std::string::npos)
+      << script;
+  EXPECT_NE(
+      test::error_of([&] {
+        plot_script({c}, dir.file("a\nb.png"));
+      }).find("holds a control character"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cmath>
 #include <set>
 #include <stdexcept>
 
@@ -289,6 +290,39 @@ TEST(Prefetcher, ReadErrorsReachTheTrainingThread) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "sample 9 is unreadable");
   }
+}
+
+// NaN/Inf in the rows read is named by file, dataset and row the first time
+// (training.nonfinite): stop throws; skip warns once and stops looking.
+TEST(FiniteCheck, NamesTheFileDatasetAndRowsOfTheFirstBadBatch) {
+  test::TempDir dir("finite");
+  const std::string path = dir.file("nan.h5");
+  test::RawH5 spec;
+  spec.features_shape = {10, 4};
+  spec.labels_shape = {10};
+  spec.nan_row = 7;
+  test::write_raw_h5(path, spec);
+  const H5Dataset data = H5Dataset::open(path, "data.train");
+  const FiniteCheck stop("data.train", true);
+  const RowSource stopping(data, {}, &stop);
+  Batch b = stopping.allocate(3, false);
+  stopping.read(0, {2, 5, 3}, b);  // finite rows: nothing said
+  EXPECT_EQ(
+      test::error_of([&] {
+        stopping.read(1, {2, 7, 5}, b);
+      }),
+      "data.train '" + path +
+          "' dataset '/features': row 7 holds nan (element 0), read in epoch "
+          "2; training.nonfinite=stop: stopped before any update from it. Fix "
+          "or drop those samples (or set training.nonfinite=skip to skip the "
+          "windows they reach)");
+  // The batch still holds what was read: the reader reports, never patches.
+  EXPECT_TRUE(std::isnan(b.x[1][0].item<float>()));
+
+  const FiniteCheck skip("data.train", false);
+  const RowSource skipping(data, {}, &skip);
+  EXPECT_EQ(test::error_of([&] { skipping.read(0, {7, 1, 2}, b); }), "");
+  EXPECT_EQ(test::error_of([&] { skipping.read(0, {7, 1, 2}, b); }), "");
 }
 
 }  // namespace

@@ -17,8 +17,12 @@ class EpisodeSource : public SampleSource {
   EpisodeSource(
       const H5Dataset& data,
       const EpisodeSampler& sampler,
-      int64_t fixed_epoch = -1)
-      : data_(data), sampler_(sampler), fixed_epoch_(fixed_epoch) {}
+      int64_t fixed_epoch = -1,
+      const FiniteCheck* finite = nullptr)
+      : data_(data),
+        sampler_(sampler),
+        fixed_epoch_(fixed_epoch),
+        finite_(finite) {}
   void read(int64_t epoch, const std::vector<int64_t>& ids, Batch& into)
       const override;
   Batch allocate(int64_t n, bool pinned) const override;
@@ -27,6 +31,7 @@ class EpisodeSource : public SampleSource {
   const H5Dataset& data_;
   const EpisodeSampler& sampler_;
   int64_t fixed_epoch_;
+  const FiniteCheck* finite_;
 };
 
 }  // namespace memtrain
