@@ -60,6 +60,8 @@ TIMEOUT_S = 20
 MEMORY_LIMIT = 6 << 30
 
 ERROR = "memtrain: error:"
+# The executable under test (main() sets it; the predict fixture runs it).
+MEMTRAIN_PATH = [None]
 
 # ---------------------------------------------------------------------------
 # Inputs
@@ -457,7 +459,6 @@ def nifti_cases():
                img_kw=dict(magic=b""), lbl_kw=dict(magic=b""))
     nifti_case("nifti/no-magic-image-only", fields=[MAGIC], img_kw=dict(magic=b""), existing=True)
     nifti_case("nifti/no-magic-label-only", fields=[MAGIC], bad="lbl", lbl_kw=dict(magic=b""))
-    nifti_case("nifti/no-magic-gz", fields=[MAGIC], ext=".nii.gz", img_kw=dict(magic=b""))
     nifti_case("nifti/magic-ni1-in-nii", fields=[MAGIC], img_kw=dict(magic=b"ni1"))
     nifti_case("nifti/sizeof_hdr-0", fields=[r"sizeof_hdr|header size|magic"],
                img_kw=dict(edit={"sizeof_hdr": 0}))
@@ -486,10 +487,6 @@ def nifti_cases():
     for v, tag in ((-100.0, "-100"), (np.nan, "nan"), (10.0, "10"), (348.0, "348")):
         nifti_case(f"nifti/vox_offset-{tag}", fields=[VOX], existing=(tag == "10"),
                    img_kw=dict(edit={"vox_offset": v}))
-    nifti_case("nifti/vox_offset-10-label-only", fields=[VOX], bad="lbl",
-               lbl_kw=dict(edit={"vox_offset": 10.0}))
-    nifti_case("nifti/vox_offset-beyond-eof", fields=[VOX + "|" + TRUNC],
-               img_kw=dict(edit={"vox_offset": 1e9}))
 
     # dim[0] in 1..7, every used dim >= 1.
     for v in (0, 8, -1):
@@ -497,8 +494,6 @@ def nifti_cases():
     nifti_case("nifti/dim0-0-both", fields=[DIM(0)],
                img_kw=dict(edit={("dim", 0): 0}), lbl_kw=dict(edit={("dim", 0): 0}))
     nifti_case("nifti/dim2-0", fields=[DIM(2)], img_kw=dict(edit={("dim", 2): 0}))
-    nifti_case("nifti/dim3-negative", fields=[DIM(3)], bad="lbl",
-               lbl_kw=dict(edit={("dim", 3): -7}))
     nifti_case("nifti/dim4-0-of-4d", fields=[DIM(4)],
                img_kw=dict(edit={("dim", 0): 4, ("dim", 4): 0}))
 
@@ -529,29 +524,17 @@ def nifti_cases():
                  outputs=["out/x.h5"]))
     nifti_case("nifti/srow-nan", fields=[r"srow|sform"],
                img_kw=dict(edit={("srow_x", 1): np.nan}))
-    nifti_case("nifti/quatern-nan-qform-only", fields=[r"quatern|qoffset|qform"],
-               img_kw=dict(sform=0, edit={"quatern_b": np.nan}))
 
     # Truncated data.
     size = 352 + 8 * 9 * 7 * 4
     nifti_case("nifti/truncated-data", fields=[TRUNC], img_kw=dict(cut=size - 100))
     nifti_case("nifti/truncated-gzip-stream", fields=[TRUNC + r"|gzip|compressed|stream|zlib"],
                ext=".nii.gz", img_kw=dict(cut=0.6))
-    nifti_case("nifti/truncated-label", fields=[TRUNC], bad="lbl",
-               lbl_kw=dict(cut=352 + 8 * 9 * 7 - 30))
-
-    def empty(d):
-        im, lb = base_volume()
-        write(os.path.join(d, "img.nii"), b"")
-        nii(os.path.join(d, "lbl.nii"), lb)
-    case("nifti/zero-byte-image", empty, convert_nifti(),
-         Refused("img.nii", TRUNC + r"|empty|0 bytes|header|sizeof_hdr", outputs=["out/x.h5"]))
 
     # Accepted, with nibabel's data.
     nifti_accept("nifti/ok-baseline")
     nifti_accept("nifti/ok-gzip", ext=".nii.gz")
     nifti_accept("nifti/ok-scl_slope-0", img_kw=dict(slope=(0.0, 5.0)))
-    nifti_accept("nifti/ok-scl-2-10", img_kw=dict(slope=(2.0, 10.0)))
     nifti_accept("nifti/ok-negative-pixdim", img_kw=dict(edit={("pixdim", 1): -2.0}),
                  lbl_kw=dict(edit={("pixdim", 1): -2.0}), spacing=[4, 3, 2])
     nifti_accept("nifti/ok-pixdim0-qfac-0", img_kw=dict(edit={("pixdim", 0): 0.0}),
@@ -559,15 +542,12 @@ def nifti_cases():
     nifti_accept("nifti/ok-vox_offset-400", img_kw=dict(data_at=400))
     nifti_accept("nifti/ok-big-endian", img_kw=dict(swap=True), lbl_kw=dict(swap=True))
     nifti_accept("nifti/ok-qform-only", img_kw=dict(sform=0), lbl_kw=dict(sform=0))
-    nifti_accept("nifti/ok-int16", img_data=lambda a: a.astype(np.int16))
     nifti_accept("nifti/ok-units-metres",
                  img_kw=dict(edit={"xyzt_units": 1, ("pixdim", 1): 0.002, ("pixdim", 2): 0.003,
                                    ("pixdim", 3): 0.004}),
                  lbl_kw=dict(edit={"xyzt_units": 1, ("pixdim", 1): 0.002, ("pixdim", 2): 0.003,
                                    ("pixdim", 3): 0.004}),
                  spacing=[4, 3, 2])
-    nifti_accept("nifti/ok-4d-two-channels", channels=2,
-                 img_data=lambda a: np.stack([a, np.where(a != 0, 300 - a, 0)], axis=3))
     nifti_accept("nifti/ok-4d-pixdim4-0", channels=2,
                  img_data=lambda a: np.stack([a, a * 2], axis=3),
                  img_kw=dict(edit={("pixdim", 4): 0.0}))
@@ -577,8 +557,6 @@ def nifti2_cases():
     nifti_case("nifti2/no-magic", fields=[MAGIC], two=True, img_kw=dict(magic=b""))
     nifti_case("nifti2/pixdim3-0", fields=[PIXDIM(3)], two=True,
                img_kw=dict(edit={("pixdim", 3): 0.0}))
-    nifti_case("nifti2/pixdim1-nan", fields=[PIXDIM(1)], two=True, ext=".nii.gz",
-               img_kw=dict(edit={("pixdim", 1): np.nan}))
     nifti_case("nifti2/vox_offset-10", fields=[VOX], two=True, img_kw=dict(edit={"vox_offset": 10}))
     nifti_case("nifti2/dim0-0", fields=[DIM(0)], two=True, img_kw=dict(edit={("dim", 0): 0}))
     nifti_case("nifti2/dim1-huge", fields=[DIM(1) + "|" + TRUNC], two=True,
@@ -587,8 +565,6 @@ def nifti2_cases():
                img_kw=dict(edit={"datatype": 9999}))
     nifti_case("nifti2/sform_code-9", fields=[r"sform_code"], two=True,
                img_kw=dict(edit={"sform_code": 9}))
-    nifti_case("nifti2/truncated-data", fields=[TRUNC], two=True,
-               img_kw=dict(cut=544 + 8 * 9 * 7 * 4 - 64))
     nifti_accept("nifti2/ok-baseline", two=True)
     nifti_accept("nifti2/ok-gzip-negative-pixdim", two=True, ext=".nii.gz",
                  img_kw=dict(edit={("pixdim", 2): -3.0}), spacing=[4, 3, 2])
@@ -620,6 +596,86 @@ def analyze_cases():
 
 
 # ---------------------------------------------------------------------------
+# predict: the same header checks on its inputs
+
+
+_FIXTURE = {"lock": threading.Lock(), "dir": None, "error": None}
+
+
+def predict_fixture(work, memtrain):
+    """Once per run: a tiny unet3d trained on the base pair (convert-nifti,
+    train), its config and weights, for the predict cases."""
+    with _FIXTURE["lock"]:
+        if _FIXTURE["dir"] is None and _FIXTURE["error"] is None:
+            d = os.path.join(work, "_predict_fixture")
+            os.makedirs(d, exist_ok=True)
+            im, lb = base_volume()
+            nii(os.path.join(d, "img.nii"), im)
+            nii(os.path.join(d, "lbl.nii"), lb)
+            with open(os.path.join(d, "u.yaml"), "w") as f:
+                f.write(f"model: {{name: unet3d, feature_size: 2, depth: 1, norm: instance}}\n"
+                        f"data: {{train: '{d}/t.h5', val: '', patch_size: [4, 4, 4], "
+                        f"patches_per_volume: 1, batch_size: 1, read_threads: 1}}\n"
+                        f"validation: {{roi: [4, 4, 4], sw_batch: 1}}\n"
+                        f"training: {{epochs: 1}}\n"
+                        f"output: {{dir: '{d}/run'}}\n")
+            for argv in (["convert-nifti", "--image", "img.nii", "--labels", "lbl.nii",
+                          "--out", "t.h5", "--chunk", "4"],
+                         ["train", "--config", "u.yaml"]):
+                r = subprocess.run([memtrain] + argv, cwd=d, capture_output=True, text=True,
+                                   timeout=120, preexec_fn=limit_memory)
+                if r.returncode != 0:
+                    _FIXTURE["error"] = (f"predict fixture: memtrain {argv[0]} exit {r.returncode}: "
+                                         f"{summary_of(r.stdout, r.stderr)}")
+                    break
+            else:
+                _FIXTURE["dir"] = d
+        if _FIXTURE["error"]:
+            raise RuntimeError(_FIXTURE["error"])
+        return _FIXTURE["dir"]
+
+
+def predict_argv(ctx):
+    f = ctx["fixture"]
+    return ["predict", "--config", f"{f}/u.yaml", "--weights", f"{f}/run/model.safetensors",
+            "--input", "case.nii", "--out", "pred"]
+
+
+def predict_case(name, fields, **kw):
+    def build(d):
+        im, _ = base_volume()
+        nii(os.path.join(d, "case.nii"), im, **kw)
+        return {"fixture": predict_fixture(os.path.dirname(d), MEMTRAIN_PATH[0])}
+    case(name, build, predict_argv,
+         Refused("case.nii", *fields, outputs=["pred/case.nii.gz"]))
+
+
+def predict_cases():
+    predict_case("predict/no-magic", [MAGIC], magic=b"")
+    predict_case("predict/pixdim3-0", [PIXDIM(3)], edit={("pixdim", 3): 0.0})
+    predict_case("predict/vox_offset-10", [VOX], edit={"vox_offset": 10.0})
+    predict_case("predict/dim0-0", [DIM(0)], edit={("dim", 0): 0})
+    predict_case("predict/datatype-1-binary", [DTYPE, r"binary|DT_BINARY|bit"],
+                 edit={"datatype": 1, "bitpix": 1})
+
+    def ok(d, ctx, o, e):
+        src = nib.load(os.path.join(d, "case.nii"))
+        p = os.path.join(d, "pred", "case.nii.gz")
+        need(os.path.exists(p), "no pred/case.nii.gz")
+        out = nib.load(p)
+        need(out.shape == src.shape, f"label map {out.shape}, input {src.shape}")
+        need(np.allclose(out.affine, src.affine, atol=1e-5), "label map's affine is not the input's")
+        v = np.asarray(out.dataobj)
+        need(set(np.unique(v).tolist()) <= {0, 1}, f"classes {np.unique(v).tolist()}")
+
+    def build(d):
+        im, _ = base_volume()
+        nii(os.path.join(d, "case.nii"), im, edit={("pixdim", 1): -2.0})
+        return {"fixture": predict_fixture(os.path.dirname(d), MEMTRAIN_PATH[0])}
+    case("predict/ok-negative-pixdim", build, predict_argv, Accepted(ok))
+
+
+# ---------------------------------------------------------------------------
 # Options
 
 
@@ -629,18 +685,13 @@ def options_cases():
         nii(os.path.join(d, "img.nii"), im)
         nii(os.path.join(d, "lbl.nii"), lb)
     GRID = r"\d+\s*[x×,]\s*\d+\s*[x×,]\s*\d+|\d\s*[KMGTPE]i?B|\d{7,}"
-    for v in ("0", "-1", "nan", "inf"):
+    for v in ("0", "-1", "nan"):
         case(f"options/resample-{v}", pairb, convert_nifti(extra=["--resample", v]),
              Refused(None, r"--resample", outputs=["out/x.h5"]))
     case("options/resample-1e-6", pairb, convert_nifti(extra=["--resample", "1e-6"]),
          Refused(None, r"--resample", GRID, outputs=["out/x.h5"]))
     case("options/resample-0.001", pairb, convert_nifti(extra=["--resample", "0.001"]),
          Refused(None, r"--resample", GRID, outputs=["out/x.h5"]))
-    case("options/val-fraction-nan", pairb,
-         convert_nifti(extra=["--split-axis", "x", "--val-fraction", "nan"]),
-         Refused(None, r"--val-fraction", outputs=["out/x.h5", "out/x-train.h5", "out/x-val.h5"]))
-    case("options/chunk-0", pairb, convert_nifti(extra=["--chunk", "0"]),
-         Refused(None, r"--chunk", outputs=["out/x.h5"]))
 
     def dsb(d):
         make_dataset(d)
@@ -738,8 +789,6 @@ def dataset_cases():
                  img("case_a"), PIXDIM(2))
     dataset_case("dataset/pixdim3-nan-label-only",
                  ds_damage("case_c", "lbl", edit={("pixdim", 3): np.nan}), lbl("case_c"), PIXDIM(3))
-    dataset_case("dataset/pixdim1-inf", ds_damage("case_b", "both", edit={("pixdim", 1): np.inf}),
-                 img("case_b"), PIXDIM(1))
     dataset_case("dataset/vox_offset-10", ds_damage("case_a", "img", ".nii",
                                                     edit={"vox_offset": 10.0}),
                  img("case_a", ".nii"), VOX, ending=".nii")
@@ -754,9 +803,6 @@ def dataset_cases():
                  ds_damage("case_a", "both", qform=0, edit={"srow_y": sing[1], "qform_code": 0}),
                  img("case_a"), r"sform|srow|affine|transform|orientation",
                  r"singular|rank|determinant|degenerate|no orientation")
-    dataset_case("dataset/nifti2-vox_offset-10",
-                 ds_damage("case_c", "img", ".nii", two=True, edit={"vox_offset": 10}),
-                 img("case_c", ".nii"), VOX, ending=".nii")
     dataset_case("dataset/truncated-gzip", ds_damage("case_b", "img", cut=0.8),
                  img("case_b"), TRUNC + r"|gzip|compressed|stream|zlib|header")
 
@@ -772,12 +818,6 @@ def dataset_cases():
     dataset_case("dataset/missing-label",
                  lambda d: os.remove(f"{d}/ds/labelsTr/case_a.nii.gz"),
                  lbl("case_a"), r"label", r"no |missing|not found|does not exist")
-
-    def badjson(d):
-        with open(f"{d}/ds/dataset.json", "w") as f:
-            f.write('{"channel_names": {"0": "T1"}, "labels": {"background": 0, "fg": ')
-    dataset_case("dataset/dataset-json-truncated", badjson, "ds/dataset.json",
-                 r"json|parse|line|column|offset|syntax|unexpected|end of")
 
     def loop(d):
         os.remove(f"{d}/ds/imagesTr/case_c_0000.nii.gz")
@@ -832,9 +872,6 @@ def images_cases():
                 "imgs/bee/empty.jpg")
     images_case("images/dangling-symlink-png",
                 lambda d: os.symlink("gone.png", f"{d}/imgs/ant/dangling.png"), "imgs/ant/dangling.png")
-    images_case("images/text-named-jpg",
-                lambda d: write(f"{d}/imgs/bee/notes.jpg", b"not an image at all\n" * 4),
-                "imgs/bee/notes.jpg")
 
 
 # ---------------------------------------------------------------------------
@@ -885,15 +922,11 @@ def hdf5_cases():
         write(os.path.join(d, "text.h5"), b"this is not HDF5\n")
     case("hdf5/text-file-train", text, lambda ctx: TRAIN + ["--data.train=text.h5"],
          Refused("text.h5", r"data\.train", r"HDF5"))
-    case("hdf5/text-file-inspect", text, lambda ctx: ["inspect", "text.h5"],
-         Refused("text.h5", r"HDF5", where="any"))
 
     def fifo(d):
         os.mkfifo(os.path.join(d, "pipe.h5"))
     case("hdf5/fifo-train", fifo, lambda ctx: TRAIN + ["--data.train=pipe.h5"],
          Refused("pipe.h5", r"data\.train", r"fifo|pipe|regular|special"))
-    case("hdf5/directory-inspect", lambda d: os.makedirs(os.path.join(d, "dir.h5")),
-         lambda ctx: ["inspect", "dir.h5"], Refused("dir.h5", r"director|regular", where="any"))
 
     def nanrows(value, rows):
         def build(d):
@@ -915,9 +948,10 @@ def hdf5_cases():
                 need(rc != 0, "exit 0 with training.nonfinite=stop")
             else:
                 need(rc == 0, f"exit {rc}, want 0 (training.nonfinite=skip)")
-            need("nan.h5" in text, "the file 'nan.h5' is never named")
-            need(re.search(r"/?features", text), "the dataset '/features' is never named")
-            need(re.search(ROW(row), text, re.IGNORECASE), f"row {row} is never named")
+            # One message names the file, the dataset and the row.
+            hit = [l for l in text.splitlines() if "nan.h5" in l and "features" in l and
+                   re.search(ROW(row), l, re.IGNORECASE)]
+            need(hit, f"no line names the file 'nan.h5', the dataset '/features' and row {row}")
             need(not LEAK.search(text), f"leaked: {LEAK.search(text).group(0)}")
         return check
     case("hdf5/nan-row-skip", nanrows(np.nan, [5]),
@@ -980,9 +1014,6 @@ def config_cases():
         r"k_shot", num(3), num(5))
     config_case("config/unknown-key", "training:\n  lrr: 0.1\n", r"training\.lrr")
     config_case("config/empty-value", "memory:\n  budget:\n", r"memory\.budget")
-    config_case("config/syntax-error", "training:\n  lr: [0.1\n  epochs: 1\n",
-                r"line|column|parse|syntax|yaml")
-    config_case("config/not-a-mapping", "- just\n- a list\n", r"mapping|map|section|top")
 
     def cli(name, arg, field):
         def build(d):
@@ -991,7 +1022,6 @@ def config_cases():
              Refused(None, field, outputs=["run"]))
     cli("config/cli-memory.budget-empty", "--memory.budget=", r"memory\.budget")
     cli("config/cli-training.lr-empty", "--training.lr=", r"training\.lr")
-    cli("config/cli-output.dir-empty", "--output.dir=", r"output\.dir")
 
     # --config on non-regular files: refused (named), never read forever.
     def fifo(d):
@@ -1002,8 +1032,9 @@ def config_cases():
          Refused("c.yaml", r"fifo|pipe|regular|special|empty", outputs=["run"]))
 
     def feed(d, ctx, done):
-        """A writer that gives the FIFO a config (with an unknown key) as
-        soon as memtrain opens it for reading."""
+        """One writer that gives the FIFO a config (with an unknown key) as
+        soon as memtrain opens it for reading, once: what `--config
+        <(cat c.yaml)` (a shell's process substitution) gives."""
         p = os.path.join(d, "c.yaml")
         while not done.is_set():
             try:
@@ -1128,6 +1159,7 @@ def all_cases():
         images_cases()
         hdf5_cases()
         config_cases()
+        predict_cases()
     return CASES
 
 
@@ -1139,7 +1171,7 @@ def main():
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     ap.add_argument("-k", action="append", default=[], metavar="SUBSTR",
                     help="run the cases whose name contains SUBSTR (repeatable: any)")
-    ap.add_argument("-j", type=int, default=min(8, 2 * (os.cpu_count() or 1)),
+    ap.add_argument("-j", type=int, default=min(16, 2 * (os.cpu_count() or 1)),
                     help="cases run at once")
     ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds before a case is a hang")
     ap.add_argument("--keep", action="store_true", help="keep the work folder even when all pass")
@@ -1153,6 +1185,7 @@ def main():
     if not a.memtrain:
         ap.error("no memtrain executable: --memtrain PATH or MEMTRAIN=PATH")
     memtrain = os.path.abspath(a.memtrain)
+    MEMTRAIN_PATH[0] = memtrain
     if not os.access(memtrain, os.X_OK):
         ap.error(f"'{memtrain}' is not an executable")
     if not cases:
