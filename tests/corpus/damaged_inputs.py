@@ -1093,6 +1093,69 @@ def fifo_verdict(d, rc, out, err):
 
 
 # ---------------------------------------------------------------------------
+# Leftovers: a killed writer's temporary file, an output.dir with a newline
+
+
+def dead_pid():
+    """A process id that no process has now (a killed writer's)."""
+    top = int(open("/proc/sys/kernel/pid_max").read())
+    for pid in range(top - 1, 300, -1):
+        if not os.path.exists(f"/proc/{pid}"):
+            return pid
+    raise RuntimeError("no free pid")
+
+
+def stale_said(d, ctx, o, e):
+    """The stale temporary file is gone (run_case checks that no .tmp. is
+    left) and the run says it removed it."""
+    need(named(o + e, ctx["stale"]), f"the removal of '{ctx['stale']}' is not said")
+
+
+def leftovers_cases():
+    def nifti_stale(d):
+        im, lb = base_volume()
+        nii(os.path.join(d, "img.nii"), im)
+        nii(os.path.join(d, "lbl.nii"), lb)
+        stale = f"out/x.h5.tmp.{dead_pid()}"
+        write(os.path.join(d, stale), b"half a file from a killed convert-nifti")
+        return {"stale": stale}
+    convert = check_convert_nifti("out/x.h5", "img.nii", "lbl.nii")
+
+    def both(d, ctx, o, e):
+        convert(d, ctx, o, e)
+        stale_said(d, ctx, o, e)
+    case("leftovers/convert-nifti-stale-tmp", nifti_stale, convert_nifti(), Accepted(both))
+
+    def train_stale(d):
+        make_features(d)
+        stale = f"run/model.safetensors.tmp.{dead_pid()}"
+        write(os.path.join(d, stale), b"half a file from a killed run")
+        return {"stale": stale}
+    case("leftovers/train-stale-tmp", train_stale, lambda ctx: TRAIN + ["--data.train=good.h5"],
+         Accepted(stale_said))
+
+    def newline(d):
+        make_features(d)
+        return {"before": set(os.listdir(d))}
+
+    def no_stray(d, rc, out, err, ctx):
+        need(rc in (0, 2), f"exit {rc}, want 0 (run inside the folder) or 2 (refused)")
+        new = set(os.listdir(d)) - ctx["before"] - {"cmd.txt"}
+        if rc == 2:
+            lines = [l for l in err.splitlines() if ERROR in l]
+            need(len(lines) == 1, f"{len(lines)} '{ERROR}' lines, want 1")
+            need("output.dir" in lines[0], "the refusal does not name output.dir")
+            need(not new, f"refused, but wrote {sorted(new)}")
+        else:
+            stray = sorted(new - {"run\nx"})
+            need(not stray, f"entries outside output.dir: {stray}")
+            need("run\nx" in new, "no output.dir 'run\\nx' written")
+    case("leftovers/output-dir-newline", newline,
+         lambda ctx: [a for a in TRAIN if not a.startswith("--output.dir=")] +
+         ["--data.train=good.h5", "--output.dir=run\nx"], Custom(no_stray))
+
+
+# ---------------------------------------------------------------------------
 # Running
 
 
@@ -1181,6 +1244,7 @@ def all_cases():
         hdf5_cases()
         config_cases()
         predict_cases()
+        leftovers_cases()
     return CASES
 
 
