@@ -1171,11 +1171,15 @@ def one_line(text, n=200):
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def summary_of(out, err):
-    """The line that best says what memtrain did."""
+def summary_of(out, err, rc=0):
+    """The line that best says what memtrain did: its error line, else (a
+    failed run) its first line on stderr, else its last line."""
     for l in err.splitlines():
         if ERROR in l:
             return one_line(l)
+    lines = [l for l in err.splitlines() if l.strip()]
+    if rc != 0 and lines:
+        return one_line(lines[0])
     lines = [l for l in (err + "\n" + out).splitlines() if l.strip()]
     return one_line(lines[-1]) if lines else "(no output)"
 
@@ -1216,7 +1220,7 @@ def run_case(c, memtrain, work, timeout):
     out, err = out.decode(errors="replace"), err.decode(errors="replace")
     with open(os.path.join(d, "cmd.txt"), "w") as f:
         f.write(" ".join(argv) + f"\nexit {p.returncode}\n--- stdout\n{out}--- stderr\n{err}")
-    what = summary_of(out, err)
+    what = summary_of(out, err, p.returncode)
     if hung:
         return False, f"hang: killed after {timeout} s ({what})", took
     if p.returncode < 0:
