@@ -895,6 +895,9 @@ def images_cases():
 # HDF5 files: train, inspect
 
 
+# What a refused run must not write (its output.dir may hold rank-0.log,
+# which says why it stopped).
+TRAIN_OUTPUTS = ["run/model.safetensors", "run/metrics.jsonl", "run/checkpoints"]
 TRAIN = ["train", "--data.val=", "--output.dir=run", "--model.hidden=8", "--model.depth=1",
          "--training.epochs=1", "--data.batch_size=16", "--data.read_threads=1"]
 
@@ -920,7 +923,7 @@ def hdf5_cases():
         raw = open(p, "rb").read()
         write(p, raw[: len(raw) * 6 // 10])
     case("hdf5/truncated-train", truncated, lambda ctx: TRAIN + ["--data.train=cut.h5"],
-         Refused("cut.h5", H5REASON, r"inspect --verify"))
+         Refused("cut.h5", H5REASON, r"inspect --verify", outputs=TRAIN_OUTPUTS))
     case("hdf5/truncated-inspect", truncated, lambda ctx: ["inspect", "cut.h5"],
          Refused("cut.h5", H5REASON, where="any"))
 
@@ -931,19 +934,20 @@ def hdf5_cases():
             f.attrs["num_classes"] = 2
     SIZE = r"68719476736|68,719,476,736|2\^36|\d\s*[KMGTPE]i?B|\d{9,}"
     case("hdf5/declared-2^36-rows-train", huge, lambda ctx: TRAIN + ["--data.train=huge.h5"],
-         Refused("huge.h5", r"features|labels", SIZE))
+         Refused("huge.h5", r"features|labels", SIZE, outputs=TRAIN_OUTPUTS))
     case("hdf5/declared-2^36-rows-inspect", huge, lambda ctx: ["inspect", "huge.h5"],
          Refused("huge.h5", r"features|labels", SIZE, where="any"))
 
     def text(d):
         write(os.path.join(d, "text.h5"), b"this is not HDF5\n")
     case("hdf5/text-file-train", text, lambda ctx: TRAIN + ["--data.train=text.h5"],
-         Refused("text.h5", r"data\.train", r"HDF5"))
+         Refused("text.h5", r"data\.train", r"HDF5", outputs=TRAIN_OUTPUTS))
 
     def fifo(d):
         os.mkfifo(os.path.join(d, "pipe.h5"))
     case("hdf5/fifo-train", fifo, lambda ctx: TRAIN + ["--data.train=pipe.h5"],
-         Refused("pipe.h5", r"data\.train", r"fifo|pipe|regular|special"))
+         Refused("pipe.h5", r"data\.train", r"fifo|pipe|regular|special",
+                 outputs=TRAIN_OUTPUTS))
 
     def nanrows(value, rows):
         def build(d):
@@ -996,7 +1000,7 @@ def config_case(name, text, *fields, file="c.yaml", args=()):
         write(os.path.join(d, file), text.encode())
     case(name, build,
          lambda ctx: TRAIN + ["--data.train=good.h5", "--config", file, *args],
-         Refused(file, *fields, outputs=["run"]))
+         Refused(file, *fields, outputs=TRAIN_OUTPUTS))
 
 
 def config_cases():
@@ -1036,7 +1040,7 @@ def config_cases():
         def build(d):
             make_features(d)
         case(name, build, lambda ctx: TRAIN + ["--data.train=good.h5", arg],
-             Refused(None, field, outputs=["run"]))
+             Refused(None, field, outputs=TRAIN_OUTPUTS))
     cli("config/cli-memory.budget-empty", "--memory.budget=", r"memory\.budget")
     cli("config/cli-training.lr-empty", "--training.lr=", r"training\.lr")
 
@@ -1046,7 +1050,7 @@ def config_cases():
         os.mkfifo(os.path.join(d, "c.yaml"))
     case("config/fifo-no-writer", fifo,
          lambda ctx: TRAIN + ["--data.train=good.h5", "--config", "c.yaml"],
-         Refused("c.yaml", r"fifo|pipe|regular|special|empty", outputs=["run"]))
+         Refused("c.yaml", r"fifo|pipe|regular|special|empty", outputs=TRAIN_OUTPUTS))
 
     def feed(d, ctx, done):
         """One writer that gives the FIFO a config (with an unknown key) as
@@ -1075,10 +1079,10 @@ def config_cases():
 
     case("config/directory", lambda d: (make_features(d), os.makedirs(os.path.join(d, "conf.d"))),
          lambda ctx: TRAIN + ["--data.train=good.h5", "--config", "conf.d"],
-         Refused("conf.d", r"director", outputs=["run"]))
+         Refused("conf.d", r"director", outputs=TRAIN_OUTPUTS))
     case("config/dev-zero", lambda d: make_features(d),
          lambda ctx: TRAIN + ["--data.train=good.h5", "--config", "/dev/zero"],
-         Refused("/dev/zero", outputs=["run"]))
+         Refused("/dev/zero", outputs=TRAIN_OUTPUTS))
 
 
 def fifo_verdict(d, rc, out, err):
@@ -1090,7 +1094,8 @@ def fifo_verdict(d, rc, out, err):
     need(("c.yaml" in lines[0] and re.search(r"fifo|pipe|regular|special", lines[0], re.I))
          or "training.lrr" in lines[0],
          "the message names neither the FIFO nor the key it holds (training.lrr)")
-    need(not os.path.exists(os.path.join(d, "run")), "output.dir was written")
+    for o in TRAIN_OUTPUTS:
+        need(not os.path.exists(os.path.join(d, o)), f"output '{o}' was written")
 
 
 # ---------------------------------------------------------------------------
