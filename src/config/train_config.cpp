@@ -1004,6 +1004,8 @@ const Key& find_key(const std::string& name, const std::string& origin) {
 std::string scalar_text(const YAML::Node& node) {
   if (node.IsScalar())
     return node.Scalar();
+  if (node.IsNull())
+    return "";  // `key:` with nothing after it
   YAML::Emitter out;
   out << YAML::Flow << node;
   return out.c_str();
