@@ -346,13 +346,17 @@ int run_predict(const PredictArgs& args, int* argc, char*** argv) {
             cfg.model.name,
             "; predict segments volumes with a unet3d config");
         cases = list_cases(args.input);
-        if (!args.analyze_orientation.empty()) {
+        // Every input's header before any output is written.
+        if (!args.analyze_orientation.empty())
           check_axis_code("predict", args.analyze_orientation);
-          std::vector<std::string> files;
-          for (const InputCase& k : cases)
-            files.insert(files.end(), k.files.begin(), k.files.end());
+        std::vector<std::string> files;
+        for (const InputCase& k : cases)
+          files.insert(files.end(), k.files.begin(), k.files.end());
+        const int64_t analyze = check_nifti_headers(
+            "predict", "--input", files, args.analyze_orientation);
+        if (!args.analyze_orientation.empty()) {
           MT_CHECK(
-              count_analyze_files(files) > 0,
+              analyze > 0,
               "predict: --analyze-orientation ",
               args.analyze_orientation,
               " is given but no --input file is an Analyze 7.5 file (all "

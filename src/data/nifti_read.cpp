@@ -669,19 +669,6 @@ Nifti open_header(
   return n;
 }
 
-bool is_analyze(const std::string& path) {
-  Nifti n;
-  n.path = path;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
-    return false;
-  try {
-    return read_raw_header(n).version == 0;
-  } catch (const Error&) {
-    return false;
-  }
-}
-
 Affine analyze_affine(
     const std::string& code,
     const std::array<int64_t, 3>& dims,
@@ -991,10 +978,14 @@ void check_axis_code(const std::string& command, const std::string& code) {
       "one of A/P, one of S/I (e.g. LAS, nibabel's Analyze default, or RAS)");
 }
 
-int64_t count_analyze_files(const std::vector<std::string>& paths) {
+int64_t check_nifti_headers(
+    const std::string& command,
+    const std::string& flag,
+    const std::vector<std::string>& paths,
+    const std::string& analyze_orientation) {
   int64_t n = 0;
   for (const std::string& p : paths)
-    n += nifti::is_analyze(p) ? 1 : 0;
+    n += nifti::open_header(command, flag, p, analyze_orientation).analyze;
   return n;
 }
 

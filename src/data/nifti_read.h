@@ -84,9 +84,6 @@ Affine analyze_affine(
     const std::string& code,
     const std::array<int64_t, 3>& dims,
     const std::array<double, 3>& pix);
-// Whether `path`'s header has no NIfTI magic (an Analyze 7.5 header);
-// false for a file that cannot be read (open_header reports it).
-bool is_analyze(const std::string& path);
 // The host memory available now (MemAvailable of /proc/meminfo, else the
 // free pages), in bytes; 0 when unknown.
 uint64_t available_memory();

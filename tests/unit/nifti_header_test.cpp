@@ -486,7 +486,16 @@ TEST_F(NiftiHeader, PredictReadsAndWritesAnAnalyzeCaseWithItsOrientation) {
         read_nifti_case("predict", "--input", in);
       }).find("predict: --input '" + in + "': no NIfTI magic"),
       std::string::npos);
-  EXPECT_EQ(count_analyze_files({in, dir.file("missing.nii")}), 1);
+  write_bytes(dir.file("nifti.nii"), valid_file(false));
+  EXPECT_EQ(
+      check_nifti_headers(
+          "predict", "--input", {in, dir.file("nifti.nii")}, "LAS"),
+      1);
+  EXPECT_NE(
+      test::error_of([&] {
+        check_nifti_headers("predict", "--input", {in}, "");
+      }).find("no NIfTI magic"),
+      std::string::npos);
   const NiftiCase c = read_nifti_case("predict", "--input", in, "RAS");
   const Affine ras = {2, 0, 0, -3, 0, 3, 0, -3, 0, 0, 4, -2, 0, 0, 0, 1};
   EXPECT_EQ(c.affine, ras);

@@ -31,10 +31,15 @@ struct NiftiCase {
 // any order. Throws memtrain::Error starting with `command` otherwise.
 void check_axis_code(const std::string& command, const std::string& code);
 
-// How many of `paths` are Analyze 7.5 files (a header without the NIfTI
-// magic); unreadable files are not counted (reading them reports them).
-// The commands refuse --analyze-orientation when no input is one.
-int64_t count_analyze_files(const std::vector<std::string>& paths);
+// Opens the header of each of `paths` (flag `flag` of `command`, for
+// messages) with every check of data/CONVERT.md "Input", reading no voxel:
+// predict checks all its inputs before it writes any output. Returns how
+// many are Analyze 7.5 files (accepted by `analyze_orientation`).
+int64_t check_nifti_headers(
+    const std::string& command,
+    const std::string& flag,
+    const std::vector<std::string>& paths,
+    const std::string& analyze_orientation);
 
 // Reads `path`; messages start with `command` and name `flag`. Throws
 // memtrain::Error as convert-nifti does for a bad file. An Analyze 7.5
