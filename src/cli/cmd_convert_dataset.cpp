@@ -46,6 +46,12 @@ void add_convert_dataset(CLI::App& app) {
       "'median' (default): the per-axis median of the cases'");
   cmd->add_option("--chunk", spec.chunk, "HDF5 chunk edge in voxels")
       ->capture_default_str();
+  cmd->add_option(
+      "--analyze-orientation",
+      spec.analyze_orientation,
+      "accept case files without the NIfTI magic (Analyze 7.5; refused "
+      "without it) whose voxel axes i, j, k run toward these directions, "
+      "e.g. LAS (nibabel's aff2axcodes)");
 }
 
 int run_convert_dataset() {

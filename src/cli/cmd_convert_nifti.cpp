@@ -6,11 +6,13 @@
 #include "commands.h"
 #include "memtrain/data/nifti_convert.h"
 #include "memtrain/util/atomic_file.h"
+#include "memtrain/util/error.h"
 
 namespace memtrain::cli {
 namespace {
 ConvertSpec spec;
 bool ignore_affine = false;
+CLI::Option* resample_option = nullptr;
 }  // namespace
 
 void add_convert_nifti(CLI::App& app) {
@@ -40,20 +42,32 @@ void add_convert_nifti(CLI::App& app) {
       "wins, unmatched voxels are class 0");
   cmd->add_option(
       "--class-names", spec.class_names, "comma-separated class names");
-  cmd->add_option(
+  resample_option = cmd->add_option(
       "--resample",
       spec.resample_mm,
-      "isotropic voxel size in mm (image trilinear, labels nearest)");
+      "isotropic voxel size in mm, > 0 (image trilinear, labels nearest)");
   cmd->add_option("--chunk", spec.chunk, "HDF5 chunk edge in voxels")
       ->capture_default_str();
   cmd->add_flag(
       "--ignore-affine",
       ignore_affine,
       "accept image and labels whose voxel-to-world transforms differ");
+  cmd->add_option(
+      "--analyze-orientation",
+      spec.analyze_orientation,
+      "accept Analyze 7.5 files (no NIfTI magic; refused without it) whose "
+      "voxel axes i, j, k run toward these directions, e.g. LAS (nibabel's "
+      "aff2axcodes)");
 }
 
 int run_convert_nifti() {
   spec.check_affine = !ignore_affine;
+  // 0 is the library's "no resampling"; given, it is no voxel size.
+  if (resample_option != nullptr && resample_option->count() > 0 &&
+      spec.resample_mm == 0)
+    throw Error(
+        "convert-nifti: --resample 0 must be a positive voxel size in mm "
+        "(finite, > 0)");
   const auto slash = spec.out.find_last_of('/');
   if (slash != std::string::npos && slash > 0) {
     make_directories(spec.out.substr(0, slash));

@@ -169,7 +169,8 @@ CaseResult predict_case(
     bool ras,
     const InputCase& in) {
   const std::string& path = in.files[0];  // the reference grid and header
-  NiftiCase c = read_nifti_case("predict", "--input", in.files);
+  NiftiCase c =
+      read_nifti_case("predict", "--input", in.files, args.analyze_orientation);
   MT_CHECK(
       c.shape[0] == channels,
       "predict: --input '",
@@ -211,7 +212,14 @@ CaseResult predict_case(
   std::array<int64_t, 3> grid = dims;
   if (resample) {
     grid_spacing = train_spacing;
-    grid = resampled_dims(dims, spacing, train_spacing);
+    grid = resampled_dims_within_memory(
+        "predict",
+        "--input '" + path + "' at data.train's spacing",
+        dims,
+        spacing,
+        train_spacing,
+        c.shape[0],
+        "check data.train's spacing_mm");
     c.voxels = resample_linear(
         c.voxels, c.shape[0], dims, spacing, grid, train_spacing);
   }
@@ -239,7 +247,7 @@ CaseResult predict_case(
   labels = reorient_back(labels, 1, ijk, orient);
   CaseResult r;
   r.out = (fs::path(args.out) / (in.name + ".nii.gz")).string();
-  write_nifti_labels_like(path, labels, r.out);
+  write_nifti_labels_like(path, labels, r.out, args.analyze_orientation);
   std::ostringstream line;
   line << in.name << ": " << ijk[0] << "x" << ijk[1] << "x" << ijk[2]
        << " voxels";
@@ -255,7 +263,8 @@ CaseResult predict_case(
         "--labels",
         labels_of(args.labels, in),
         path,
-        args.label_map);
+        args.label_map,
+        args.analyze_orientation);
     for (const ClassMetrics& m :
          segmentation_metrics(labels, truth, file_dims, c.spacing_mm, k)) {
       r.csv += in.name + "," + std::to_string(m.cls) + "," + num(m.dice) + "," +
@@ -310,6 +319,12 @@ void add_predict(CLI::App& app, PredictArgs& args) {
       args.label_map,
       "--labels values to classes, as convert-nifti's --label-map (e.g. "
       "'>0:1')");
+  cmd->add_option(
+      "--analyze-orientation",
+      args.analyze_orientation,
+      "accept inputs without the NIfTI magic (Analyze 7.5; refused without "
+      "it) whose voxel axes i, j, k run toward these directions, e.g. LAS "
+      "(nibabel's aff2axcodes)");
   accept_overrides(cmd, args.overrides);
 }
 
@@ -331,6 +346,23 @@ int run_predict(const PredictArgs& args, int* argc, char*** argv) {
             cfg.model.name,
             "; predict segments volumes with a unet3d config");
         cases = list_cases(args.input);
+        // Every input's header before any output is written.
+        if (!args.analyze_orientation.empty())
+          check_axis_code("predict", args.analyze_orientation);
+        std::vector<std::string> files;
+        for (const InputCase& k : cases)
+          files.insert(files.end(), k.files.begin(), k.files.end());
+        const int64_t analyze = check_nifti_headers(
+            "predict", "--input", files, args.analyze_orientation);
+        if (!args.analyze_orientation.empty()) {
+          MT_CHECK(
+              analyze > 0,
+              "predict: --analyze-orientation ",
+              args.analyze_orientation,
+              " is given but no --input file is an Analyze 7.5 file (all "
+              "have the NIfTI magic and their own transforms); drop the "
+              "option");
+        }
         MT_CHECK(
             args.labels.empty() || fs::is_directory(args.labels) ||
                 cases.size() == 1,

@@ -33,6 +33,7 @@ struct PredictArgs {
   std::string config;
   std::vector<std::string> overrides;  // "section.key=value"
   std::string weights, input, out, labels, label_map;
+  std::string analyze_orientation;  // "" or an axis code, e.g. LAS
 };
 
 void add_predict(CLI::App& app, PredictArgs& args);

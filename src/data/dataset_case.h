@@ -24,13 +24,16 @@ struct DatasetCase {
   std::array<int64_t, 3> ras_shape_dhw{1, 1, 1};   // after reorientation
   std::array<double, 3> ras_spacing_dhw{1, 1, 1};  // mm
   std::array<int64_t, 3> out_shape{1, 1, 1};       // after resampling
+  bool analyze = false;  // a file of it is Analyze 7.5 (no NIfTI magic)
 };
 
 // Opens the case's files' headers and fills the header fields; throws
 // memtrain::Error naming the case and the file for a file that is not a
 // NIfTI case of `channels` channels, image and label grids or transforms
-// that differ, or a transform without an orientation.
-void read_case_header(DatasetCase* c, int64_t channels);
+// that differ, or a transform without an orientation. Analyze 7.5 files
+// are read only with `analyze_orientation` (--analyze-orientation).
+void read_case_header(
+    DatasetCase* c, int64_t channels, const std::string& analyze_orientation);
 
 // What both files share.
 struct DatasetWriteCommon {
@@ -43,6 +46,7 @@ struct DatasetWriteCommon {
   uint64_t seed = 0;
   double val_fraction = -1;  // < 0: a --fold split
   int64_t fold = -1;
+  std::string analyze_orientation;  // --analyze-orientation
 };
 
 // Reads, reorients, resamples and normalises each case and writes

@@ -70,7 +70,9 @@ struct ImageIndex {
   std::map<std::string, std::string> single;
 };
 
-ImageIndex index_images(const fs::path& dir, const std::string& ending) {
+// `strict`: a directory named as a case file is refused (imagesTr/).
+ImageIndex index_images(
+    const fs::path& dir, const std::string& ending, bool strict = true) {
   ImageIndex ix;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
@@ -79,8 +81,16 @@ ImageIndex index_images(const fs::path& dir, const std::string& ending) {
        it.increment(ec)) {
     const std::string n = it->path().filename().string();
     const std::string base = strip_ending(n, ending);
-    if (n[0] == '.' || base.empty() || !it->is_regular_file(ec))
+    if (n[0] == '.' || base.empty())
       continue;  // hidden (macOS "._x.nii.gz" in MSD archives) or other
+    MT_CHECK(
+        !strict || !it->is_directory(ec),
+        kCmd,
+        ": '",
+        it->path().string(),
+        "' is a directory, not a file (a case file is expected there)");
+    if (!it->is_regular_file(ec))
+      continue;
     std::string name;
     const int64_t ch = nnunet_channel(base, &name);
     if (ch >= 0) {
@@ -257,6 +267,14 @@ std::vector<DatasetCase> list_cases(const std::string& folder, const Meta& m) {
     c.images = case_images(ix, images, name, m, &c.single_file);
     c.label = label;
     std::error_code ec;
+    MT_CHECK(
+        !fs::is_directory(label, ec),
+        kCmd,
+        ": case ",
+        name,
+        ": label '",
+        label,
+        "' is a directory, not a file");
     MT_CHECK(
         fs::is_regular_file(label, ec),
         kCmd,
@@ -500,8 +518,23 @@ DatasetConvertResult convert_dataset(const DatasetConvertSpec& spec) {
   // Headers only: grids, transforms, orientations, spacings.
   std::vector<size_t> used(train);
   used.insert(used.end(), val.begin(), val.end());
-  for (size_t i : used)
-    read_case_header(&cases[i], static_cast<int64_t>(m.channels.size()));
+  if (!spec.analyze_orientation.empty())
+    check_axis_code(kCmd, spec.analyze_orientation);
+  bool any_analyze = false;
+  for (size_t i : used) {
+    read_case_header(
+        &cases[i],
+        static_cast<int64_t>(m.channels.size()),
+        spec.analyze_orientation);
+    any_analyze = any_analyze || cases[i].analyze;
+  }
+  MT_CHECK(
+      spec.analyze_orientation.empty() || any_analyze,
+      kCmd,
+      ": --analyze-orientation ",
+      spec.analyze_orientation,
+      " is given but no case file is an Analyze 7.5 file (all have the "
+      "NIfTI magic and their own transforms); drop the option");
   if (median_spacing) {
     for (int a = 0; a < 3; ++a) {
       std::vector<double> v;
@@ -510,9 +543,23 @@ DatasetConvertResult convert_dataset(const DatasetConvertSpec& spec) {
       target[a] = median(v);
     }
   }
+  // Each case's grid at the target spacing must fit in memory (one case
+  // is read, reoriented and resampled at a time).
+  std::ostringstream remedy;
+  remedy << (median_spacing ? "the cases' median spacing is " : "--spacing is ")
+         << target[0] << "," << target[1] << "," << target[2]
+         << " mm; pass a larger --spacing D,H,W";
   for (size_t i : used)
-    cases[i].out_shape = resampled_dims(
-        cases[i].ras_shape_dhw, cases[i].ras_spacing_dhw, target);
+    cases[i].out_shape = resampled_dims_within_memory(
+        kCmd,
+        (median_spacing ? std::string("--spacing median")
+                        : "--spacing " + spec.spacing) +
+            " (case " + cases[i].name + ")",
+        cases[i].ras_shape_dhw,
+        cases[i].ras_spacing_dhw,
+        target,
+        static_cast<int64_t>(m.channels.size()),
+        remedy.str());
 
   DatasetConvertResult r;
   r.spacing_mm = target;
@@ -529,11 +576,12 @@ DatasetConvertResult convert_dataset(const DatasetConvertSpec& spec) {
   common.seed = spec.seed;
   common.val_fraction = spec.splits.empty() ? spec.val_fraction : -1;
   common.fold = spec.fold;
+  common.analyze_orientation = spec.analyze_orientation;
   r.files = write_dataset_files(spec.out, cases, train, val, common);
 
   const fs::path ts = fs::path(spec.folder) / "imagesTs";
   if (fs::is_directory(ts, ec)) {
-    const ImageIndex ix = index_images(ts, m.ending);
+    const ImageIndex ix = index_images(ts, m.ending, /*strict=*/false);
     std::set<std::string> names;
     for (const auto& [n, f] : ix.single)
       names.insert(n);

@@ -113,12 +113,14 @@ void read_case(
     std::vector<uint8_t>* mask) {
   image->clear();
   for (const std::string& f : c.images) {
-    nifti::Nifti n = nifti::open_header(kCmd, who(c, "image"), f);
+    nifti::Nifti n =
+        nifti::open_header(kCmd, who(c, "image"), f, cm.analyze_orientation);
     nifti::load_data(n);
     const std::vector<float> v = nifti::read_image(n);
     image->insert(image->end(), v.begin(), v.end());
   }
-  nifti::Nifti l = nifti::open_header(kCmd, who(c, "label"), c.label);
+  nifti::Nifti l = nifti::open_header(
+      kCmd, who(c, "label"), c.label, cm.analyze_orientation);
   nifti::load_data(l);
   *mask = nifti::read_labels(l, {});
   for (size_t i = 0; i < mask->size(); ++i) {
@@ -319,11 +321,15 @@ std::string stem(const std::string& out) {
 
 }  // namespace
 
-void read_case_header(DatasetCase* c, int64_t channels) {
-  const nifti::Nifti lbl = nifti::open_header(kCmd, who(*c, "label"), c->label);
+void read_case_header(
+    DatasetCase* c, int64_t channels, const std::string& analyze_orientation) {
+  const nifti::Nifti lbl =
+      nifti::open_header(kCmd, who(*c, "label"), c->label, analyze_orientation);
+  c->analyze = lbl.analyze;
   for (size_t i = 0; i < c->images.size(); ++i) {
-    const nifti::Nifti img =
-        nifti::open_header(kCmd, who(*c, "image"), c->images[i]);
+    const nifti::Nifti img = nifti::open_header(
+        kCmd, who(*c, "image"), c->images[i], analyze_orientation);
+    c->analyze = c->analyze || img.analyze;
     const int64_t want = c->single_file ? channels : 1;
     MT_CHECK(
         img.nt == want,
@@ -356,7 +362,7 @@ void read_case_header(DatasetCase* c, int64_t channels) {
     if (i > 0)
       continue;
     c->source_shape = {img.nx, img.ny, img.nz};
-    c->source_affine = nifti::best_affine(img.im.get());
+    c->source_affine = nifti::best_affine(img);
     try {
       c->orientation = io_orientation(c->source_affine);
     } catch (const Error& e) {

@@ -279,7 +279,7 @@ std::vector<ConvertedFile> convert_nifti(const ConvertSpec& spec) {
       spec.resample_mm >= 0 && std::isfinite(spec.resample_mm),
       "convert-nifti: --resample ",
       spec.resample_mm,
-      " must be a positive voxel size in mm");
+      " must be a positive voxel size in mm (finite, > 0)");
   MT_CHECK(
       spec.chunk > 0, "convert-nifti: --chunk ", spec.chunk, " must be > 0");
   std::vector<LabelRule> rules;
@@ -296,22 +296,35 @@ std::vector<ConvertedFile> convert_nifti(const ConvertSpec& spec) {
           "' has an empty name");
   }
 
-  Nifti img = open_header("convert-nifti", "--image", spec.image);
-  Nifti lbl = open_header("convert-nifti", "--labels", spec.labels);
+  if (!spec.analyze_orientation.empty())
+    check_axis_code("convert-nifti", spec.analyze_orientation);
+  Nifti img = open_header(
+      "convert-nifti", "--image", spec.image, spec.analyze_orientation);
+  Nifti lbl = open_header(
+      "convert-nifti", "--labels", spec.labels, spec.analyze_orientation);
+  MT_CHECK(
+      spec.analyze_orientation.empty() || img.analyze || lbl.analyze,
+      "convert-nifti: --analyze-orientation ",
+      spec.analyze_orientation,
+      " is given but neither ",
+      img.name(),
+      " nor ",
+      lbl.name(),
+      " is an Analyze 7.5 file (both have the NIfTI magic and their own "
+      "transforms); drop the option");
   check_same_grid(img, lbl, spec.check_affine);
   if (spec.resample_mm > 0) {
-    for (const Nifti* n : {&img, &lbl})
-      for (double p : n->pix_mm)
-        MT_CHECK(
-            p > 0 && std::isfinite(p),
-            "convert-nifti: --resample needs voxel sizes, but ",
-            n->name(),
-            " has pixdim ",
-            n->im->dx,
-            ",",
-            n->im->dy,
-            ",",
-            n->im->dz);
+    // The output grid, before any voxel is read.
+    std::ostringstream what;
+    what << "--resample " << spec.resample_mm;
+    resampled_dims_within_memory(
+        "convert-nifti",
+        what.str(),
+        {img.nz, img.ny, img.nx},
+        {img.pix_mm[2], img.pix_mm[1], img.pix_mm[0]},
+        {spec.resample_mm, spec.resample_mm, spec.resample_mm},
+        img.nt,
+        "use a larger --resample");
   }
   load_data(img);
   std::vector<float> image = read_image(img);

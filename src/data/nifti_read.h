@@ -31,6 +31,11 @@ struct Nifti {
   std::string flag;     // "--image", "--labels", "--input", "case X image"
   std::string path;
   NiftiPtr im;
+  // An Analyze 7.5 file (no NIfTI magic) accepted by --analyze-orientation:
+  // `given_affine` is then the one built from that code (analyze_affine), the
+  // only transform the file has.
+  bool analyze = false;
+  Affine given_affine = identity_affine();
   int64_t nx = 1, ny = 1, nz = 1, nt = 1;
   std::array<double, 3> pix_mm{1, 1, 1};  // |dx|, |dy|, |dz| in mm
   bool scaled = false;
@@ -49,21 +54,39 @@ struct Nifti {
 };
 
 // Opens `path` (given as `flag` of `command`, for messages) and reads its
-// header; throws memtrain::Error naming the file for a missing, unreadable
-// or non-NIfTI file (neither NIfTI-1 nor NIfTI-2), an unsupported datatype
-// or over 4 dimensions.
+// header; throws memtrain::Error naming the file, the header field, its
+// value and what a valid file has, before libnifti reads anything (it
+// "repairs" bad headers silently): the raw header (NIfTI-1 or NIfTI-2,
+// either byte order, gzipped or not) is checked as nibabel checks it
+// (data/CONVERT.md "Input": magic and file kind, dim, pixdim, vox_offset,
+// datatype, scl_inter, qform/sform codes and transforms). A file without
+// the NIfTI magic is Analyze 7.5: refused unless `analyze_orientation` is
+// an axis code (check_axis_code), which then gives its transform.
 Nifti open_header(
     const std::string& command,
     const std::string& flag,
-    const std::string& path);
+    const std::string& path,
+    const std::string& analyze_orientation = "");
 // Reads the voxel data.
 void load_data(Nifti& n);
-// The world transforms a file declares (sform, qform), 3x4 each.
-std::vector<std::array<double, 12>> transforms(const nifti_image* im);
+// The world transforms a file declares (sform, qform), 3x4 each; an
+// accepted Analyze file's is the one built from --analyze-orientation.
+std::vector<std::array<double, 12>> transforms(const Nifti& n);
 // The file's voxel-to-world transform as nibabel's get_best_affine: the
 // sform if sform_code > 0, else the qform if qform_code > 0, else the
-// Analyze default diag(-dx, dy, dz) centred on the grid (x flipped).
-Affine best_affine(const nifti_image* im);
+// Analyze default diag(-dx, dy, dz) centred on the grid (x flipped); an
+// accepted Analyze file's from --analyze-orientation.
+Affine best_affine(const Nifti& n);
+// The transform of an Analyze file whose voxel axes i, j, k run toward the
+// directions of `code` (e.g. "LAS"): each axis's voxel size with the sign
+// of its letter, centred on the grid as nibabel's Analyze default.
+Affine analyze_affine(
+    const std::string& code,
+    const std::array<int64_t, 3>& dims,
+    const std::array<double, 3>& pix);
+// The host memory available now (MemAvailable of /proc/meminfo, else the
+// free pages), in bytes; 0 when unknown.
+uint64_t available_memory();
 // Whether one transform of each (transforms()) is equal to 1e-3, or
 // either file declares none.
 bool same_transform(const Nifti& a, const Nifti& b);

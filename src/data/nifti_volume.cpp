@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iomanip>
+#include <sstream>
 
 #include "memtrain/util/error.h"
 #include "nifti_read.h"
@@ -17,18 +19,21 @@ namespace memtrain {
 NiftiCase read_nifti_case(
     const std::string& command,
     const std::string& flag,
-    const std::vector<std::string>& paths) {
+    const std::vector<std::string>& paths,
+    const std::string& analyze_orientation) {
   MT_INTERNAL_ASSERT(!paths.empty(), "a case of no file");
-  nifti::Nifti n = nifti::open_header(command, flag, paths[0]);
+  nifti::Nifti n =
+      nifti::open_header(command, flag, paths[0], analyze_orientation);
   nifti::load_data(n);
   NiftiCase c;
   c.path = paths[0];
   c.shape = {n.nt, n.nz, n.ny, n.nx};
   c.spacing_mm = {n.pix_mm[2], n.pix_mm[1], n.pix_mm[0]};
-  c.affine = nifti::best_affine(n.im.get());
+  c.affine = nifti::best_affine(n);
   c.voxels = nifti::read_image(n);
   for (size_t i = 1; i < paths.size(); ++i) {
-    nifti::Nifti more = nifti::open_header(command, flag, paths[i]);
+    nifti::Nifti more =
+        nifti::open_header(command, flag, paths[i], analyze_orientation);
     MT_CHECK(
         more.nx == n.nx && more.ny == n.ny && more.nz == n.nz &&
             nifti::same_transform(n, more),
@@ -54,8 +59,10 @@ NiftiCase read_nifti_case(
 NiftiCase read_nifti_case(
     const std::string& command,
     const std::string& flag,
-    const std::string& path) {
-  return read_nifti_case(command, flag, std::vector<std::string>{path});
+    const std::string& path,
+    const std::string& analyze_orientation) {
+  return read_nifti_case(
+      command, flag, std::vector<std::string>{path}, analyze_orientation);
 }
 
 std::vector<uint8_t> read_nifti_case_labels(
@@ -63,9 +70,12 @@ std::vector<uint8_t> read_nifti_case_labels(
     const std::string& flag,
     const std::string& path,
     const std::string& image_path,
-    const std::string& label_map) {
-  const nifti::Nifti img = nifti::open_header(command, "--input", image_path);
-  nifti::Nifti lbl = nifti::open_header(command, flag, path);
+    const std::string& label_map,
+    const std::string& analyze_orientation) {
+  const nifti::Nifti img =
+      nifti::open_header(command, "--input", image_path, analyze_orientation);
+  nifti::Nifti lbl =
+      nifti::open_header(command, flag, path, analyze_orientation);
   nifti::check_same_grid(img, lbl, /*check_affine=*/true);
   nifti::load_data(lbl);
   return nifti::read_labels(
@@ -77,8 +87,10 @@ std::vector<uint8_t> read_nifti_case_labels(
 void write_nifti_labels_like(
     const std::string& reference,
     const std::vector<uint8_t>& labels,
-    const std::string& out) {
-  const nifti::Nifti ref = nifti::open_header("predict", "--input", reference);
+    const std::string& out,
+    const std::string& analyze_orientation) {
+  const nifti::Nifti ref =
+      nifti::open_header("predict", "--input", reference, analyze_orientation);
   MT_INTERNAL_ASSERT(labels.size() == ref.voxels3d());
   nifti::NiftiPtr im(nifti_copy_nim_info(ref.im.get()));
   MT_CHECK(
@@ -100,6 +112,18 @@ void write_nifti_labels_like(
   im->nifti_type = NIFTI_FTYPE_NIFTI1_1;
   im->num_ext = 0;
   im->ext_list = nullptr;
+  if (ref.analyze) {
+    // Its transform is the one --analyze-orientation gave: written as
+    // the sform (aligned), so that the output declares it.
+    const Affine a = nifti::best_affine(ref);
+    im->sform_code = NIFTI_XFORM_ALIGNED_ANAT;
+    im->qform_code = NIFTI_XFORM_UNKNOWN;
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 4; ++c)
+        im->sto_xyz.m[r][c] = a[r * 4 + c];
+    im->sto_ijk = nifti_dmat44_inverse(im->sto_xyz);
+    im->xyz_units = NIFTI_UNITS_MM;
+  }
   im->data = std::malloc(labels.size());
   MT_CHECK(im->data != nullptr, "predict: out of host memory for '", out, "'");
   std::memcpy(im->data, labels.data(), labels.size());
@@ -146,6 +170,57 @@ std::array<int64_t, 3> resampled_dims(
         static_cast<int64_t>(std::llround(dims[a] * spacing[a] / target[a])));
   }
   return m;
+}
+
+std::array<int64_t, 3> resampled_dims_within_memory(
+    const std::string& command,
+    const std::string& what,
+    const std::array<int64_t, 3>& dims,
+    const std::array<double, 3>& spacing,
+    const std::array<double, 3>& target,
+    int64_t channels,
+    const std::string& remedy) {
+  double m[3], in = 1, out = 1;
+  for (int a = 0; a < 3; ++a) {
+    MT_INTERNAL_ASSERT(
+        spacing[a] > 0 && target[a] > 0 && std::isfinite(target[a]),
+        "unchecked spacing");
+    m[a] = std::max(
+        1.0, std::round(static_cast<double>(dims[a]) * spacing[a] / target[a]));
+    in *= static_cast<double>(dims[a]);
+    out *= m[a];
+  }
+  const double per_voxel = 4.0 * static_cast<double>(channels) + 1.0;
+  const double need = (in + out) * per_voxel;
+  const double avail = static_cast<double>(nifti::available_memory());
+  const bool fits = m[0] < 1e15 && m[1] < 1e15 && m[2] < 1e15 && out < 9e15 &&
+                    (avail <= 0 || need <= avail);
+  if (!fits) {
+    // Whole numbers below 1e15, else 3 significant digits (1.84e+08).
+    auto num = [](double v, int decimals) {
+      std::ostringstream o;
+      if (v < 1e15)
+        o << std::fixed << std::setprecision(decimals) << v;
+      else
+        o << std::setprecision(3) << v;
+      return o.str();
+    };
+    std::string grid;
+    for (int a = 2; a >= 0; --a)
+      grid += num(m[a], 0) + (a > 0 ? "x" : "");
+    const double gib = 1024.0 * 1024 * 1024;
+    throw Error(
+        command + ": " + what + " makes a " + grid +
+        " grid (x, y, z: " + num(out, 0) + " voxels, " +
+        num(out * per_voxel / gib, 2) + " GiB as float32" +
+        (channels > 1 ? " x " + std::to_string(channels) + " channels" : "") +
+        " + labels) but this machine has " + num(avail / gib, 2) +
+        " GiB available (MemAvailable); " + remedy);
+  }
+  return {
+      static_cast<int64_t>(m[0]),
+      static_cast<int64_t>(m[1]),
+      static_cast<int64_t>(m[2])};
 }
 
 std::vector<float> resample_linear(

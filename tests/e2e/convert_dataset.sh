@@ -26,7 +26,10 @@
 # 3. Refusals, exit 2, one error line naming the case and file, no output:
 #    shape mismatch, affine mismatch, a label outside dataset.json's
 #    labels, a missing channel, a missing label file, a NaN voxel, an
-#    empty split, an unknown case in splits_final.json, --fold out of range.
+#    empty split, an unknown case in splits_final.json, --fold out of range,
+#    a case without the NIfTI magic (accepted with --analyze-orientation:
+#    the orientation given decides), a directory as a case file, a zero
+#    --spacing, a --spacing whose grid exceeds the memory.
 # 4. A 2-rank unet3d run trains and validates on the converted files, and
 #    memtrain predict segments imagesTs (one case LPS, one with permuted
 #    axes): each label map has its input's exact shape and affine.
@@ -363,6 +366,53 @@ refuse unknown "fold 0 lists case 'case_x', which is not a training case of 'nn'
   --splits bad-splits.json --fold 0
 refuse fold "--fold 2 is out of range: --splits 'splits_final.json' has 2 fold(s)" nn \
   --splits splits_final.json --fold 2
+# Issue 35: a case whose files lack the NIfTI magic (Analyze 7.5 headers)
+# is refused, not read mirrored; --analyze-orientation accepts it with the
+# orientation given: case_b (stored LAS) then converts to the same RAS
+# voxels as before, and RAS instead mirrors it (the user's word, but the
+# option is what changes it).
+variant nomagic
+/usr/bin/python3 - <<'PY'
+import gzip
+for p in ("v-nomagic/imagesTr/case_b_0000.nii.gz", "v-nomagic/labelsTr/case_b.nii.gz"):
+    raw = bytearray(gzip.decompress(open(p, "rb").read()))
+    raw[344:348] = b"\0\0\0\0"
+    open(p, "wb").write(gzip.compress(bytes(raw)))
+PY
+refuse nomagic "case case_b label 'v-nomagic/labelsTr/case_b.nii.gz': no NIfTI magic" v-nomagic
+refuse analyze-unused "--analyze-orientation LAS is given but no case file is an Analyze 7.5 file" \
+  nn --analyze-orientation LAS
+refuse analyze-code "--analyze-orientation 'RAR' is not an axis code" \
+  v-nomagic --analyze-orientation RAR
+for o in LAS RAS; do
+  "$MEMTRAIN" convert-dataset --folder v-nomagic --out "out/an-$o" --val-fraction 0.4 \
+    --seed 7 --chunk 8 --analyze-orientation $o >"an-$o.log" 2>&1 ||
+    { cat "an-$o.log"; fail "convert-dataset --analyze-orientation $o"; }
+done
+/usr/bin/python3 - <<'PY' || fail "Analyze case with --analyze-orientation"
+import h5py, numpy as np
+def case(prefix, name):
+    for split in ("train", "val"):
+        f = h5py.File(f"{prefix}-{split}.h5")
+        names = [n.decode() for n in f["case_names"][()]]
+        if name in names:
+            i = names.index(name)
+            d, h, w = f["volume_shapes"][i]
+            return f["volumes"][i, 0, :d, :h, :w], f["masks"][i, :d, :h, :w]
+want = case("out/nn", "case_b")
+las, ras = case("out/an-LAS", "case_b"), case("out/an-RAS", "case_b")
+assert np.allclose(las[0], want[0], atol=1e-5) and np.array_equal(las[1], want[1])
+assert np.array_equal(ras[1], want[1][:, :, ::-1]) and not np.array_equal(ras[1], want[1])
+print("Analyze case_b: LAS gives the NIfTI conversion's voxels, RAS mirrors them")
+PY
+variant dirlabel
+rm v-dirlabel/labelsTr/case_a.nii.gz && mkdir v-dirlabel/labelsTr/case_a.nii.gz
+refuse dirlabel "case case_a: label 'v-dirlabel/labelsTr/case_a.nii.gz' is a directory, not a file" v-dirlabel
+variant dirimage
+mkdir v-dirimage/imagesTr/case_f_0000.nii.gz
+refuse dirimage "'v-dirimage/imagesTr/case_f_0000.nii.gz' is a directory, not a file" v-dirimage
+refuse spacing0 "--spacing '0,1,1' is not D,H,W" nn --spacing 0,1,1
+refuse spacing-memory "--spacing 1e-4,1e-4,1e-4 (case case_a) makes a" nn --spacing 1e-4,1e-4,1e-4
 
 # 4. Train on the ragged files (2 ranks), then predict imagesTs.
 cat >unet.yaml <<'YAML'

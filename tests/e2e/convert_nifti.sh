@@ -177,6 +177,69 @@ expect_error "--val-fraction 1.5 is not in (0, 1)" \
   --image $T/ch2.nii.gz "${B[@]}" --split-axis x --val-fraction 1.5
 expect_error "--val-fraction 0.001 along --split-axis y (217 planes) gives 217 training and 0 validation planes" \
   --image $T/ch2.nii.gz "${B[@]}" --label-map '>0:1' --split-axis y --val-fraction 0.001
+# Damaged headers (issue 35): refused before any voxel is read, naming the
+# field; the unit tests (nifti_header_test.cpp) patch every field.
+/usr/bin/python3 -c 'import nibabel, h5py' 2>/dev/null ||
+  fail "python3-nibabel and python3-h5py are needed (bash launch/install_deps.sh)"
+/usr/bin/python3 - "$T" <<'PYEOF' || fail "building the damaged files"
+import struct, sys, gzip
+import numpy as np, nibabel as nib
+t = sys.argv[1]
+img = nib.load(f"{t}/ch2.nii.gz")
+lbl = nib.load(f"{t}/ch2bet.nii.gz")
+# 4 mm: 46 x 55 x 46; small files.
+i4 = np.asarray(img.dataobj)[::4, ::4, ::4].astype(np.float32)
+l4 = (np.asarray(lbl.dataobj)[::4, ::4, ::4] > 0).astype(np.uint8)
+zooms = (4.0, 4.0, 4.0)
+for name, data in (("img4", i4), ("lbl4", l4)):
+    # Analyze 7.5 pairs (nibabel's AnalyzeImage: LAS, centred) and their
+    # NIfTI twins with the same affine.
+    a = nib.AnalyzeImage(data, None)
+    a.header.set_zooms(zooms)
+    nib.save(a, f"{name}.hdr")
+    aff = nib.load(f"{name}.hdr").affine
+    n = nib.Nifti1Image(data, aff)
+    n.set_qform(aff, 1)
+    n.set_sform(aff, 1)
+    nib.save(n, f"{name}.nii")
+raw = bytearray(open("img4.nii", "rb").read())
+struct.pack_into("<f", raw, 88, 0.0)  # pixdim[3]
+open("pixdim0.nii", "wb").write(raw)
+raw = bytearray(open("img4.nii", "rb").read())
+raw[344:348] = b"\0\0\0\0"  # no magic
+open("nomagic.nii.gz", "wb").write(gzip.compress(bytes(raw)))
+PYEOF
+expect_error "--image 'pixdim0.nii': pixdim[3] = 0; the voxel size of a spatial axis must be finite and > 0" \
+  --image pixdim0.nii --labels lbl4.nii --out x.h5
+expect_error "--image 'nomagic.nii.gz': no NIfTI magic" \
+  --image nomagic.nii.gz --labels lbl4.nii --out x.h5
+expect_error "--image 'img4.hdr': no NIfTI magic" --image img4.hdr --labels lbl4.hdr --out x.h5
+expect_error "--analyze-orientation 'LPX' is not an axis code" \
+  --image img4.hdr --labels lbl4.hdr --out x.h5 --analyze-orientation LPX
+expect_error "--analyze-orientation RAS is given but neither --image 'img4.nii' nor --labels 'lbl4.nii' is an Analyze 7.5 file" \
+  --image img4.nii --labels lbl4.nii --out x.h5 --analyze-orientation RAS
+# The Analyze image against its NIfTI twin's labels: compared with the
+# orientation given (RAS would mirror it: refused).
+expect_error "different voxel-to-world transforms" \
+  --image img4.hdr --labels lbl4.nii --out x.h5 --analyze-orientation RAS
+"$MEMTRAIN" convert-nifti --image img4.hdr --labels lbl4.nii --out analyze.h5 \
+  --analyze-orientation LAS >/dev/null || fail "Analyze with --analyze-orientation LAS"
+"$MEMTRAIN" convert-nifti --image img4.nii --labels lbl4.nii --out twin.h5 >/dev/null ||
+  fail "the NIfTI twin"
+/usr/bin/python3 - <<'PYEOF' || fail "the Analyze pair converts as its NIfTI twin"
+import h5py, numpy as np, nibabel as nib
+a, t = h5py.File("analyze.h5"), h5py.File("twin.h5")
+want = np.asarray(nib.load("img4.hdr").dataobj).astype(np.float32)
+assert np.array_equal(a["volumes"][0, 0], want.T), "not nibabel's AnalyzeImage voxels"
+assert np.array_equal(a["volumes"][()], t["volumes"][()])
+assert np.array_equal(a["masks"][()], t["masks"][()])
+print("ok: Analyze pair with --analyze-orientation LAS == its NIfTI twin")
+PYEOF
+# Resampling: 0 is no voxel size; a grid beyond memory is named up front.
+expect_error "--resample 0 must be a positive voxel size in mm" \
+  --image img4.nii --labels lbl4.nii --out x.h5 --resample 0
+expect_error "--resample 1e-06 makes a 184000000x220000000x184000000 grid" \
+  --image img4.nii --labels lbl4.nii --out x.h5 --resample 1e-6
 # With --ignore-affine the flipped pair converts (the user vouches for it).
 "$MEMTRAIN" convert-nifti --image $T/AICHAmc.nii.gz --ignore-affine \
   --labels $T/JHU-WhiteMatter-labels-2mm.nii.gz --out flipped.h5 >/dev/null ||

@@ -94,6 +94,42 @@ set -e
 [ $rc2 = 2 ] && grep -q "missing.safetensors" bad2.log || { cat bad2.log; fail "missing weights: rc $rc2"; }
 grep -m1 "error" bad1.log
 grep -m1 "error" bad2.log
+# A case without the NIfTI magic (issue 35) among valid ones: every input
+# header is checked before any output is written; with
+# --analyze-orientation it is predicted and its label map carries that
+# orientation as its sform.
+mkdir -p an
+cp cases/a.nii.gz an/a.nii.gz
+/usr/bin/python3 - <<'PY'
+import numpy as np, nibabel as nib
+src = nib.load("cases/a.nii.gz")
+im = nib.Nifti1Image(np.asarray(src.dataobj)[::2, ::2, ::2], np.diag([2, 2, 2, 1.0]))
+nib.save(im, "an/z.nii")
+raw = bytearray(open("an/z.nii", "rb").read())
+raw[344:348] = b"\0\0\0\0"
+open("an/z.nii", "wb").write(raw)
+PY
+set +e
+mpi -np 1 "$MEMTRAIN" predict "${cfg[@]}" --weights run/model.safetensors \
+  --input an --out pred-an >bad3.log 2>&1
+rc3=$?
+set -e
+[ $rc3 = 2 ] && grep -qF "predict: --input 'an/z.nii': no NIfTI magic" bad3.log ||
+  { cat bad3.log; fail "magic-less input: rc $rc3"; }
+[ -z "$(ls pred-an 2>/dev/null | grep nii)" ] || { ls pred-an; fail "a refused run wrote an output"; }
+mpi -np 1 "$MEMTRAIN" predict "${cfg[@]}" --weights run/model.safetensors \
+  --input an --out pred-an --analyze-orientation RAS >an.log 2>&1 ||
+  { cat an.log; fail "predict --analyze-orientation RAS"; }
+/usr/bin/python3 - <<'PY' || fail "the Analyze case's label map"
+import numpy as np, nibabel as nib
+out = nib.load("pred-an/z.nii.gz")
+assert out.shape == (91, 109, 91), out.shape
+assert int(out.header["sform_code"]) == 2, out.header["sform_code"]
+want = np.diag([2.0, 2, 2, 1])
+want[:3, 3] = -np.array([2 * 45, 2 * 54, 2 * 45])
+assert np.allclose(out.affine, want), out.affine
+print("magic-less case: refused, then predicted with --analyze-orientation RAS, sform", want[:3, 3])
+PY
 cmp -s kept.nii.gz pred/a.nii.gz || fail "an existing output was changed by a failed run"
 ls pred | grep -q tmp && fail "a temporary file was left in pred/"
 echo "PASS"

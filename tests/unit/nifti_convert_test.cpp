@@ -625,7 +625,7 @@ TEST_F(NiftiConvert, UnsupportedDatatypesNameFileAndType) {
   write_nii(img, n);
   std::string e = error_of(spec());
   EXPECT_NE(e.find(img), std::string::npos) << e;
-  EXPECT_NE(e.find("COMPLEX64"), std::string::npos) << e;
+  EXPECT_NE(e.find("datatype complex64 (code 32)"), std::string::npos) << e;
   EXPECT_NE(e.find("float32"), std::string::npos) << e;  // what is supported
 
   std::vector<uint8_t> rgb(3 * NX * NY * NZ, 7);
@@ -635,7 +635,7 @@ TEST_F(NiftiConvert, UnsupportedDatatypesNameFileAndType) {
   write_nii(img, make_nii({NX, NY, NZ}, DT_FLOAT32, ramp<float>()));
   e = error_of(spec());
   EXPECT_NE(e.find(lbl), std::string::npos) << e;
-  EXPECT_NE(e.find("RGB24"), std::string::npos) << e;
+  EXPECT_NE(e.find("datatype rgb24 (code 128)"), std::string::npos) << e;
 }
 
 TEST_F(NiftiConvert, GridMismatchNamesBothFiles) {

@@ -21,6 +21,9 @@ struct DatasetConvertSpec {
   int64_t fold = -1;          // with `splits`: the entry used
   std::string spacing;        // "" or "median", or "D,H,W" in mm
   int64_t chunk = 32;         // chunk edge (capped by each dimension)
+  // "": case files without the NIfTI magic (Analyze 7.5) refused; else
+  // their voxel axes' directions, e.g. "LAS" (check_axis_code)
+  std::string analyze_orientation;
 };
 
 // One file written by convert_dataset.

@@ -19,8 +19,12 @@ struct ConvertSpec {
   std::string label_map;      // "RULE:CLASS,...", RULE = V | A-B | >V
   std::string class_names;    // "a,b,c" (optional): written as class_names
   double resample_mm = 0;     // > 0: isotropic output voxels of this size
+                              // (0: none; the CLI refuses --resample 0)
   int64_t chunk = 32;         // chunk edge (clipped to each dimension)
   bool check_affine = true;   // refuse image/labels with other world transforms
+  // "": Analyze 7.5 files (no NIfTI magic) refused; else their voxel axes'
+  // directions, e.g. "LAS" (check_axis_code, nifti_volume.h)
+  std::string analyze_orientation;
 };
 
 // One file written by convert_nifti.
