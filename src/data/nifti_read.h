@@ -53,6 +53,9 @@ struct Nifti {
   }
 };
 
+// A number as messages print it (shortest form of an ostream).
+std::string fmt(double v);
+
 // Opens `path` (given as `flag` of `command`, for messages) and reads its
 // header; throws memtrain::Error naming the file, the header field, its
 // value and what a valid file has, before libnifti reads anything (it
@@ -84,9 +87,6 @@ Affine analyze_affine(
     const std::string& code,
     const std::array<int64_t, 3>& dims,
     const std::array<double, 3>& pix);
-// The host memory available now (MemAvailable of /proc/meminfo, else the
-// free pages), in bytes; 0 when unknown.
-uint64_t available_memory();
 // Whether one transform of each (transforms()) is equal to 1e-3, or
 // either file declares none.
 bool same_transform(const Nifti& a, const Nifti& b);

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "memtrain/util/error.h"
+#include "memtrain/util/host_memory.h"
 #include "nifti_read.h"
 
 namespace memtrain {
@@ -192,7 +193,7 @@ std::array<int64_t, 3> resampled_dims_within_memory(
   }
   const double per_voxel = 4.0 * static_cast<double>(channels) + 1.0;
   const double need = (in + out) * per_voxel;
-  const double avail = static_cast<double>(nifti::available_memory());
+  const double avail = static_cast<double>(available_host_memory());
   const bool fits = m[0] < 1e15 && m[1] < 1e15 && m[2] < 1e15 && out < 9e15 &&
                     (avail <= 0 || need <= avail);
   if (!fits) {
