@@ -173,15 +173,7 @@ DatasetFile write_file(
     r.case_names.push_back(cases[i].name);
     name_len = std::max(name_len, cases[i].name.size());
   }
-  h5::Handle file =
-      h5::file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  MT_CHECK(
-      file.valid(),
-      kCmd,
-      ": --out: cannot create '",
-      tmp,
-      "' (does the folder exist and is it writable?): ",
-      h5::last_error());
+  h5::Handle file = h5::create_file(tmp, std::string(kCmd) + ": --out");
   const hid_t f = file.get();
   const hsize_t n = rows.size(), c = static_cast<hsize_t>(cm.channels);
   std::vector<hsize_t> box(3), ck(3);
@@ -298,13 +290,9 @@ DatasetFile write_file(
     h5::write_attr(f, "val_fraction", cm.val_fraction);
   else
     h5::write_attr(f, "fold", cm.fold);
-  MT_CHECK(
-      H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0,
-      kCmd,
-      ": cannot flush '",
-      tmp,
-      "': ",
-      h5::last_error());
+  vol.reset();
+  msk.reset();
+  h5::finish_file(&file, kCmd);
   return r;
 }
 

@@ -28,21 +28,9 @@ void write_file(
     const std::string& path, const std::function<void(hid_t)>& fill) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   try {
-    h5::Handle file = h5::file(
-        H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-    MT_CHECK(
-        file.valid(),
-        "make-data: cannot create '",
-        tmp,
-        "' (does the folder exist and is it writable?): ",
-        h5::last_error());
+    h5::Handle file = h5::create_file(tmp, "make-data");
     fill(file.get());
-    MT_CHECK(
-        H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0,
-        "make-data: cannot flush '",
-        tmp,
-        "': ",
-        h5::last_error());
+    h5::finish_file(&file, "make-data");
   } catch (...) {
     std::remove(tmp.c_str());
     throw;
