@@ -14,6 +14,7 @@
 #include "h5_util.h"
 #include "memtrain/data/nifti_volume.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/temp_path.h"
 #include "nifti_read.h"
 #include "temp_files.h"
 
@@ -371,7 +372,8 @@ std::vector<DatasetFile> write_dataset_files(
   TempFiles temps;
   std::vector<DatasetFile> files;
   for (int s = 0; s < 2; ++s) {
-    const std::string tmp = paths[s] + ".tmp." + std::to_string(::getpid());
+    remove_stale_temp_files(paths[s]);
+    const std::string tmp = temp_path_for(paths[s]);
     temps.paths.push_back(tmp);
     files.push_back(write_file(
         paths[s],

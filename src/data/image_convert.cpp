@@ -19,6 +19,7 @@
 #include "h5_util.h"
 #include "memtrain/data/counter_rng.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/temp_path.h"
 #include "temp_files.h"
 
 namespace memtrain {
@@ -59,7 +60,8 @@ struct Output {
 };
 
 void open_output(Output* o, int64_t size, TempFiles* temps) {
-  o->tmp = o->path + ".tmp." + std::to_string(::getpid());
+  remove_stale_temp_files(o->path);
+  o->tmp = temp_path_for(o->path);
   temps->paths.push_back(o->tmp);
   o->file = h5::create_file(o->tmp, "convert-images");
   const hsize_t s = static_cast<hsize_t>(size);

@@ -15,6 +15,7 @@
 #include "h5_util.h"
 #include "memtrain/data/nifti_volume.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/temp_path.h"
 #include "nifti_read.h"
 #include "temp_files.h"
 
@@ -419,7 +420,8 @@ std::vector<ConvertedFile> convert_nifti(const ConvertSpec& spec) {
           "convert-nifti: --out '",
           spec.out,
           "' gives the same path twice");
-    const std::string tmp = p.path + ".tmp." + std::to_string(::getpid());
+    remove_stale_temp_files(p.path);
+    const std::string tmp = temp_path_for(p.path);
     temps.paths.push_back(tmp);
     write_part(p, cm, tmp);
     ConvertedFile r;

@@ -12,6 +12,7 @@
 
 #include "h5_util.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/temp_path.h"
 #include "synthetic_util.h"
 
 namespace memtrain {
@@ -26,7 +27,8 @@ uint32_t hash_name(const std::string& s) {
 
 void write_file(
     const std::string& path, const std::function<void(hid_t)>& fill) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  remove_stale_temp_files(path);
+  const std::string tmp = temp_path_for(path);
   try {
     h5::Handle file = h5::create_file(tmp, "make-data");
     fill(file.get());
