@@ -72,7 +72,16 @@ std::string system_reason() {
 namespace {
 // Write failures HDF5 reported on this thread, by file ("" where HDF5 named
 // none): the first reason for each.
-thread_local std::map<std::string, std::string> failed_writes;
+// A failure HDF5 names no file for (no system call failed: a filter, a
+// bad argument) counts against the files created before it, not after:
+// each failure and each created file have a number in one sequence.
+struct Failure {
+  uint64_t seq = 0;
+  std::string reason;
+};
+thread_local std::map<std::string, Failure> failed_writes;
+thread_local std::map<std::string, uint64_t> created_at;
+thread_local uint64_t sequence = 0;
 
 // filename = '...' of a driver's failed system call.
 std::string file_in(const std::vector<std::string>& descs) {
@@ -111,7 +120,11 @@ herr_t remember_write_failure(hid_t estack, void*) {
   std::string reason = system_reason_in(walk.descs);
   if (reason.empty() && !walk.descs.empty())
     reason = walk.descs.back();
-  failed_writes.emplace(file_in(walk.descs), reason);
+  const std::string file = file_in(walk.descs);
+  if (file.empty())
+    failed_writes[""] = {++sequence, reason};  // the latest: see write_failure
+  else
+    failed_writes.emplace(file, Failure{++sequence, reason});
   return 0;
 }
 
@@ -216,6 +229,7 @@ Handle open_file(
 Handle create_file(const std::string& path, const std::string& command) {
   silence_errors();
   failed_writes.erase(path);
+  created_at[path] = ++sequence;
   Handle f =
       file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
   if (!f.valid()) {
@@ -231,9 +245,14 @@ Handle create_file(const std::string& path, const std::string& command) {
 
 std::string write_failure(const std::string& path) {
   auto it = failed_writes.find(path);
-  if (it == failed_writes.end())
-    it = failed_writes.find("");
-  return it == failed_writes.end() ? "" : it->second;
+  if (it != failed_writes.end())
+    return it->second.reason;
+  it = failed_writes.find("");
+  const auto made = created_at.find(path);
+  if (it == failed_writes.end() || made == created_at.end() ||
+      it->second.seq < made->second)
+    return "";
+  return it->second.reason;
 }
 
 std::string free_space_note(const std::string& path) {
@@ -253,7 +272,7 @@ void finish_file(Handle* f, const std::string& command) {
     why = last_error();
   const std::string earlier = write_failure(path);
   failed_writes.erase(path);
-  failed_writes.erase("");
+  created_at.erase(path);
   if (why.empty() && earlier.empty())
     return;
   // The first failure is the cause; the close's repeats it.
