@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "memtrain/util/error.h"
+#include "memtrain/util/temp_path.h"
 #include "nifti_read.h"
 
 namespace memtrain {
@@ -115,6 +116,7 @@ void write_nifti_labels_like(
       "predict: output '",
       out,
       "' must end in .nii or .nii.gz");
+  remove_stale_temp_files(out);
   const std::string tmp = (target.parent_path() /
                            (".tmp" + std::to_string(::getpid()) + "-" + name))
                               .string();

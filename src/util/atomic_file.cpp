@@ -31,19 +31,33 @@ std::string parent_of(const std::string& path) {
 // About when this process started (static initialization).
 const time_t kProcessStart = ::time(nullptr);
 
-// The PID of a name NAME.tmp.PID (NAME not empty, PID all digits, no
-// leading zero), or 0.
-pid_t temp_pid(const std::string& name) {
-  const size_t at = name.rfind(".tmp.");
-  if (at == std::string::npos || at == 0)
-    return 0;
-  const std::string digits = name.substr(at + 5);
+// The PID in `digits` (decimal, no leading zero), or 0.
+pid_t pid_of(const std::string& digits) {
   if (digits.empty() || digits.size() > 9 || digits[0] == '0')
     return 0;
   for (char c : digits)
     if (c < '0' || c > '9')
       return 0;
   return static_cast<pid_t>(std::stol(digits));
+}
+
+// The PID of a temporary name, or 0: NAME.tmp.PID (NAME not empty), or
+// predict's .tmpPID-NAME.nii[.gz] (its NIfTI library needs the extension
+// last).
+pid_t temp_pid(const std::string& name) {
+  if (name.compare(0, 4, ".tmp") == 0) {
+    const size_t dash = name.find('-');
+    const bool nii =
+        name.size() > 4 &&
+        (name.compare(name.size() - 4, 4, ".nii") == 0 ||
+         (name.size() > 7 && name.compare(name.size() - 7, 7, ".nii.gz") == 0));
+    if (dash != std::string::npos && dash + 1 < name.size() && nii)
+      return pid_of(name.substr(4, dash - 4));
+  }
+  const size_t at = name.rfind(".tmp.");
+  if (at == std::string::npos || at == 0)
+    return 0;
+  return pid_of(name.substr(at + 5));
 }
 
 }  // namespace

@@ -15,7 +15,8 @@ namespace memtrain {
 std::string temp_path_for(const std::string& path);
 
 // Removes the temporary files left in the folder of `path` by writers
-// that no longer run: names NAME.tmp.PID (NAME not empty, PID decimal)
+// that no longer run: names NAME.tmp.PID (NAME not empty, PID decimal; or
+// predict's .tmpPID-NAME.nii[.gz])
 // where no process PID runs (kill(PID, 0) fails with ESRCH) and that were
 // last written a minute or more before this process started (a PID means
 // nothing on another host: a peer rank's file in a shared folder is
