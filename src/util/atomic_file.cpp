@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <mutex>
-#include <set>
 
 #include "memtrain/util/error.h"
 #include "memtrain/util/temp_path.h"
@@ -70,11 +70,17 @@ std::vector<std::string> remove_stale_temp_files(const std::string& path) {
   std::vector<std::string> removed;
   const std::string folder = parent_of(path);
   {
+    // A folder is looked at again a minute after the last look: a file
+    // too young the first time (its writer killed just before this
+    // process started) goes at a later write of this run.
     static std::mutex mu;
-    static std::set<std::string> done;
+    static std::map<std::string, time_t> looked;
     std::lock_guard<std::mutex> lock(mu);
-    if (!done.insert(folder).second)
+    const time_t now = ::time(nullptr);
+    auto it = looked.find(folder);
+    if (it != looked.end() && now - it->second < 60)
       return removed;
+    looked[folder] = now;
   }
   DIR* dir = ::opendir(folder.c_str());
   if (!dir)

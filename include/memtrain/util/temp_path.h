@@ -22,8 +22,9 @@ std::string temp_path_for(const std::string& path);
 // nothing on another host: a peer rank's file in a shared folder is
 // younger). A live process's file, and any other name, are never touched. Says
 // so on stderr, one line a file ("memtrain: removed stale temporary file 'F'
-// (its writer, process PID, no longer runs)"). Once per folder and
-// process; returns the files removed.
+// (its writer, process PID, no longer runs)"). A folder is looked at
+// once a minute at most (a file too young at the first look goes at a
+// later write of the same run); returns the files removed.
 std::vector<std::string> remove_stale_temp_files(const std::string& path);
 
 }  // namespace memtrain
