@@ -74,22 +74,25 @@ void write_box(
   h5::Handle fs = h5::space(H5Dget_space(ds));
   h5::Handle ms = h5::space(
       H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
-  MT_CHECK(
-      H5Sselect_hyperslab(
+  if (H5Sselect_hyperslab(
           fs.get(),
           H5S_SELECT_SET,
           start.data(),
           nullptr,
           count.data(),
           nullptr) >= 0 &&
-          H5Dwrite(ds, mem_type, ms.get(), fs.get(), H5P_DEFAULT, data) >= 0,
+      H5Dwrite(ds, mem_type, ms.get(), fs.get(), H5P_DEFAULT, data) >= 0)
+    return;
+  // Before any other HDF5 call: each clears HDF5's error stack.
+  const std::string why = h5::write_reason(ds);
+  throw Error(detail::concat(
       kCmd,
       ": cannot write to '",
       h5::object_name(ds),
       "' in '",
       h5::file_name(ds),
       "': ",
-      h5::last_error());
+      why));
 }
 
 void write_doubles(hid_t f, const char* name, const std::vector<double>& v) {

@@ -255,6 +255,13 @@ std::string write_failure(const std::string& path) {
   return it->second.reason;
 }
 
+std::string write_reason(hid_t obj) {
+  const std::string why = last_error();
+  if (system_reason().empty())
+    return why;
+  return why + free_space_note(file_name(obj));
+}
+
 std::string free_space_note(const std::string& path) {
   uint64_t free = 0;
   if (!free_bytes(path, &free))
@@ -630,7 +637,7 @@ Handle create_dataset(
   Handle ds = dataset(H5Dcreate2(
       file, name, file_type, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
   if (!ds.valid()) {
-    const std::string why = last_error();
+    const std::string why = write_reason(file);
     throw Error(detail::concat(
         "cannot create dataset '",
         name,
@@ -656,7 +663,7 @@ void write_dataset(
   if (H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 &&
       H5Dclose(ds.release()) >= 0)
     return;
-  const std::string why = last_error();
+  const std::string why = write_reason(file);
   throw Error(detail::concat(
       "cannot write dataset '", name, "' to '", file_name(file), "': ", why));
 }
@@ -693,7 +700,7 @@ void append_rows(hid_t ds, hid_t mem_type, hsize_t rows, const void* data) {
   }
   if (ok)
     return;
-  const std::string why = last_error();
+  const std::string why = write_reason(ds);
   throw Error(detail::concat(
       "cannot append ",
       rows,

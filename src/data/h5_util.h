@@ -122,6 +122,10 @@ std::string write_failure(const std::string& path);
 // " (N bytes free on its file system)" for the folder of `path`, "" if
 // unknown.
 std::string free_space_note(const std::string& path);
+// last_error() for a failed write to the file of `obj`, with
+// free_space_note where a system call failed. Call it first: every other
+// HDF5 call clears the error stack.
+std::string write_reason(hid_t obj);
 
 // Refuses, before anything is allocated from it, a dataset whose declared
 // size cannot be real: uncompressed data of more bytes than the whole file
