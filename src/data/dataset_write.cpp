@@ -14,6 +14,7 @@
 #include "h5_util.h"
 #include "memtrain/data/nifti_volume.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/temp_path.h"
 #include "nifti_read.h"
 #include "temp_files.h"
 
@@ -73,22 +74,25 @@ void write_box(
   h5::Handle fs = h5::space(H5Dget_space(ds));
   h5::Handle ms = h5::space(
       H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
-  MT_CHECK(
-      H5Sselect_hyperslab(
+  if (H5Sselect_hyperslab(
           fs.get(),
           H5S_SELECT_SET,
           start.data(),
           nullptr,
           count.data(),
           nullptr) >= 0 &&
-          H5Dwrite(ds, mem_type, ms.get(), fs.get(), H5P_DEFAULT, data) >= 0,
+      H5Dwrite(ds, mem_type, ms.get(), fs.get(), H5P_DEFAULT, data) >= 0)
+    return;
+  // Before any other HDF5 call: each clears HDF5's error stack.
+  const std::string why = h5::write_reason(ds);
+  throw Error(detail::concat(
       kCmd,
       ": cannot write to '",
       h5::object_name(ds),
       "' in '",
       h5::file_name(ds),
       "': ",
-      h5::last_error());
+      why));
 }
 
 void write_doubles(hid_t f, const char* name, const std::vector<double>& v) {
@@ -175,15 +179,7 @@ DatasetFile write_file(
     r.case_names.push_back(cases[i].name);
     name_len = std::max(name_len, cases[i].name.size());
   }
-  h5::Handle file =
-      h5::file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  MT_CHECK(
-      file.valid(),
-      kCmd,
-      ": --out: cannot create '",
-      tmp,
-      "' (does the folder exist and is it writable?): ",
-      h5::last_error());
+  h5::Handle file = h5::create_file(tmp, std::string(kCmd) + ": --out");
   const hid_t f = file.get();
   const hsize_t n = rows.size(), c = static_cast<hsize_t>(cm.channels);
   std::vector<hsize_t> box(3), ck(3);
@@ -300,13 +296,9 @@ DatasetFile write_file(
     h5::write_attr(f, "val_fraction", cm.val_fraction);
   else
     h5::write_attr(f, "fold", cm.fold);
-  MT_CHECK(
-      H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0,
-      kCmd,
-      ": cannot flush '",
-      tmp,
-      "': ",
-      h5::last_error());
+  vol.reset();
+  msk.reset();
+  h5::finish_file(&file, kCmd);
   return r;
 }
 
@@ -389,7 +381,8 @@ std::vector<DatasetFile> write_dataset_files(
   TempFiles temps;
   std::vector<DatasetFile> files;
   for (int s = 0; s < 2; ++s) {
-    const std::string tmp = paths[s] + ".tmp." + std::to_string(::getpid());
+    remove_stale_temp_files(paths[s]);
+    const std::string tmp = temp_path_for(paths[s]);
     temps.paths.push_back(tmp);
     files.push_back(write_file(
         paths[s],

@@ -66,19 +66,13 @@ H5Dataset H5Dataset::open(
       path,
       "`)");
   MT_CHECK(S_ISREG(st.st_mode), where, ": not a regular file");
-  MT_CHECK(
-      H5Fis_hdf5(path.c_str()) > 0,
-      where,
-      ": not an HDF5 file (memtrain reads the HDF5 layout of "
-      "data/FORMAT.md; `memtrain inspect FILE` checks a file)");
 
   auto impl = std::make_unique<Impl>();
   // A chunk cache large enough for random row access across a batch: one
   // sample's row touches one chunk, and a batch touches up to batch-size
   // chunks (DESIGN.md: the 1 MiB default is too small).
   h5::Handle fapl = h5::plist(H5Pcreate(H5P_FILE_ACCESS));
-  impl->file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
-  MT_CHECK(impl->file.valid(), where, ": cannot open: ", h5::last_error());
+  impl->file = h5::open_file(path, where, fapl.get());
   const hid_t f = impl->file.get();
 
   DatasetInfo info;
@@ -138,6 +132,7 @@ H5Dataset H5Dataset::open(
       ds_where,
       ": cannot open (not a dataset?): ",
       h5::last_error());
+  h5::check_declared_size(impl->samples.get(), ds_where);
   const auto dims = h5::dims_of(impl->samples.get());
   info.sample_dtype = h5::type_name(impl->samples.get());
   const size_t want_rank = has_features ? 2 : 4;
@@ -201,6 +196,8 @@ H5Dataset H5Dataset::open(
   impl->labels = h5::dataset(H5Dopen2(f, "labels", H5P_DEFAULT));
   MT_CHECK(
       impl->labels.valid(), lbl_where, ": cannot open: ", h5::last_error());
+  h5::check_declared_size(impl->labels.get(), lbl_where);
+  h5::check_fits_memory(impl->labels.get(), lbl_where);
   const auto ldims = h5::dims_of(impl->labels.get());
   MT_CHECK(
       ldims.size() == 1,
@@ -273,6 +270,7 @@ H5Dataset H5Dataset::open(
     const std::string cw = where + " dataset '/context_features'";
     impl->context = h5::dataset(H5Dopen2(f, "context_features", dapl.get()));
     MT_CHECK(impl->context.valid(), cw, ": cannot open: ", h5::last_error());
+    h5::check_declared_size(impl->context.get(), cw);
     const auto cdims = h5::dims_of(impl->context.get());
     MT_CHECK(
         cdims.size() == 2 && cdims[1] > 0,

@@ -23,6 +23,7 @@ void H5Dataset::open_pairs(
   H5Pset_chunk_cache(dapl.get(), 12421, 64u << 20, 1.0);
   impl.context = h5::dataset(H5Dopen2(f, "features_b", dapl.get()));
   MT_CHECK(impl.context.valid(), bw, ": cannot open: ", h5::last_error());
+  h5::check_declared_size(impl.context.get(), bw);
   const auto bdims = h5::dims_of(impl.context.get());
   MT_CHECK(
       bdims.size() == 2 && bdims[1] > 0,
@@ -53,6 +54,8 @@ void H5Dataset::open_pairs(
   const std::string pw = where + " dataset '/pair_ids'";
   impl.labels = h5::dataset(H5Dopen2(f, "pair_ids", H5P_DEFAULT));
   MT_CHECK(impl.labels.valid(), pw, ": cannot open: ", h5::last_error());
+  h5::check_declared_size(impl.labels.get(), pw);
+  h5::check_fits_memory(impl.labels.get(), pw);
   const auto pdims = h5::dims_of(impl.labels.get());
   MT_CHECK(
       pdims.size() == 1 && static_cast<int64_t>(pdims[0]) == info.num_samples,

@@ -4,6 +4,7 @@
 
 #include <hdf5.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,11 +13,20 @@ namespace memtrain::h5 {
 
 // Turns off HDF5's automatic error printing (once per thread: the setting
 // is per thread); memtrain reports HDF5 failures itself, with the file and
-// dataset named.
+// dataset named. In its place, every failed write that HDF5 reports on this
+// thread is remembered with its file (see finish_file): a write can fail
+// where no caller sees it, as when a Handle closes a dataset whose cached
+// chunks HDF5 cannot write out.
 void silence_errors();
 
-// The innermost message on HDF5's current error stack ("" if none).
+// HDF5's reason for the failure on its current error stack ("" if none):
+// the OS's reason where a system call failed ("No space left on device"),
+// else the failed call's message and the innermost one ("unable to open
+// file: truncated file: eof = 18886, stored_eof = 43832").
 std::string last_error();
+// Only the OS's reason on HDF5's current error stack ("No space left on
+// device"; "" if no system call failed).
+std::string system_reason();
 
 // Owns one hid_t and closes it with the matching H5*close.
 class Handle {
@@ -46,6 +56,10 @@ class Handle {
   bool valid() const {
     return id_ >= 0;
   }
+  // Gives up the id without closing it.
+  hid_t release() {
+    return std::exchange(id_, H5I_INVALID_HID);
+  }
   void reset() {
     if (id_ >= 0 && close_)
       close_(id_);
@@ -57,8 +71,14 @@ class Handle {
   Closer close_ = nullptr;
 };
 
+// Closes every object of file `id` that is still open (a dataset, group,
+// datatype or attribute keeps its file open past H5Fclose), then the file;
+// < 0 if any of these failed. After it HDF5 holds nothing of the file, so
+// that its shutdown at exit() never closes it again.
+herr_t close_file_and_objects(hid_t id);
+
 inline Handle file(hid_t id) {
-  return Handle(id, H5Fclose);
+  return Handle(id, close_file_and_objects);
 }
 inline Handle dataset(hid_t id) {
   return Handle(id, H5Dclose);
@@ -75,6 +95,50 @@ inline Handle plist(hid_t id) {
 inline Handle attribute(hid_t id) {
   return Handle(id, H5Aclose);
 }
+
+// Opens `path` read-only for `where` ("data.train: 'x.h5'"). Throws
+// memtrain::Error "WHERE: not an HDF5 file (...)" or "WHERE: cannot open:
+// HDF5'S REASON; check it with `memtrain inspect --verify PATH`": the one
+// place these refusals are worded. `fapl` may be H5P_DEFAULT.
+Handle open_file(const std::string& path, const std::string& where, hid_t fapl);
+// The text after "WHERE: " of open_file's refusal ("" if HDF5 opens it);
+// without `suggest_verify`, the reason alone (for inspect --verify).
+std::string open_failure(
+    const std::string& path, hid_t fapl, bool suggest_verify = true);
+
+// Creates (truncates) `path`, the temporary file of a writer: throws
+// memtrain::Error "COMMAND: cannot create 'PATH': REASON".
+Handle create_file(const std::string& path, const std::string& command);
+// Closes the file `file` was writing (every object of it still open, then
+// the file) and throws memtrain::Error "COMMAND: cannot write 'PATH':
+// REASON (N bytes free on its file system)" if any write to it failed
+// since create_file, here or before (REASON: the OS's, "No space left on
+// device", where a system call failed). Call it before the
+// file is published; on an error path the Handle's own close is enough.
+void finish_file(Handle* file, const std::string& command);
+// A write failure HDF5 reported for `path` since create_file ("" if
+// none): the OS's reason where there is one.
+std::string write_failure(const std::string& path);
+// " (N bytes free on its file system)" for the folder of `path`, "" if
+// unknown.
+std::string free_space_note(const std::string& path);
+// last_error() for a failed write to the file of `obj`, with
+// free_space_note where a system call failed. Call it first: every other
+// HDF5 call clears the error stack.
+std::string write_reason(hid_t obj);
+
+// Refuses, before anything is allocated from it, a dataset whose declared
+// size cannot be real: uncompressed data of more bytes than the whole file
+// holds (never written, or the file is truncated). Throws memtrain::Error
+// "WHERE: declares SHAPE TYPE, B bytes (X GiB), but the file holds only F
+// bytes (S stored for this dataset): ...". `where` names file and dataset.
+void check_declared_size(hid_t dataset, const std::string& where);
+// Refuses a dataset that is read whole into memory (labels, ids, shapes)
+// when it is larger than this machine's memory: "WHERE: SHAPE TYPE would
+// need B bytes in memory, more than this machine's M".
+void check_fits_memory(hid_t dataset, const std::string& where);
+// "4.0 TiB", "1.5 MiB", "10 bytes".
+std::string bytes_text(double bytes);
 
 bool has_link(hid_t loc, const std::string& name);
 // The path of the file that holds `obj`, and `obj`'s own path in it.

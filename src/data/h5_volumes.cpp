@@ -25,6 +25,8 @@ void open_case_shapes(hid_t f, DatasetInfo& info, const std::string& where) {
     const std::string sw = where + " dataset '/volume_shapes'";
     h5::Handle ds = h5::dataset(H5Dopen2(f, "volume_shapes", H5P_DEFAULT));
     MT_CHECK(ds.valid(), sw, ": cannot open: ", h5::last_error());
+    h5::check_declared_size(ds.get(), sw);
+    h5::check_fits_memory(ds.get(), sw);
     const auto dims = h5::dims_of(ds.get());
     const std::vector<hsize_t> want = {hsize_t(n), 3};
     MT_CHECK(
@@ -120,6 +122,7 @@ void H5Dataset::open_volumes(
       vw,
       ": cannot open (not a dataset?): ",
       h5::last_error());
+  h5::check_declared_size(impl.samples.get(), vw);
   const auto dims = h5::dims_of(impl.samples.get());
   info.sample_dtype = h5::type_name(impl.samples.get());
   MT_CHECK(
@@ -189,6 +192,7 @@ void H5Dataset::open_volumes(
       "voxel");
   impl.labels = h5::dataset(H5Dopen2(f, "masks", dapl.get()));
   MT_CHECK(impl.labels.valid(), mw, ": cannot open: ", h5::last_error());
+  h5::check_declared_size(impl.labels.get(), mw);
   const auto mdims = h5::dims_of(impl.labels.get());
   const std::vector<hsize_t> want = {dims[0], dims[2], dims[3], dims[4]};
   MT_CHECK(

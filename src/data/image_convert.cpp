@@ -21,6 +21,7 @@
 #include "memtrain/data/counter_rng.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/file_kind.h"
+#include "memtrain/util/temp_path.h"
 #include "temp_files.h"
 
 namespace memtrain {
@@ -76,16 +77,10 @@ struct Output {
 };
 
 void open_output(Output* o, int64_t size, TempFiles* temps) {
-  o->tmp = o->path + ".tmp." + std::to_string(::getpid());
+  remove_stale_temp_files(o->path);
+  o->tmp = temp_path_for(o->path);
   temps->paths.push_back(o->tmp);
-  o->file = h5::file(
-      H5Fcreate(o->tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  MT_CHECK(
-      o->file.valid(),
-      "convert-images: cannot create '",
-      o->tmp,
-      "' (does the folder exist and is it writable?): ",
-      h5::last_error());
+  o->file = h5::create_file(o->tmp, "convert-images");
   const hsize_t s = static_cast<hsize_t>(size);
   // One sample a chunk (data/FORMAT.md): a random read touches one chunk.
   o->images = h5::create_dataset(
@@ -185,12 +180,6 @@ void write_attrs(
   h5::write_attr(f, "image_size", spec.size);
   h5::write_attr(f, "seed", static_cast<int64_t>(spec.seed));
   h5::write_attr(f, "val_fraction", spec.val_fraction);
-  MT_CHECK(
-      H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0,
-      "convert-images: cannot flush '",
-      o.tmp,
-      "': ",
-      h5::last_error());
 }
 
 }  // namespace
@@ -412,7 +401,7 @@ ImageConvertResult convert_images(
   }
   for (Output* o : {&train, &val}) {
     o->images.reset();
-    o->file.reset();
+    h5::finish_file(&o->file, "convert-images");
   }
   for (size_t i = 0; i < temps.paths.size(); ++i) {
     const Output& o = i == 0 ? train : val;

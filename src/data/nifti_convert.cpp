@@ -15,6 +15,7 @@
 #include "h5_util.h"
 #include "memtrain/data/nifti_volume.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/temp_path.h"
 #include "nifti_read.h"
 #include "temp_files.h"
 
@@ -107,14 +108,7 @@ struct Common {
 };
 
 void write_part(const Part& p, const Common& cm, const std::string& tmp) {
-  h5::Handle file =
-      h5::file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  MT_CHECK(
-      file.valid(),
-      "convert-nifti: --out: cannot create '",
-      tmp,
-      "' (does the folder exist and is it writable?): ",
-      h5::last_error());
+  h5::Handle file = h5::create_file(tmp, "convert-nifti: --out");
   const hid_t f = file.get();
   const Grid& g = p.grid;
   auto ck = [&](int64_t n) {
@@ -175,12 +169,7 @@ void write_part(const Part& p, const Common& cm, const std::string& tmp) {
     h5::write_attr(f, "label_map", cm.label_map);
   if (cm.resample_mm > 0)
     h5::write_attr(f, "resample_mm", cm.resample_mm);
-  MT_CHECK(
-      H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0,
-      "convert-nifti: cannot flush '",
-      tmp,
-      "': ",
-      h5::last_error());
+  h5::finish_file(&file, "convert-nifti");
 }
 
 std::string stem(const std::string& out) {
@@ -444,7 +433,8 @@ std::vector<ConvertedFile> convert_nifti(const ConvertSpec& spec) {
           "convert-nifti: --out '",
           spec.out,
           "' gives the same path twice");
-    const std::string tmp = p.path + ".tmp." + std::to_string(::getpid());
+    remove_stale_temp_files(p.path);
+    const std::string tmp = temp_path_for(p.path);
     temps.paths.push_back(tmp);
     write_part(p, cm, tmp);
     ConvertedFile r;

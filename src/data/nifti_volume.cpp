@@ -1,8 +1,10 @@
 #include "memtrain/data/nifti_volume.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +15,7 @@
 
 #include "memtrain/util/error.h"
 #include "memtrain/util/host_memory.h"
+#include "memtrain/util/temp_path.h"
 #include "nifti_read.h"
 
 namespace memtrain {
@@ -138,6 +141,7 @@ void write_nifti_labels_like(
       "predict: output '",
       out,
       "' must end in .nii or .nii.gz");
+  remove_stale_temp_files(out);
   const std::string tmp = (target.parent_path() /
                            (".tmp" + std::to_string(::getpid()) + "-" + name))
                               .string();
@@ -146,12 +150,35 @@ void write_nifti_labels_like(
       "predict: cannot name the output file '",
       tmp,
       "'");
+  // nifti_image_write reports no failure: a full disk leaves a short file
+  // (or a gzip stream cut off). The file is read back and compared before
+  // it is published; errno after the write holds the OS's reason.
+  errno = 0;
   nifti_image_write(im.get());
+  const int write_errno = errno;
   std::error_code ec;
-  if (!std::filesystem::exists(tmp, ec) ||
-      std::filesystem::file_size(tmp, ec) == 0) {
+  bool whole = false;
+  {
+    nifti::NiftiPtr back(nifti_image_read(tmp.c_str(), 1));
+    whole = back && back->data &&
+            static_cast<size_t>(back->nvox) == labels.size() &&
+            back->nbyper == 1 &&
+            std::memcmp(back->data, labels.data(), labels.size()) == 0;
+  }
+  if (!whole) {
     std::filesystem::remove(tmp, ec);
-    throw Error("predict: cannot write '" + out + "' (folder not writable?)");
+    std::string why = write_errno != 0 ? std::strerror(write_errno)
+                                       : "it does not read back whole";
+    struct statvfs st {};
+    if (::statvfs(
+            target.parent_path().empty() ? "." : target.parent_path().c_str(),
+            &st) == 0)
+      why += " (" +
+             std::to_string(static_cast<uint64_t>(st.f_bavail) * st.f_frsize) +
+             " bytes free on its file system)";
+    throw Error(
+        "predict: cannot write '" + out + "' (as '" + tmp +
+        "', now removed): " + why);
   }
   std::filesystem::rename(tmp, target, ec);
   if (ec) {

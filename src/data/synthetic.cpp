@@ -12,6 +12,7 @@
 
 #include "h5_util.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/temp_path.h"
 #include "synthetic_util.h"
 
 namespace memtrain {
@@ -26,23 +27,12 @@ uint32_t hash_name(const std::string& s) {
 
 void write_file(
     const std::string& path, const std::function<void(hid_t)>& fill) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  remove_stale_temp_files(path);
+  const std::string tmp = temp_path_for(path);
   try {
-    h5::Handle file = h5::file(
-        H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-    MT_CHECK(
-        file.valid(),
-        "make-data: cannot create '",
-        tmp,
-        "' (does the folder exist and is it writable?): ",
-        h5::last_error());
+    h5::Handle file = h5::create_file(tmp, "make-data");
     fill(file.get());
-    MT_CHECK(
-        H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0,
-        "make-data: cannot flush '",
-        tmp,
-        "': ",
-        h5::last_error());
+    h5::finish_file(&file, "make-data");
   } catch (...) {
     std::remove(tmp.c_str());
     throw;

@@ -142,7 +142,8 @@ VerifyReport verify_file(const std::string& path) {
   if (H5Fis_hdf5(path.c_str()) > 0)
     file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) {
-    out = "'" + path + "': not a readable HDF5 file\n";
+    out = "'" + path + "': not a readable HDF5 file: " +
+          h5::open_failure(path, H5P_DEFAULT, /*suggest_verify=*/false) + "\n";
     return report;
   }
   report.opened = true;

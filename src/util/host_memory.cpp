@@ -25,4 +25,12 @@ uint64_t available_host_memory() {
              : 0;
 }
 
+uint64_t total_host_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long size = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0
+             ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(size)
+             : 0;
+}
+
 }  // namespace memtrain

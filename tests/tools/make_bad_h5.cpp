@@ -3,6 +3,8 @@
 // no checksums (contiguous datasets, as other tools write them).
 // make_bad_h5 chunk-offset FILE.h5 DATASET INDEX: prints "OFFSET SIZE", the
 // file offset and stored size of chunk INDEX of DATASET (to damage it).
+// Cases: wrong-rank, wrong-dtype, length-mismatch, nan, no-checksum,
+// contiguous-volumes, empty, mask-shape, mask-range, declared-huge.
 
 #include <hdf5.h>
 
@@ -45,6 +47,28 @@ int chunk_offset(const char* path, const char* name, const char* index) {
       "%llu %llu\n", (unsigned long long)addr, (unsigned long long)size);
   return 0;
 }
+// /features [2^36, 16] float32 and /labels [2^36] int64, declared and
+// never written (HDF5 allocates contiguous storage at the first write):
+// 4 TiB declared in a file of a few KB.
+int declared_huge(const char* path) {
+  const hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f < 0)
+    return 2;
+  const hsize_t rows = hsize_t{1} << 36;
+  const hsize_t fdims[2] = {rows, 16};
+  const hid_t fs = H5Screate_simple(2, fdims, nullptr);
+  const hid_t ls = H5Screate_simple(1, &rows, nullptr);
+  const hid_t a = H5Dcreate2(
+      f, "features", H5T_IEEE_F32LE, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t b = H5Dcreate2(
+      f, "labels", H5T_STD_I64LE, ls, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  const bool ok = a >= 0 && b >= 0;
+  H5Dclose(a);
+  H5Dclose(b);
+  H5Sclose(fs);
+  H5Sclose(ls);
+  return H5Fclose(f) >= 0 && ok ? 0 : 2;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,6 +82,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const char* c = argv[1];
+  if (!std::strcmp(c, "declared-huge"))
+    return declared_huge(argv[2]);
   RawH5 spec;
   if (!std::strcmp(c, "wrong-rank")) {
     spec = {{64, 4, 2}, {}, {64}};

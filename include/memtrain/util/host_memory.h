@@ -10,4 +10,7 @@ namespace memtrain {
 // free pages), in bytes; 0 when unknown.
 uint64_t available_host_memory();
 
+// The machine's physical memory, in bytes; 0 when unknown.
+uint64_t total_host_memory();
+
 }  // namespace memtrain
