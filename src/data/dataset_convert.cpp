@@ -19,6 +19,7 @@
 #include "memtrain/data/counter_rng.h"
 #include "memtrain/data/nifti_volume.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/file_kind.h"
 #include "nifti_read.h"
 
 namespace memtrain {
@@ -89,8 +90,19 @@ ImageIndex index_images(
         ": '",
         it->path().string(),
         "' is a directory, not a file (a case file is expected there)");
-    if (!it->is_regular_file(ec))
+    if (!it->is_regular_file(ec)) {
+      ec.clear();  // a link loop or a dead link: said below
+      const std::string why = not_a_regular_file(it->path().string());
+      MT_CHECK(
+          !strict || why.empty(),
+          kCmd,
+          ": '",
+          it->path().string(),
+          "': ",
+          why,
+          " (a case file is expected there; the case would be dropped)");
       continue;
+    }
     std::string name;
     const int64_t ch = nnunet_channel(base, &name);
     if (ch >= 0) {

@@ -137,8 +137,6 @@ void check_declared_size(hid_t dataset, const std::string& where);
 // when it is larger than this machine's memory: "WHERE: SHAPE TYPE would
 // need B bytes in memory, more than this machine's M".
 void check_fits_memory(hid_t dataset, const std::string& where);
-// "4.0 TiB", "1.5 MiB", "10 bytes".
-std::string bytes_text(double bytes);
 
 bool has_link(hid_t loc, const std::string& name);
 // The path of the file that holds `obj`, and `obj`'s own path in it.

@@ -54,20 +54,6 @@ struct Candidate {
   std::string unreadable;  // why it is not a file to read ("" if it is)
 };
 
-// Why an entry that is neither a folder nor a regular file cannot be read
-// as an image (never opened: a FIFO would block the reader).
-std::string not_a_file(const fs::path& p) {
-  struct stat st {};
-  if (::stat(p.c_str(), &st) == 0)
-    return file_kind(st.st_mode) + ", not a regular file";
-  const int err = errno;
-  if (err == ELOOP)
-    return "a symbolic link loop (" + std::string(std::strerror(err)) + ")";
-  if (err == ENOENT)
-    return "a broken symbolic link (its target does not exist)";
-  return "cannot stat: " + std::string(std::strerror(err));
-}
-
 // One output file while it is written: a temporary file beside `path`.
 struct Output {
   std::string path, split, tmp;
@@ -132,7 +118,7 @@ std::vector<Candidate> list_class(
     files.push_back(
         {e.path().lexically_relative(dir).generic_string(),
          e.path(),
-         regular ? "" : not_a_file(e.path())});
+         regular ? "" : not_a_regular_file(e.path().string())});
   }
   MT_CHECK(
       !ec, "convert-images: cannot list '", dir.string(), "': ", ec.message());

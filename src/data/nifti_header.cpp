@@ -20,6 +20,7 @@
 
 #include "memtrain/data/nifti_volume.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/host_memory.h"
 #include "nifti_read.h"
 
 namespace memtrain::nifti {
@@ -211,6 +212,15 @@ RawHeader read_raw_header(const Nifti& n) {
   const bool pair = pair_name(n.path);
   const std::string kind =
       pair ? "a .hdr/.img pair's header" : "a single file (.nii, .nii.gz)";
+  // A pair's magic in a single file, or the other way round.
+  auto wrong_kind = [&](const unsigned char* m, bool pair_magic, int v) {
+    const std::string want = (pair ? "ni" : "n+") + std::to_string(v);
+    throw Error(
+        where + "magic '" + magic_str(m, 3) + "' marks " +
+        (pair_magic ? "a .hdr/.img pair's header" : "a single .nii file") +
+        ", but this is " + kind + ", which has '" + want +
+        "' (rename the file or fix the magic)");
+  };
   if (h.version == 1) {
     const unsigned char* m = b + 344;
     h.magic = magic_str(m, 4);
@@ -219,13 +229,8 @@ RawHeader read_raw_header(const Nifti& n) {
     } else {
       h.version = 0;  // Analyze 7.5
     }
-    if (h.version == 1 && h.pair_magic != pair) {
-      throw Error(
-          where + "magic '" + magic_str(m, 3) + "' marks " +
-          (h.pair_magic ? "a .hdr/.img pair's header" : "a single .nii file") +
-          ", but this is " + kind + ", which has '" + (pair ? "ni1" : "n+1") +
-          "' (rename the file or fix the magic)");
-    }
+    if (h.version == 1 && h.pair_magic != pair)
+      wrong_kind(m, h.pair_magic, 1);
     for (int i = 0; i < 8; ++i) {
       h.dim[i] = i16(40 + 2 * i);
       h.pixdim[i] = f32(76 + 4 * i);
@@ -255,13 +260,8 @@ RawHeader read_raw_header(const Nifti& n) {
         "' (bytes 4-7 of a 540-byte NIfTI-2 header) is not a NIfTI-2 magic; "
         "a NIfTI-2 file has 'n+2' (.nii) or 'ni2' (.hdr/.img)");
     h.pair_magic = paired;
-    if (h.pair_magic != pair) {
-      throw Error(
-          where + "magic '" + magic_str(m, 3) + "' marks " +
-          (h.pair_magic ? "a .hdr/.img pair's header" : "a single .nii file") +
-          ", but this is " + kind + ", which has '" + (pair ? "ni2" : "n+2") +
-          "' (rename the file or fix the magic)");
-    }
+    if (h.pair_magic != pair)
+      wrong_kind(m, h.pair_magic, 2);
     for (int i = 0; i < 8; ++i) {
       h.dim[i] = i64(16 + 8 * i);
       h.pixdim[i] = f64(104 + 8 * i);
@@ -479,6 +479,56 @@ void check_raw_header(
   }
 }
 
+// The voxels the header declares, against what an uncompressed single file
+// holds (a wrong dim, or a truncated file) and against the memory they
+// would be read into, before libnifti allocates anything from them.
+void check_declared_size(const Nifti& n, const RawHeader& h) {
+  int nbyper = 0, swapsize = 0;
+  nifti_datatype_sizes(static_cast<int>(h.datatype), &nbyper, &swapsize);
+  double voxels = 1;
+  std::string dims;
+  for (int64_t i = 1; i <= h.dim[0]; ++i) {
+    voxels *= static_cast<double>(h.dim[i]);
+    dims += (i > 1 ? "x" : "") + std::to_string(h.dim[i]);
+  }
+  const double bytes = voxels * nbyper;
+  const std::string declared = "its header declares " + dims + " voxels of " +
+                               std::to_string(nbyper) + " bytes (" +
+                               format_bytes(bytes) + ")";
+  struct stat st {};
+  if (!pair_name(n.path) && !ends_with(n.path, ".gz") &&
+      ::stat(n.path.c_str(), &st) == 0) {
+    const double holds = static_cast<double>(st.st_size) - h.vox_offset;
+    MT_CHECK(
+        bytes <= holds,
+        n.command,
+        ": ",
+        n.name(),
+        ": ",
+        declared,
+        " from vox_offset ",
+        fmt(h.vox_offset),
+        ", but the file holds ",
+        static_cast<int64_t>(st.st_size),
+        " bytes: it is truncated, or a dim[1..",
+        h.dim[0],
+        "] is wrong (fix the header or re-export the file)");
+  }
+  const uint64_t available = available_host_memory();
+  MT_CHECK(
+      available == 0 || bytes <= static_cast<double>(available),
+      n.command,
+      ": ",
+      n.name(),
+      ": ",
+      declared,
+      ", more than the ",
+      format_bytes(static_cast<double>(available)),
+      " of memory available to read them into (MemAvailable): a dim[1..",
+      h.dim[0],
+      "] is wrong, or the file needs a machine with more memory");
+}
+
 }  // namespace
 
 Nifti open_header(
@@ -497,6 +547,7 @@ Nifti open_header(
   // The raw header first: libnifti repairs bad headers silently.
   const RawHeader h = read_raw_header(n);
   check_raw_header(n, h, analyze_orientation);
+  check_declared_size(n, h);
   nifti_set_debug_level(0);  // the library prints its errors otherwise
   n.im.reset(nifti_image_read(path.c_str(), 0));
   if (!n.im) {

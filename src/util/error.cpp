@@ -44,13 +44,13 @@ std::string trim(const std::string& s) {
 }
 
 std::string format_bytes(double bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int unit = 0;
-  while (bytes >= 1024.0 && unit < 4) {
+  while (bytes >= 1024.0 && unit < 6) {
     bytes /= 1024.0;
     ++unit;
   }
-  char buf[32];
+  char buf[64];
   std::snprintf(
       buf, sizeof(buf), unit == 0 ? "%.0f %s" : "%.1f %s", bytes, kUnits[unit]);
   return buf;

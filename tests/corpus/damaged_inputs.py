@@ -597,11 +597,17 @@ def analyze_cases():
         im, lb = base_volume()
         nii(os.path.join(d, "img.nii"), im, magic=b"")
         nii(os.path.join(d, "lbl.nii"), lb, magic=b"")
-    # The option is for Analyze pairs: a single .nii without its magic is
-    # still refused.
+        nii(os.path.join(d, "twin_img.nii"), im)
+        nii(os.path.join(d, "twin_lbl.nii"), lb)
+    # A single file without its magic is what libnifti reads as Analyze (the
+    # issue's mirrored dataset): refused without the option, read with the
+    # orientation the option gives; its voxels are its NIfTI twin's (nibabel
+    # reads no file without the magic).
+    case("analyze/single-nii-no-magic-refused", single, convert_nifti("img.nii", "lbl.nii"),
+         Refused(("img.nii", "lbl.nii"), MAGIC + r"|analyze", outputs=["out/x.h5"]))
     case("analyze/single-nii-no-magic-with-option", single,
          convert_nifti("img.nii", "lbl.nii", extra=[ANALYZE_OPTION, "LAS"]),
-         Refused(("img.nii", "lbl.nii"), MAGIC, outputs=["out/x.h5"]))
+         Accepted(check_convert_nifti("out/x.h5", "twin_img.nii", "twin_lbl.nii")))
 
 
 # ---------------------------------------------------------------------------
@@ -1111,6 +1117,14 @@ def dead_pid():
     raise RuntimeError("no free pid")
 
 
+def age(path, seconds=600):
+    """A killed writer's file is older than the next writer: memtrain removes
+    only files written a minute or more before it started (a PID means
+    nothing on another host, whose rank's live file may share the folder)."""
+    t = time.time() - seconds
+    os.utime(path, (t, t))
+
+
 def stale_said(d, ctx, o, e):
     """The stale temporary file is gone (run_case checks that no .tmp. is
     left) and the run says it removed it."""
@@ -1124,6 +1138,7 @@ def leftovers_cases():
         nii(os.path.join(d, "lbl.nii"), lb)
         stale = f"out/x.h5.tmp.{dead_pid()}"
         write(os.path.join(d, stale), b"half a file from a killed convert-nifti")
+        age(os.path.join(d, stale))
         return {"stale": stale}
     convert = check_convert_nifti("out/x.h5", "img.nii", "lbl.nii")
 
@@ -1136,6 +1151,7 @@ def leftovers_cases():
         make_features(d)
         stale = f"run/model.safetensors.tmp.{dead_pid()}"
         write(os.path.join(d, stale), b"half a file from a killed run")
+        age(os.path.join(d, stale))
         return {"stale": stale}
     case("leftovers/train-stale-tmp", train_stale, lambda ctx: TRAIN + ["--data.train=good.h5"],
          Accepted(stale_said))

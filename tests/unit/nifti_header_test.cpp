@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <type_traits>
 
 #include "memtrain/data/nifti_convert.h"
 #include "memtrain/data/nifti_volume.h"
@@ -50,46 +51,36 @@ std::vector<char> valid_file(bool labels, int version = 1) {
   const int dt = labels ? DT_UINT8 : DT_FLOAT32;
   const int bitpix = labels ? 8 : 32;
   std::vector<char> out;
-  if (version == 1) {
-    nifti_1_header h;
-    std::memset(&h, 0, sizeof(h));
-    h.sizeof_hdr = 348;
+  // The fields both versions share, on either header struct.
+  auto fill = [&](auto& h, size_t bytes, size_t offset) {
+    using H = std::remove_reference_t<decltype(h)>;
+    std::memset(&h, 0, sizeof(H));
+    h.sizeof_hdr = static_cast<decltype(h.sizeof_hdr)>(bytes);
     h.dim[0] = 3;
     h.dim[1] = NX;
     h.dim[2] = NY;
     h.dim[3] = NZ;
     for (int i = 4; i < 8; ++i)
       h.dim[i] = 1;
-    h.datatype = static_cast<short>(dt);
-    h.bitpix = static_cast<short>(bitpix);
+    h.datatype = static_cast<decltype(h.datatype)>(dt);
+    h.bitpix = static_cast<decltype(h.bitpix)>(bitpix);
     h.pixdim[0] = 1;
     h.pixdim[1] = 2;
     h.pixdim[2] = 3;
     h.pixdim[3] = 4;
-    h.vox_offset = 352;
+    h.vox_offset = static_cast<decltype(h.vox_offset)>(offset);
     h.xyzt_units = NIFTI_UNITS_MM;
+  };
+  if (version == 1) {
+    nifti_1_header h;
+    fill(h, 348, 352);
     std::memcpy(h.magic, "n+1\0", 4);
     out.resize(352);
     std::memcpy(out.data(), &h, 348);
   } else {
     nifti_2_header h;
-    std::memset(&h, 0, sizeof(h));
-    h.sizeof_hdr = 540;
+    fill(h, 540, 544);
     std::memcpy(h.magic, "n+2\0\r\n\032\n", 8);
-    h.dim[0] = 3;
-    h.dim[1] = NX;
-    h.dim[2] = NY;
-    h.dim[3] = NZ;
-    for (int i = 4; i < 8; ++i)
-      h.dim[i] = 1;
-    h.datatype = static_cast<int16_t>(dt);
-    h.bitpix = static_cast<int16_t>(bitpix);
-    h.pixdim[0] = 1;
-    h.pixdim[1] = 2;
-    h.pixdim[2] = 3;
-    h.pixdim[3] = 4;
-    h.vox_offset = 544;
-    h.xyzt_units = NIFTI_UNITS_MM;
     out.resize(544);
     std::memcpy(out.data(), &h, 540);
   }
