@@ -34,8 +34,11 @@ case "$cuda" in
   12)
     venv=${MEMTRAIN_TORCH_CU12_VENV:-/opt/memtrain/torch-venv-cu12}
     version=2.10.0
-    # The release of nvidia-cuda-runtime-cu12==12.8.90 that torch 2.10.0 pins.
-    extra=(nvidia-cuda-nvcc-cu12==12.8.93)
+    # The release of nvidia-cuda-runtime-cu12==12.8.90 that torch 2.10.0
+    # pins: nvcc's crt/ headers, and CCCL's (nv/target, which cuda_fp16.h
+    # includes): without them those come from wherever a CUDA 13 toolkit
+    # left its headers on the compiler's default path (/usr/local/include).
+    extra=(nvidia-cuda-nvcc-cu12==12.8.93 nvidia-cuda-cccl-cu12==12.8.90)
     ;;
   *) echo "install_torch.sh: --cuda 13 or 12, not $cuda" >&2; exit 2 ;;
 esac

@@ -92,9 +92,17 @@ others=$(grep -oE 'libcudart\.so\.[0-9]+' <<<"$libs" | sort -u | grep -vx 'libcu
 mapfile -t deps < <(find build-cuda12 -path '*/CMakeFiles/*' -name '*.d')
 nvcc_major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
 if [ "$nvcc_major" != 12 ]; then
-  toolkit=$(printf '%s\0' "${deps[@]}" |
-    xargs -0 grep -lF -e "$cuda/" -e "$(readlink -f "$cuda")/" || true)
-  [ -z "$toolkit" ] || fail "CUDA $nvcc_major toolkit headers ($cuda) compiled into: $toolkit"
+  # The toolkit's headers wherever they are: its own folder, and a default
+  # include folder of the compiler that holds a copy (/usr/local/include
+  # here, where nvcc is found as /usr/local/bin/nvcc on some PATHs).
+  dirs=("$cuda/" "$(readlink -f "$cuda")/")
+  for d in /usr/local/include /usr/include; do
+    [ -f "$d/cuda_runtime.h" ] && dirs+=("$d/")
+  done
+  patterns=()
+  for d in "${dirs[@]}"; do patterns+=(-e "$d"); done
+  toolkit=$(printf '%s\0' "${deps[@]}" | xargs -0 grep -lF "${patterns[@]}" || true)
+  [ -z "$toolkit" ] || fail "CUDA $nvcc_major toolkit headers (${dirs[*]}) compiled into: $toolkit"
 fi
 venv_re=$(sed 's/[][\.*^$+?(){}|]/\\&/g' <<<"$venv12")
 wheels=$(printf '%s\0' "${deps[@]}" |
