@@ -50,7 +50,8 @@ void expect_timm_keys(const std::string& name, int64_t expected_params) {
   // MEMTRAIN_TEST_DATA in the environment points a relocated binary (the GPU
   // bundle) at its copy of tests/data; otherwise the source tree's.
   const char* env = std::getenv("MEMTRAIN_TEST_DATA");
-  const std::string data = env != nullptr && *env != '\0' ? env : MEMTRAIN_TEST_DATA;
+  const std::string data =
+      env != nullptr && *env != '\0' ? env : MEMTRAIN_TEST_DATA;
   std::ifstream in(data + "/" + name + "_keys.txt");
   ASSERT_TRUE(in.good()) << name;
   std::vector<std::string> want, got;
