@@ -38,9 +38,6 @@ int run_eval(const EvalArgs& args, int* argc, char*** argv) {
   TrainConfig cfg;
   if (!agreed(env, "config", [&] {
         cfg = TrainConfig::load(args.config, args.overrides);
-        MT_CHECK(
-            !cfg.data.val.empty() || cfg.data.episodes.n_way > 0,
-            "eval: data.val is empty: nothing to validate (set data.val)");
       })) {
     return kExitUsage;
   }
@@ -48,6 +45,12 @@ int run_eval(const EvalArgs& args, int* argc, char*** argv) {
   if (!start_weights_run(env, cfg, args.weights, &run))
     return kExitUsage;
   Trainer* trainer = run.trainer.get();
+  if (!agreed(env, "eval", [&] {
+        const std::string why_not = trainer->cannot_validate();
+        MT_CHECK(why_not.empty(), "eval: ", why_not);
+      })) {
+    return kExitUsage;
+  }
   std::string json, line;
   try {
     json = trainer->evaluate(&line);

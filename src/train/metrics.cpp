@@ -118,20 +118,14 @@ std::vector<std::string> metrics_class_names(
 }
 
 std::vector<std::string> metrics_csv_header(
-    const std::vector<std::string>& dice_classes, bool auc) {
+    const std::vector<std::string>& val_metrics,
+    const std::vector<std::string>& dice_classes) {
   std::vector<std::string> h(
       std::begin(kWindowColumns), std::end(kWindowColumns));
   h.insert(h.end(), std::begin(kEpochColumns), std::end(kEpochColumns));
-  if (dice_classes.empty()) {
-    h.push_back("val_accuracy");
-    h.push_back("val_accuracy_ci95");  // episodes: the 95% interval
-    if (auc)
-      h.push_back("val_auc");
-  } else {
-    h.push_back("val_dice");
-    for (const auto& name : dice_classes)
-      h.push_back(kDicePrefix + name);
-  }
+  h.insert(h.end(), val_metrics.begin(), val_metrics.end());
+  for (const auto& name : dice_classes)
+    h.push_back(kDicePrefix + name);
   return h;
 }
 
@@ -139,9 +133,13 @@ std::vector<std::string> metrics_csv_header(
 // resume both go through it.
 class MetricsLog::Csv {
  public:
-  Csv(const std::vector<std::string>& dice_classes, bool auc)
-      : columns_(metrics_csv_header(dice_classes, auc)),
-        dice_classes_(dice_classes.size()) {}
+  explicit Csv(const MetricsOutputs& out)
+      : columns_(metrics_csv_header(out.val_metrics, out.dice_classes)),
+        epoch_keys_(std::begin(kEpochColumns), std::end(kEpochColumns)),
+        dice_classes_(out.dice_classes.size()) {
+    epoch_keys_.insert(
+        epoch_keys_.end(), out.val_metrics.begin(), out.val_metrics.end());
+  }
 
   std::string header() const {
     std::string line;
@@ -163,13 +161,7 @@ class MetricsLog::Csv {
     if (type == "validation" && record.contains("val_dice_per_class")) {
       pending_["val_dice_per_class"] = record["val_dice_per_class"];
     } else if (type == "epoch") {
-      for (const char* key :
-           {"train_loss",
-            "val_loss",
-            "val_accuracy",
-            "val_accuracy_ci95",
-            "val_auc",
-            "val_dice"}) {
+      for (const std::string& key : epoch_keys_) {
         if (record.contains(key))
           pending_[key] = record[key];
       }
@@ -202,6 +194,7 @@ class MetricsLog::Csv {
 
  private:
   std::vector<std::string> columns_;
+  std::vector<std::string> epoch_keys_;  // what an epoch record adds
   size_t dice_classes_;
   nlohmann::json pending_;
 };
@@ -210,7 +203,7 @@ MetricsLog::MetricsLog() = default;
 
 MetricsLog::MetricsLog(const MetricsOutputs& out)
     : out_(out),
-      rows_(std::make_unique<Csv>(out.dice_classes, out.auc)),
+      rows_(std::make_unique<Csv>(out)),
       last_step_(out.resume_step) {
   if (out_.dir.empty())
     return;
@@ -280,10 +273,8 @@ void MetricsLog::write_tb(const nlohmann::json& r) {
     }
   } else if (type == "validation") {
     add("val/loss", "val_loss");
-    add("val/accuracy", "val_accuracy");
-    add("val/accuracy_ci95", "val_accuracy_ci95");
-    add("val/auc", "val_auc");
-    add("val/dice", "val_dice");
+    for (const std::string& key : out_.val_metrics)  // "val_x": "val/x"
+      add("val/" + key.substr(key.rfind("val_", 0) == 0 ? 4 : 0), key.c_str());
     const auto per = r.value("val_dice_per_class", nlohmann::json::array());
     for (size_t c = 0; c < per.size() && c < out_.dice_classes.size(); ++c) {
       if (per[c].is_number())

@@ -2,8 +2,8 @@
 
 #include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
-#include "memtrain/train/losses.h"
 #include "run_state.h"
+#include "tasks/task.h"
 
 namespace memtrain {
 
@@ -29,12 +29,17 @@ Batch load_batch(
     memory::HostScope host_scope;
     host = from.load(epoch, ids);
   }
+  Batch device = to_device(run, host);
+  from.recycle(std::move(host));
+  return device;
+}
+
+Batch to_device(const RunState& run, const Batch& host) {
   Batch device;
   device.x = run.placement.to_device(host.x);
   device.y = run.placement.to_device(host.y);
   if (host.context.defined())
     device.context = run.placement.to_device(host.context);
-  from.recycle(std::move(host));
   return device;
 }
 
@@ -49,27 +54,6 @@ at::Tensor forward(
   return logits.to(torch::kFloat32);
 }
 
-// classification_loss for classifiers of rows (softmax cross-entropy, or
-// binary cross-entropy of one logit; label smoothing), Dice + cross-entropy per
-// volume patch for segmentation (a per-sample Dice, so that Note [Window
-// weighting] holds), the mean query cross-entropy per episode for few-shot
-// heads (an episode is the sample, Note [Episodes]), the symmetric InfoNCE of
-// the micro-batch for dual encoders (training.contrastive_accumulation=local,
-// and the planner's probes).
-at::Tensor loss_sum(
-    const RunState& run, const at::Tensor& logits, const at::Tensor& y) {
-  if (run.volumes())
-    return dice_ce_loss_sum(logits, y);
-  if (run.dual)  // logits: embeddings (n, 2, d); y: pair ids
-    return contrastive_losses(logits, run.dual->logit_scale(), y).sum();
-  if (run.episodic()) {  // logits: embeddings; y: episode labels
-    const EpisodeShape shape = run.episode_shape();
-    return episode_loss_sum(
-        run.fewshot->episode_logits(logits, shape), query_labels(y, shape));
-  }
-  return classification_loss(logits, y, run.classification);
-}
-
 // Everything it creates (batch, context features, logits, loss, graph) is
 // freed when it returns; the context tensors as soon as the forward has
 // used them (the graph keeps what backward needs).
@@ -82,7 +66,7 @@ double micro_step(
   at::Tensor logits = forward(run, batch.x, batch.context);
   batch.context.reset();
   batch.x.reset();
-  at::Tensor loss = loss_sum(run, logits, batch.y);
+  at::Tensor loss = run.task->loss_sum(logits, batch.y);  // Note [Tasks]
   logits.reset();  // the graph keeps what backward needs
   // See Note [Window weighting].
   (loss * (weight * run.scaler->scale())).backward();

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <sstream>
 
-#include "memtrain/data/volume_rows.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/util/error.h"
 
@@ -14,32 +13,6 @@ namespace {
 // NaN (a class or volume with nothing to score) is written as null.
 nlohmann::json number_or_null(double d) {
   return std::isnan(d) ? nlohmann::json(nullptr) : nlohmann::json(d);
-}
-
-// Note [Volume rows]: Dice per volume and its means, accuracy over rows.
-void volume_rows_fields(
-    const ValResult& v,
-    nlohmann::json& rec,
-    nlohmann::json& vrec,
-    std::ostringstream& out) {
-  nlohmann::json per_class = nlohmann::json::array();
-  for (double d : v.dice_per_class)
-    per_class.push_back(number_or_null(d));
-  nlohmann::json per_volume = nlohmann::json::object();
-  for (const auto& [id, d] : v.volume_dice)
-    per_volume[std::to_string(id)] = number_or_null(d);
-  rec["val_dice"] = number_or_null(v.dice);
-  rec["val_accuracy"] = v.accuracy;
-  vrec["val_dice"] = number_or_null(v.dice);
-  vrec["val_dice_per_class"] = per_class;
-  vrec["val_dice_volumes"] = per_volume;
-  vrec["val_dice_volume_mean"] = number_or_null(v.volume_dice_mean);
-  vrec["val_volumes"] = v.volumes;
-  vrec["val_accuracy"] = v.accuracy;
-  vrec["val_samples"] = v.samples;
-  vrec["val_batch"] = v.batch;
-  out << ", val Dice " << v.dice << " (" << v.volumes
-      << " volumes), val accuracy " << v.accuracy;
 }
 
 }  // namespace
@@ -96,11 +69,18 @@ nlohmann::json window_record(
   return j;
 }
 
+double ValResult::metric(const std::string& key) const {
+  if (key == "val_loss")
+    return loss;
+  for (const ValMetric& m : metrics) {
+    if (m.key == key)
+      return m.value;
+  }
+  throw Error("this validation does not report " + key);
+}
+
 nlohmann::json validation_record(
-    const RunState& run,
-    const ValResult& v,
-    nlohmann::json& rec,
-    std::string& line) {
+    const ValResult& v, nlohmann::json& rec, std::string& line) {
   rec["val_loss"] = v.loss;
   rec["val_samples"] = v.samples;
   rec["val_device_peak"] = v.device_peak;
@@ -112,71 +92,61 @@ nlohmann::json validation_record(
       {"epoch", v.epoch},
       {"val_loss", v.loss},
       {"val_device_peak", v.device_peak},
-      {"val_seconds", v.seconds}};
+      {"val_seconds", v.seconds},
+      {"val_oom_retries", v.oom_retries}};
   std::ostringstream out;
   out << ", val loss " << v.loss;
-  if (run.volume_rows()) {
-    volume_rows_fields(v, rec, vrec, out);
-  } else if (run.volumes()) {
-    // NaN (a class in no volume) is written as null.
-    auto num = [](double d) {
-      return std::isnan(d) ? nlohmann::json(nullptr) : nlohmann::json(d);
-    };
-    nlohmann::json per_class = nlohmann::json::array();
-    for (double d : v.dice_per_class)
-      per_class.push_back(num(d));
-    rec["val_dice"] = num(v.dice);
-    vrec["val_dice"] = num(v.dice);
-    vrec["val_dice_per_class"] = per_class;
-    vrec["val_volumes"] = v.samples;
-    vrec["val_sw_batch"] = v.batch;
-    vrec["val_offload"] = run.cfg.validation.offload;
-    out << ", val Dice " << v.dice;
-  } else {
-    rec["val_accuracy"] = v.accuracy;
-    vrec["val_accuracy"] = v.accuracy;
-    vrec["val_samples"] = v.samples;
-    out << ", val accuracy " << v.accuracy;
-    if (run.binary()) {  // NaN (one class in data.val) is written as null
-      rec["val_auc"] = number_or_null(v.auc);
-      vrec["val_auc"] = number_or_null(v.auc);
-      out << ", val AUC " << v.auc;
-    }
-    if (run.episodic()) {  // mean over episodes +- its 95% interval
-      rec["val_accuracy_ci95"] = v.accuracy_ci95;
-      vrec["val_accuracy_ci95"] = v.accuracy_ci95;
-      vrec["val_episodes"] = v.episodes;
-      out << " +- " << v.accuracy_ci95 << " (95%, " << v.episodes
-          << " episodes)";
-    }
+  // The task's metrics, in its order (Note [Tasks]).
+  for (const ValMetric& m : v.metrics) {
+    rec[m.key] = number_or_null(m.value);
+    vrec[m.key] = number_or_null(m.value);
+    if (!m.text.empty())
+      out << ", " << m.text;
   }
-  vrec["val_oom_retries"] = v.oom_retries;
+  if (!v.details.empty())
+    vrec.update(nlohmann::json::parse(v.details));
   line += out.str();
   return vrec;
 }
 
-std::string best_metric(const RunState& run) {
+namespace {
+
+// validation.best_metric's metric of this run (key "" for none).
+using BestChoice = MetricSpec;
+
+BestChoice best_choice(const RunState& run) {
   const std::string& m = run.cfg.validation.best_metric;
   if (m == "none")
-    return "";
-  const bool dice = run.volumes() || run.volume_rows();
-  if (m == "auto")
-    return dice ? "val_dice" : "val_accuracy";
-  // Rows that belong to volumes report both val_dice and val_accuracy.
-  MT_CHECK(
-      m == "val_loss" || (m == "val_dice" && dice) ||
-          (m == "val_accuracy" && !run.volumes()) ||
-          (m == "val_auc" && run.binary()),
+    return {};
+  std::vector<MetricSpec> choices;
+  for (const MetricSpec& s : run.task->metrics()) {
+    if (s.better != Better::kNone)
+      choices.push_back(s);
+  }
+  if (m == "auto" && !choices.empty())
+    return {choices.front().key, choices.front().better};
+  if (m == "val_loss" || (m == "auto" && choices.empty()))
+    return {"val_loss", Better::kLower};
+  std::string names;
+  for (const MetricSpec& s : choices) {
+    if (s.key == m)
+      return s;
+    names += (names.empty() ? "" : ", ") + s.key;
+  }
+  throw Error(detail::concat(
       "validation.best_metric=",
       m,
       ": this run reports ",
-      run.volume_rows() ? "val_dice, val_accuracy (rows of volumes)"
-      : run.volumes()   ? "val_dice (a volumes dataset)"
-      : run.binary()    ? "val_accuracy, val_auc (a binary classifier)"
-                        : "val_accuracy (a classifier; val_auc needs a "
-                          "binary one, model.num_classes=1)",
-      " and val_loss; choose one of those, auto or none");
-  return m;
+      names,
+      " (",
+      run.task->kind_words(),
+      ") and val_loss; choose one of those, auto or none"));
+}
+
+}  // namespace
+
+std::string best_metric(const RunState& run) {
+  return best_choice(run).key;
 }
 
 bool improve_best(
@@ -184,15 +154,13 @@ bool improve_best(
     RunCounters& counters,
     const ValResult& v,
     int64_t step) {
-  const std::string m = best_metric(run);
-  if (m.empty())
+  const BestChoice choice = best_choice(run);
+  if (choice.key.empty())
     return false;
-  const double value = m == "val_dice"   ? v.dice
-                       : m == "val_loss" ? v.loss
-                       : m == "val_auc"  ? v.auc
-                                         : v.accuracy;
+  const double value = v.metric(choice.key);
   const std::string& mode = run.cfg.validation.best_mode;
-  const bool larger = mode == "max" || (mode == "auto" && m != "val_loss");
+  const bool larger =
+      mode == "max" || (mode == "auto" && choice.better == Better::kHigher);
   const double best = counters.best_value;
   if (std::isnan(value) ||
       (!std::isnan(best) && !(larger ? value > best : value < best)))
@@ -261,57 +229,27 @@ std::string describe_run(const RunState& m) {
     if (ti.context_features > 0)
       out << ", context features " << ti.context_features;
   }
-  if (ti.kind == SampleKind::kImages && !m.episodic() && !ti.paired) {
-    out << "; augment " << m.images.train.describe();
-  }
-  if (m.patches) {
-    const auto& p = m.cfg.data.patch_size;
-    out << "; patches " << p[0] << "x" << p[1] << "x" << p[2] << ", "
-        << m.cfg.data.patches_per_volume << " per volume, flip "
-        << m.cfg.data.flip << ", pos_fraction " << m.cfg.data.pos_fraction;
-  }
+  m.task->describe_data(m, out);
   out << "; prefetch " << m.cfg.data.prefetch << " batches on "
       << (m.cfg.data.prefetch > 0 ? m.cfg.data.read_threads : 0)
       << " reader thread(s)";
   if (m.val_data) {
     out << "; val '" << m.val_data->info().path << "' "
         << m.val_data->info().num_samples;
-    if (m.volume_rows()) {  // Note [Volume rows]
-      out << " rows of "
-          << describe_volume_rows(index_volume_rows(m.val_data->info()))
-          << ", Dice per volume";
-    }
-    if (m.patches) {
-      const auto r = m.roi();
-      out << " volume(s) " << (m.val_data->info().ragged ? "up to " : "")
-          << shape(m.val_data->info().sample_shape) << ", sliding window "
-          << r[0] << "x" << r[1] << "x" << r[2] << " overlap "
-          << m.cfg.validation.overlap << " " << m.cfg.validation.blend
-          << ", sums on " << m.cfg.validation.offload;
-    }
+    m.task->describe_val(m, out);
   }
   int64_t numel = 0;
   for (const auto& p : m.params)
     numel += p.numel();
   out << "\nmodel: " << m.cfg.model.name << " (";
   if (m.buffers.empty()) {
-    out << (m.patches ? "feature_size " : "hidden ")
-        << (m.patches ? m.cfg.model.feature_size : m.cfg.model.hidden)
-        << ", depth " << m.cfg.model.depth << ", norm " << m.cfg.model.norm;
+    out << m.task->describe_width(m) << ", depth " << m.cfg.model.depth
+        << ", norm " << m.cfg.model.norm;
   } else {  // the ResNets: fixed layers, batch-norm
     out << m.buffers.size() << " buffers (batch-norm statistics)";
   }
-  out << ", "
-      << (m.episodic()
-              ? m.cfg.model.head + " head on a " +
-                    std::to_string(m.cfg.model.embed_dim) + "-wide embedding"
-          : m.dual ? std::to_string(m.cfg.model.embed_dim) +
-                         "-wide embeddings, contrastive accumulation " +
-                         m.cfg.training.contrastive_accumulation
-          : m.binary() ? std::string("1 logit: binary")
-                       : std::to_string(m.num_classes) + " classes")
-      << "), " << numel << " parameters (" << format_bytes(numel * 4.0)
-      << " fp32)";
+  out << ", " << m.task->describe_outputs(m) << "), " << numel
+      << " parameters (" << format_bytes(numel * 4.0) << " fp32)";
   if (!m.frozen.empty()) {
     int64_t trained = 0;
     for (const auto& p : m.trainable)
@@ -327,8 +265,7 @@ std::string describe_run(const RunState& m) {
     out << ", label smoothing " << m.cfg.training.label_smoothing;
   out << "\nwindow: effective batch " << m.shape.effective_batch << " = "
       << m.comm.size() << " ranks x " << m.shape.accumulation_steps
-      << " micro-steps x " << m.shape.micro_batch
-      << (m.episodic() ? " episodes" : "");
+      << " micro-steps x " << m.shape.micro_batch << m.task->sample_word();
   if (m.shape.last_micro_smaller()) {
     out << " (last micro-batch smaller)";
   }

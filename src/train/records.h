@@ -9,6 +9,7 @@
 
 #include "memtrain/train/trainer.h"
 #include "run_state.h"
+#include "tasks/task.h"
 
 namespace memtrain {
 
@@ -18,16 +19,15 @@ nlohmann::json window_record(
 
 // A `type: "validation"` record, and the validation fields of the epoch
 // record `epoch_rec`; `line` gets the progress line's part.
+// The task's metrics (ValResult::metrics) go to both records, its details
+// to the validation record.
 nlohmann::json validation_record(
-    const RunState& run,
-    const ValResult& v,
-    nlohmann::json& epoch_rec,
-    std::string& line);
+    const ValResult& v, nlohmann::json& epoch_rec, std::string& line);
 
-// validation.best_metric resolved for this run ("val_dice",
-// "val_accuracy", "val_loss", or "" for none; auto: val_dice for volumes
-// and rows of volumes, val_accuracy otherwise). Throws memtrain::Error
-// when the run does not report it.
+// validation.best_metric resolved for this run: a metric of the task's
+// with a direction, "val_loss", or "" for none; auto: the task's first
+// metric with a direction. Throws memtrain::Error when the run does not
+// report it.
 std::string best_metric(const RunState& run);
 
 // Whether `v` beats the best so far (`counters.best_value`, NaN: none) by

@@ -15,9 +15,7 @@
 #include <vector>
 
 #include "memtrain/config/train_config.h"
-#include "memtrain/data/episodes.h"
 #include "memtrain/data/h5_dataset.h"
-#include "memtrain/data/patch_sampler.h"
 #include "memtrain/data/sharded_sampler.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/dist/communicator.h"
@@ -25,13 +23,10 @@
 #include "memtrain/memory/budget.h"
 #include "memtrain/memory/monitor.h"
 #include "memtrain/memory/planner.h"
-#include "memtrain/model/dual_encoder.h"
-#include "memtrain/model/fewshot_head.h"
 #include "memtrain/model/models.h"
 #include "memtrain/train/batch_loader.h"
 #include "memtrain/train/image_augment.h"
 #include "memtrain/train/loss_scaler.h"
-#include "memtrain/train/losses.h"
 #include "memtrain/train/oom_guard.h"
 #include "memtrain/train/prefetcher.h"
 #include "memtrain/train/trainer.h"
@@ -39,9 +34,11 @@
 
 namespace memtrain {
 
+class Task;
+
 struct RunState {
-  RunState(const TrainConfig& c, Communicator& cm, const Placement& p)
-      : cfg(c), comm(cm), placement(p) {}
+  RunState(const TrainConfig& c, Communicator& cm, const Placement& p);
+  ~RunState();
 
   const TrainConfig cfg;
   Communicator& comm;
@@ -50,27 +47,18 @@ struct RunState {
 
   std::optional<H5Dataset> train_data;
   std::optional<H5Dataset> val_data;
-  std::unique_ptr<PatchSampler> patches;  // volumes
   // NaN/Inf in the samples read (training.nonfinite).
   FiniteCheck train_finite{"data.train", cfg.training.nonfinite == "stop"};
   FiniteCheck val_finite{"data.val", cfg.training.nonfinite == "stop"};
+  // What differs between kinds of run (tasks/task.h), chosen from the
+  // config and data.train. Declared before what reads the samplers it owns.
+  std::unique_ptr<Task> task;
   std::unique_ptr<SampleSource> source;
   std::unique_ptr<Prefetcher> loader;
   int64_t num_classes = 0;  // the model's outputs (1: binary)
-  // Classifiers of rows: softmax or one logit (model.num_classes 1), and
-  // training.label_smoothing.
-  ClassificationLoss classification;
   // /images rows: what RowSource does to training and validation samples
   // (Note [Image augmentation]).
   ImageTransforms images;
-  // Few-shot (data.episodes.n_way > 0; Note [Episodes]): the classes'
-  // rows, their split, the training and validation episodes, the model.
-  ClassRows class_rows;
-  ClassSplit class_split;
-  std::unique_ptr<EpisodeSampler> episodes, val_episodes;
-  std::shared_ptr<FewShotModel> fewshot;
-  // Pair files (model.name dual_encoder): the model, as run.model too.
-  std::shared_ptr<DualEncoder> dual;
 
   std::shared_ptr<Classifier> model;
   std::vector<at::Tensor> params;     // all of them, registration order
@@ -90,29 +78,6 @@ struct RunState {
   WindowShape shape;  // micro-batch and steps set by planning
   MemoryPlan plan;    // what planning decided and measured
 
-  bool volumes() const {
-    return train_data->info().kind == SampleKind::kVolumes;
-  }
-  bool episodic() const {
-    return cfg.data.episodes.n_way > 0;
-  }
-  // data.val's rows belong to volumes: validation is per volume (Note
-  // [Volume rows]).
-  bool volume_rows() const {
-    return val_data && !episodic() && val_data->info().has_volume_rows;
-  }
-  EpisodeShape episode_shape() const {
-    const EpisodeConfig& e = cfg.data.episodes;
-    return {e.n_way, e.k_shot, e.n_query};
-  }
-  // Note [Exact contrastive accumulation]: a dual encoder whose windows
-  // are one contrastive batch.
-  bool contrastive_exact() const {
-    return dual && cfg.training.contrastive_accumulation == "exact";
-  }
-  bool binary() const {
-    return classification.binary;
-  }
   bool amp_on() const {
     return cfg.training.amp != "off";
   }
@@ -131,7 +96,6 @@ struct RunCounters {
   memory::Monitor monitor;
   std::vector<at::Tensor> test_leak;  // memory.test_leak_kib_per_window
   bool test_oom_done = false;         // memory.test_oom_rank
-  bool auc_warned = false;  // val_auc undefined (one class): warned once
   // best.safetensors: its metric's value (NaN: none yet) and step; carried
   // in checkpoints.
   double best_value = std::numeric_limits<double>::quiet_NaN();
@@ -156,13 +120,12 @@ Batch load_batch(
     Prefetcher& from,
     int64_t epoch,
     const std::vector<int64_t>& ids);
+// A host batch copied to the placement's device.
+Batch to_device(const RunState& run, const Batch& host);
 // The model under autocast (training.amp) on the placement's device type;
 // float32 logits.
 at::Tensor forward(
     RunState& run, const at::Tensor& x, const at::Tensor& context);
-// Sum over the batch of the per-sample loss.
-at::Tensor loss_sum(
-    const RunState& run, const at::Tensor& logits, const at::Tensor& y);
 // Read, forward, backward of the weighted, scaled loss; returns the
 // unweighted loss sum. Everything it creates is freed when it returns.
 double micro_step(
@@ -170,34 +133,6 @@ double micro_step(
     int64_t epoch,
     const std::vector<int64_t>& indices,
     double weight);
-
-// --- exact contrastive accumulation (contrastive.cpp) ----------------------
-
-// Note [Exact contrastive accumulation]. This rank's micro-batches
-// `batches` of window `wp`, run twice: embedded without a graph, the
-// window's embeddings gathered from every rank, the loss of the whole
-// window and its gradient with respect to the embeddings computed, then
-// each micro-batch re-run with its graph and back-propagated from its rows'
-// embedding gradients. `before_step(k)` runs before re-run k's forward.
-// Collective (one all-gather). Returns this rank's rows' share of the
-// window's loss sum.
-double contrastive_steps(
-    RunState& run,
-    const WindowPlan& wp,
-    const std::vector<std::vector<int64_t>>& batches,
-    double weight,
-    const std::function<void(size_t)>& before_step);
-// The pair ids of dataset rows `rows` (DatasetInfo::row_labels, or the row
-// index when the file has no /pair_ids), int64 on `device`.
-at::Tensor pair_ids(
-    const DatasetInfo& info,
-    const std::vector<int64_t>& rows,
-    const c10::Device& device);
-// Collective. Validation of a dual encoder on data.val: every row embedded
-// (one batch at a time on the device, embeddings kept in host memory),
-// gathered; loss = the symmetric InfoNCE of the whole validation set as
-// one batch, accuracy = top-1 retrieval (a -> b and b -> a, averaged).
-ValResult validate_pairs(RunState& run, RunCounters& counters);
 
 // --- the window (window.cpp) -----------------------------------------------
 
@@ -223,16 +158,12 @@ void release_cache_if_due(const RunState& run, bool before_validation);
 // --- validation (validate.cpp)
 // -------------------------------------------------
 
-// Collective. Validates on data.val: rows (loss, accuracy) or whole volumes
-// (sliding window, Dice); halves the batch on OOM (counters.val_micro).
-// With overlay_epoch >= 0 each rank writes its volumes' overlays into
+// Collective. The task's validation (Task::validate), the model in eval
+// mode; halves the batch on OOM (counters.val_micro). With overlay_epoch >=
+// 0 each rank writes its volumes' overlays into
 // output.dir/val/epoch-<overlay_epoch + 1> (Note [Validation overlays]).
 ValResult validate(
     RunState& run, RunCounters& counters, int64_t overlay_epoch = -1);
-// Local: the class probabilities (K, D, H, W), host memory, of one volume
-// ((C, D, H, W) float32, host memory) by the validator's sliding window
-// (volume_probs), the model in eval mode; `memtrain predict`.
-at::Tensor predict_volume(RunState& run, const at::Tensor& volume);
 // How validation halves its batch on OOM; the message names `least`, the
 // smallest batch ("batch 1", "one episode").
 OomRetry validation_oom_retry(const RunState& run, const std::string& least);
@@ -247,30 +178,6 @@ int64_t for_each_val_batch(
     RunCounters& counters,
     const std::vector<int64_t>& rows,
     const std::function<void(const Batch&, size_t)>& fn);
-
-// --- rows that belong to volumes (volume_rows.cpp) ---------------------------
-
-// Collective. Note [Volume rows]: volume v (of the distinct ids, ascending)
-// on rank v mod world; per-volume Dice, its means, loss and accuracy over
-// rows, exact over ranks. With `dump_dir`, each rank writes its volumes'
-// prediction grids there (data/FORMAT.md).
-ValResult validate_volume_rows(
-    RunState& run, RunCounters& counters, const std::string& dump_dir);
-
-// --- few-shot episodes (episodic.cpp) --------------------------------------
-
-// Splits data.train's classes, builds the episode samplers and the episode
-// source; validation episodes read a second handle of data.train
-// (run.val_data). Throws memtrain::Error (a class too small, too few
-// classes, volumes or context features).
-void set_up_episodes(RunState& run);
-// Collective. validation.episodes episodes of the validation classes,
-// episode v on rank v mod world; mean accuracy and its 95% interval over
-// all of them, exact (each episode counted once).
-ValResult validate_episodes(RunState& run, RunCounters& counters);
-// Writes `path` (atomically): the episode shape and the training and
-// validation classes.
-void write_episode_classes(const RunState& run, const std::string& path);
 
 // --- planning (planning.cpp) -------------------------------------------------
 

@@ -25,6 +25,7 @@
 #include "records.h"
 #include "run_checkpoint.h"
 #include "run_state.h"
+#include "tasks/task.h"
 
 namespace memtrain {
 namespace {
@@ -188,8 +189,7 @@ void Trainer::Impl::start_run() {
     write_file_atomically(
         r.cfg.output.dir + "/memory_plan.json",
         plan_json(r, counters).dump(2) + "\n");
-    if (r.episodic())  // the class split, for inspection
-      write_episode_classes(r, r.cfg.output.dir + "/episodes.json");
+    r.task->write_run_files(r, r.cfg.output.dir);  // episodes.json
     const std::string path = r.cfg.output.dir + "/metrics.jsonl";
     if (start.resumed)
       trim_metrics(path, start);
@@ -197,11 +197,9 @@ void Trainer::Impl::start_run() {
     out.dir = r.cfg.output.dir;
     out.resumed = start.resumed;
     out.resume_step = start.step;
-    if (r.volumes() || r.volume_rows()) {
-      out.dice_classes =
-          metrics_class_names(r.train_data->info().class_names, r.num_classes);
-    }
-    out.auc = r.binary();
+    for (const MetricSpec& spec : r.task->metrics())
+      out.val_metrics.push_back(spec.key);
+    out.dice_classes = r.task->dice_classes(r);
     out.budget_bytes = r.budget.limited() ? r.budget.bytes : 0;
     metrics = std::make_unique<MetricsLog>(out);
     if (!pretrained.is_null())
@@ -364,8 +362,9 @@ void Trainer::Impl::end_epoch(
   out << "epoch " << e.index + 1 << "/" << epochs << " done: train loss "
       << e.loss / e.samples;
   std::string line = out.str();
-  if (r.val_data && ((e.index + 1) % r.cfg.validation.every_epochs == 0 ||
-                     e.index + 1 == epochs)) {
+  if (r.task->cannot_validate(r).empty() &&
+      ((e.index + 1) % r.cfg.validation.every_epochs == 0 ||
+       e.index + 1 == epochs)) {
     const auto val_start = Clock::now();
     release_cache_if_due(r, /*before_validation=*/true);
     broadcast_buffers(r.comm, r.buffers);  // validate rank 0's statistics
@@ -378,7 +377,7 @@ void Trainer::Impl::end_epoch(
     v.epoch = e.index;
     v.seconds = seconds_since(val_start);
     summary.validations.push_back(v);
-    nlohmann::json vrec = validation_record(r, v, rec, line);
+    nlohmann::json vrec = validation_record(v, rec, line);
     if (improve_best(r, counters, v, step)) {
       // Written before the epoch's checkpoint, which records it as the best.
       if (writer) {
@@ -471,12 +470,15 @@ void Trainer::load_weights(const std::string& path) {
   impl_->pretrained_done = true;  // these weights, not model.pretrained
 }
 
+std::string Trainer::cannot_validate() const {
+  return impl_->run->task->cannot_validate(*impl_->run);
+}
+
 std::string Trainer::evaluate(std::string* line) {
   Impl& m = *impl_;
   RunState& r = *m.run;
-  MT_CHECK(
-      r.val_data || r.episodic(),
-      "eval: data.val is empty: nothing to validate (set data.val)");
+  const std::string why_not = cannot_validate();
+  MT_CHECK(why_not.empty(), "eval: ", why_not);
   prepare();  // the validation batch, as in training
   memory::DeviceScope device;
   const auto start = Clock::now();
@@ -485,7 +487,7 @@ std::string Trainer::evaluate(std::string* line) {
   v.seconds = seconds_since(start);
   nlohmann::json unused;
   std::string text;  // ", val loss ..., val accuracy ..."
-  nlohmann::json rec = validation_record(r, v, unused, text);
+  nlohmann::json rec = validation_record(v, unused, text);
   rec["type"] = "eval";
   rec.erase("epoch");
   rec["ranks"] = r.comm.size();
@@ -496,7 +498,7 @@ std::string Trainer::evaluate(std::string* line) {
 
 at::Tensor Trainer::predict_volume(const at::Tensor& volume) {
   memory::DeviceScope device;
-  return memtrain::predict_volume(*impl_->run, volume);
+  return impl_->run->task->predict_volume(*impl_->run, volume);
 }
 
 int64_t Trainer::num_classes() const {

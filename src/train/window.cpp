@@ -13,6 +13,7 @@
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
 #include "run_state.h"
+#include "tasks/task.h"
 
 namespace memtrain {
 namespace {
@@ -115,14 +116,8 @@ double accumulate(
         run.grad_sync->arm();
       ++r.micro_steps;
     };
-    if (run.contrastive_exact()) {  // Note [Exact contrastive accumulation]
-      loss = contrastive_steps(run, wp, batches, weight, before_step);
-      return;
-    }
-    for (size_t k = 0; k < batches.size(); ++k) {
-      before_step(k);
-      loss += micro_step(run, wp.epoch, batches[k], weight);
-    }
+    // K micro-steps, or the task's own window (Note [Tasks]).
+    loss = run.task->accumulate(run, wp, batches, weight, before_step);
   });
   if (micro != run.shape.micro_batch)
     run.shape = run.shape.with_micro(micro);  // for the rest of the run
@@ -192,8 +187,7 @@ void update(
           run.trainable, run.cfg.training.grad_clip_norm);
     }
     run.optimizer->step();
-    if (run.dual)
-      run.dual->clamp_logit_scale();
+    run.task->after_update();
   }
   r.skipped = !finite;
   scaler.update(finite);

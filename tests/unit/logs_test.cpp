@@ -161,6 +161,7 @@ TEST(MetricsLog, CsvRowsCarryTheEpochOnItsLastWindowAndRebuildOnResume) {
   test::TempDir dir("csv");
   MetricsOutputs out;
   out.dir = dir.path();
+  out.val_metrics = {"val_dice"};
   out.dice_classes = metrics_class_names({"bg", "liver"}, 3);
   out.draw_progress = false;
   EXPECT_EQ(out.dice_classes, (std::vector<std::string>{"bg", "liver", "2"}));

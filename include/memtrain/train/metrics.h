@@ -36,10 +36,12 @@ struct MetricsOutputs {
   // starts with a SessionLog START at resume_step + 1 (0 when not resumed).
   bool resumed = false;
   int64_t resume_step = 0;
-  // Names of the classes whose validation Dice is logged (volumes); empty
-  // for row data. metrics_class_names() gives them.
+  // The task's validation metrics (ValMetric::key), in its order: CSV
+  // columns after val_loss, TensorBoard tags val/<key without "val_">.
+  std::vector<std::string> val_metrics;
+  // Names of the classes whose validation Dice is logged per class
+  // (val_dice_per_class); empty for none. metrics_class_names() gives them.
   std::vector<std::string> dice_classes;
-  bool auc = false;          // a binary classifier: the val_auc column
   int64_t budget_bytes = 0;  // 0: no budget
   bool draw_progress = true;
 };
@@ -57,10 +59,11 @@ std::string csv_field(const std::string& s);
 std::vector<std::string> metrics_class_names(
     const std::vector<std::string>& names, int64_t num_classes);
 
-// metrics.csv's columns for these Dice classes (and, with `auc`, the
-// binary classifier's val_auc).
+// metrics.csv's columns: the window's, train_loss, val_loss, the task's
+// metrics, then val_dice_<class> for these Dice classes.
 std::vector<std::string> metrics_csv_header(
-    const std::vector<std::string>& dice_classes, bool auc = false);
+    const std::vector<std::string>& val_metrics,
+    const std::vector<std::string>& dice_classes);
 
 class MetricsLog {
  public:

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -68,33 +67,37 @@ struct WindowResult {
   std::vector<int64_t> micro_step_start_bytes;
 };
 
+// Which way a validation metric improves. validation.best_metric chooses
+// among those with a direction.
+enum class Better { kHigher, kLower, kNone };
+
+// One named figure of a validation (Note [Tasks]): the epoch and
+// validation records' field `key` (null when NaN), the metrics.csv column
+// `key`, the TensorBoard tag val/<key without "val_">, and `text` on the
+// progress line (empty: none).
+struct ValMetric {
+  std::string key;
+  double value = 0.0;
+  Better better = Better::kNone;
+  std::string text;
+};
+
 struct ValResult {
   int64_t epoch = 0;
   double loss = 0.0;
-  double accuracy = 0.0;  // classifiers
-  // Binary classifiers: ROC AUC over the whole validation set (NaN: one
-  // class only).
-  double auc = 0.0;
-  // Few-shot: accuracy is the mean over episodes, with the half-width of
-  // its 95% confidence interval, 1.96 x std / sqrt(episodes).
-  double accuracy_ci95 = 0.0;
-  int64_t episodes = 0;
-  int64_t samples = 0;      // samples, or volumes
+  int64_t samples = 0;      // samples, volumes or episodes
   int64_t oom_retries = 0;  // validation batch halvings on this rank
   int64_t batch = 0;  // this rank's validation batch (sw_batch) at the end
-  // Volumes: hard Dice per class and its mean over the foreground classes
-  // (see train/validator.h).
-  double dice = 0.0;
-  std::vector<double> dice_per_class;
   int64_t device_peak = 0;  // device-domain peak bytes of the validation
   double seconds = 0.0;
-  // Rows that belong to volumes (data/FORMAT.md): dice and
-  // dice_per_class as for volumes; each volume's Dice (the mean over its
-  // counted foreground classes; NaN: none counted) by volume id, their
-  // mean over the volumes that have one, and the number of volumes.
-  std::map<int64_t, double> volume_dice;
-  double volume_dice_mean = 0.0;
-  int64_t volumes = 0;
+  // The task's metrics besides the loss, in its order.
+  std::vector<ValMetric> metrics;
+  // The validation record's task-specific fields (per class, per volume,
+  // counts): a JSON object's text, or "" for none.
+  std::string details;
+  // The value of metric `key` (val_loss included). Throws memtrain::Error
+  // when this validation does not report it.
+  double metric(const std::string& key) const;
 };
 
 struct TrainSummary {
@@ -159,6 +162,10 @@ class Trainer {
   // in place of model.pretrained. Throws memtrain::Error naming what
   // differs.
   void load_weights(const std::string& path);
+
+  // Empty when this run can validate (data.val, or validation episodes);
+  // else why not and the fix.
+  std::string cannot_validate() const;
 
   // Collective: the validation of a training run (validate()) on data.val
   // with the model as it is, nothing written. Returns the record as JSON

@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -11,7 +13,7 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/oom_guard.h"
 #include "memtrain/util/error.h"
-#include "run_state.h"
+#include "volume_rows.h"
 
 namespace memtrain {
 namespace {
@@ -53,7 +55,10 @@ double foreground_mean(const std::vector<double>& dice) {
 }  // namespace
 
 ValResult validate_volume_rows(
-    RunState& run, RunCounters& counters, const std::string& dump_dir) {
+    RunState& run,
+    RunCounters& counters,
+    const ClassificationLoss& how,
+    const std::string& dump_dir) {
   const DatasetInfo& info = run.val_data->info();
   const VolumeRowIndex index = index_volume_rows(info);
   const int64_t k = run.num_classes;
@@ -82,8 +87,8 @@ ValResult validate_volume_rows(
         at::Tensor classes, ce;
         {
           const at::Tensor logits = forward(run, b.x, b.context);
-          const at::Tensor row_loss = classification_loss(
-              logits, b.y, run.classification, /*per_sample=*/true);
+          const at::Tensor row_loss =
+              classification_loss(logits, b.y, how, /*per_sample=*/true);
           classes = run.placement.to_host(logits.argmax(1));
           ce = run.placement.to_host(row_loss.to(torch::kFloat64));
         }  // the logits and losses leave the device here
@@ -141,11 +146,15 @@ ValResult validate_volume_rows(
 
   // Every rank scores the same table in the same order: the result does
   // not depend on the number of ranks.
-  ValResult r;
   double loss_sum = 0.0, rows_all = 0.0, correct = 0.0;
   std::vector<double> class_sum(k, 0.0), class_n(k, 0.0);
   double volume_sum = 0.0;
   int64_t volume_n = 0;
+  // NaN (a class or volume with nothing to score) is written as null.
+  auto number = [](double d) {
+    return std::isnan(d) ? nlohmann::json(nullptr) : nlohmann::json(d);
+  };
+  nlohmann::json per_volume = nlohmann::json::object();
   for (int64_t v = 0; v < nv; ++v) {
     const double* slot = all + v * width;
     loss_sum += slot[0];
@@ -159,23 +168,44 @@ ValResult validate_volume_rows(
       }
     }
     const double d = foreground_mean(dice);
-    r.volume_dice[index.ids[v]] = d;
+    per_volume[std::to_string(index.ids[v])] = number(d);
     if (!std::isnan(d)) {
       volume_sum += d;
       ++volume_n;
     }
   }
-  for (int64_t c = 0; c < k; ++c)
-    r.dice_per_class.push_back(
-        class_n[c] > 0 ? class_sum[c] / class_n[c] : kNaN);
-  r.dice = foreground_mean(r.dice_per_class);
-  r.volume_dice_mean = volume_n > 0 ? volume_sum / volume_n : kNaN;
-  r.volumes = nv;
+  std::vector<double> dice_per_class;
+  nlohmann::json per_class = nlohmann::json::array();
+  for (int64_t c = 0; c < k; ++c) {
+    dice_per_class.push_back(class_n[c] > 0 ? class_sum[c] / class_n[c] : kNaN);
+    per_class.push_back(number(dice_per_class.back()));
+  }
+  const double dice = foreground_mean(dice_per_class);
+  const double accuracy = rows_all > 0 ? correct / rows_all : 0.0;
+  ValResult r;
   r.loss = rows_all > 0 ? loss_sum / rows_all : 0.0;
-  r.accuracy = rows_all > 0 ? correct / rows_all : 0.0;
   r.samples = static_cast<int64_t>(rows_all);
   r.oom_retries = retries;
   r.batch = counters.val_micro;
+  r.metrics = {
+      val_metric(
+          "val_dice",
+          dice,
+          Better::kHigher,
+          "val Dice",
+          " (" + std::to_string(nv) + " volumes)"),
+      val_metric("val_accuracy", accuracy, Better::kHigher, "val accuracy")};
+  r.details =
+      nlohmann::json({
+                         {"val_dice_per_class", per_class},
+                         {"val_dice_volumes", per_volume},
+                         {"val_dice_volume_mean",
+                          number(volume_n > 0 ? volume_sum / volume_n : kNaN)},
+                         {"val_volumes", nv},
+                         {"val_samples", r.samples},
+                         {"val_batch", r.batch},
+                     })
+          .dump();
   return r;
 }
 

@@ -1,14 +1,19 @@
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Context.h>
+// Contrastive pairs (model.name=dual_encoder on a pair file): the
+// symmetric InfoNCE of a window, exactly or per micro-batch
+// (training.contrastive_accumulation), the logit scale clamped after each
+// update, retrieval accuracy on data.val.
+
 #include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
 
 #include <numeric>
 
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/model/dual_encoder.h"
 #include "memtrain/train/losses.h"
-#include "memtrain/train/oom_guard.h"
 #include "memtrain/util/error.h"
-#include "run_state.h"
+#include "task.h"
 
 namespace memtrain {
 
@@ -48,29 +53,18 @@ namespace memtrain {
 
 namespace {
 
-struct GeneratorStates {
-  at::Tensor cpu, device;
-};
-
-GeneratorStates save_rng(const Placement& placement) {
-  memory::HostScope host;
-  GeneratorStates s;
-  s.cpu = at::detail::getDefaultCPUGenerator().get_state();
-  if (placement.is_cuda()) {
-    s.device =
-        at::globalContext().defaultGenerator(placement.device()).get_state();
+// The pair ids of dataset rows `rows` (DatasetInfo::row_labels, or the row
+// index when the file has no /pair_ids), int64 on `device`.
+at::Tensor pair_ids(
+    const DatasetInfo& info,
+    const std::vector<int64_t>& rows,
+    const c10::Device& device) {
+  std::vector<int64_t> ids(rows);
+  if (!info.row_labels.empty()) {
+    for (int64_t& r : ids)
+      r = info.row_labels[r];
   }
-  return s;
-}
-
-void restore_rng(const Placement& placement, const GeneratorStates& s) {
-  at::Generator cpu = at::detail::getDefaultCPUGenerator();  // a handle
-  cpu.set_state(s.cpu);
-  if (s.device.defined()) {
-    at::Generator dev =
-        at::globalContext().defaultGenerator(placement.device());
-    dev.set_state(s.device);
-  }
+  return torch::tensor(ids, torch::kInt64).to(device);
 }
 
 // A host copy of a prefetched batch, kept for the re-run (the prefetcher's
@@ -84,30 +78,84 @@ Batch keep(const Batch& b) {
   return out;
 }
 
-Batch on_device(const RunState& run, const Batch& host) {
-  Batch d;
-  d.x = run.placement.to_device(host.x);
-  d.y = run.placement.to_device(host.y);
-  if (host.context.defined())
-    d.context = run.placement.to_device(host.context);
-  return d;
-}
+class PairTask : public Task {
+ public:
+  explicit PairTask(const TrainConfig& cfg)
+      : exact_(cfg.training.contrastive_accumulation == "exact") {}
 
-}  // namespace
-
-at::Tensor pair_ids(
-    const DatasetInfo& info,
-    const std::vector<int64_t>& rows,
-    const c10::Device& device) {
-  std::vector<int64_t> ids(rows);
-  if (!info.row_labels.empty()) {
-    for (int64_t& r : ids)
-      r = info.row_labels[r];
+  void set_up(RunState& run) override {
+    open_val_data(run);
+    resolve_num_classes(run, /*binary=*/false);
+    run.images = resolve_image_transforms(
+        run.cfg, run.train_data->info(), /*episodes_or_pairs=*/true);
+    run.source = std::make_unique<RowSource>(
+        *run.train_data, run.images.train, &run.train_finite);
   }
-  return torch::tensor(ids, torch::kInt64).to(device);
-}
 
-double contrastive_steps(
+  std::shared_ptr<Classifier> make_model(const RunState& run) override {
+    dual_ = make_dual_encoder(run.cfg.model, model_input(run));
+    return dual_;
+  }
+
+  int64_t samples_per_epoch(const RunState& run) const override {
+    return run.train_data->info().num_samples;
+  }
+
+  // The symmetric InfoNCE of the micro-batch (logits: embeddings (n, 2,
+  // d); y: pair ids): contrastive_accumulation=local, and the planner's
+  // probes.
+  at::Tensor loss_sum(
+      const at::Tensor& logits, const at::Tensor& y) const override {
+    return contrastive_losses(logits, dual_->logit_scale(), y).sum();
+  }
+
+  double accumulate(
+      RunState& run,
+      const WindowPlan& wp,
+      const std::vector<std::vector<int64_t>>& batches,
+      double weight,
+      const std::function<void(size_t)>& before_step) override {
+    if (!exact_)
+      return Task::accumulate(run, wp, batches, weight, before_step);
+    return exact_window(run, wp, batches, weight, before_step);
+  }
+
+  void after_update() override {
+    dual_->clamp_logit_scale();
+  }
+
+  std::vector<MetricSpec> metrics() const override {
+    return {{"val_accuracy", Better::kHigher}};
+  }
+
+  std::string kind_words() const override {
+    return "a dual encoder";
+  }
+
+  ValResult validate(
+      RunState& run, RunCounters& counters, const std::string&) override;
+
+  std::string describe_outputs(const RunState& run) const override {
+    return std::to_string(run.cfg.model.embed_dim) +
+           "-wide embeddings, contrastive accumulation " +
+           run.cfg.training.contrastive_accumulation;
+  }
+
+ private:
+  // Note [Exact contrastive accumulation]. Collective (one all-gather).
+  // Returns this rank's rows' share of the window's loss sum.
+  double exact_window(
+      RunState& run,
+      const WindowPlan& wp,
+      const std::vector<std::vector<int64_t>>& batches,
+      double weight,
+      const std::function<void(size_t)>& before_step);
+
+  const bool exact_;
+  std::shared_ptr<DualEncoder> dual_;
+};
+
+double PairTask::exact_window(
     RunState& run,
     const WindowPlan& wp,
     const std::vector<std::vector<int64_t>>& batches,
@@ -119,7 +167,7 @@ double contrastive_steps(
   const auto on = torch::TensorOptions().device(run.placement.device());
 
   // 1. Embed without a graph.
-  const GeneratorStates rng = save_rng(run.placement);
+  const RngState rng = run.placement.rng_state();
   std::vector<Batch> kept;
   at::Tensor mine = torch::zeros({mine_n, 2, d}, on);
   {
@@ -132,7 +180,7 @@ double contrastive_steps(
         kept.push_back(keep(b));
         run.loader->recycle(std::move(b));
       }
-      const Batch dev = on_device(run, kept.back());
+      const Batch dev = to_device(run, kept.back());
       const int64_t m = static_cast<int64_t>(ids.size());
       mine.narrow(0, row, m).copy_(forward(run, dev.x, dev.context));
       row += m;
@@ -145,7 +193,7 @@ double contrastive_steps(
   mine = at::Tensor();
 
   // 3. The loss of the whole window and its gradients.
-  const at::Tensor& scale = run.dual->logit_scale();
+  const at::Tensor& scale = dual_->logit_scale();
   const at::Tensor losses = contrastive_losses(
       all,
       scale,
@@ -162,11 +210,11 @@ double contrastive_steps(
   const at::Tensor grad_mine = grads[0].narrow(0, wp.rank_offset, mine_n);
 
   // 4. Each micro-batch again, with its graph, from its embeddings' gradient.
-  restore_rng(run.placement, rng);
+  run.placement.set_rng_state(rng);
   int64_t row = 0;
   for (size_t k = 0; k < kept.size(); ++k) {
     before_step(k);
-    Batch dev = on_device(run, kept[k]);
+    Batch dev = to_device(run, kept[k]);
     const int64_t m = dev.x.size(0);
     const at::Tensor z = forward(run, dev.x, dev.context);
     dev = Batch();
@@ -176,7 +224,12 @@ double contrastive_steps(
   return loss;
 }
 
-ValResult validate_pairs(RunState& run, RunCounters& counters) {
+// Every row embedded (one batch at a time on the device, embeddings kept in
+// host memory), gathered; loss = the symmetric InfoNCE of the whole
+// validation set as one batch, accuracy = top-1 retrieval (a -> b and b ->
+// a, averaged).
+ValResult PairTask::validate(
+    RunState& run, RunCounters& counters, const std::string&) {
   const H5Dataset& data = *run.val_data;
   const int64_t n = data.info().num_samples;
   const int64_t begin = n * run.comm.rank() / run.comm.size();
@@ -196,6 +249,7 @@ ValResult validate_pairs(RunState& run, RunCounters& counters) {
         mine.narrow(0, static_cast<int64_t>(first), b.size()).copy_(z.cpu());
       });
   ValResult r;
+  double accuracy = 0.0;
   {
     // The whole validation set as one contrastive batch, on the host
     // (n x n logits: about 3 n^2 x 4 bytes while it is scored).
@@ -205,20 +259,29 @@ ValResult validate_pairs(RunState& run, RunCounters& counters) {
     for (int64_t i = 0; i < n; ++i)
       rows[i] = i;
     const at::Tensor ids = pair_ids(data.info(), rows, torch::kCPU);
-    const at::Tensor scale = run.dual->logit_scale().detach().cpu();
+    const at::Tensor scale = dual_->logit_scale().detach().cpu();
     r.loss = contrastive_losses(all, scale, ids).mean().item<double>();
     // Top-1 retrieval: the nearest b of each a is its own pair (and the
     // other way round); rows of the same pair id count as that pair.
     const at::Tensor sim = all.select(1, 0).mm(all.select(1, 1).t());
     const at::Tensor a_hit = ids.index_select(0, sim.argmax(1)).eq(ids);
     const at::Tensor b_hit = ids.index_select(0, sim.argmax(0)).eq(ids);
-    r.accuracy = (a_hit.sum().item<double>() + b_hit.sum().item<double>()) /
-                 (2.0 * static_cast<double>(n));
+    accuracy = (a_hit.sum().item<double>() + b_hit.sum().item<double>()) /
+               (2.0 * static_cast<double>(n));
   }
   r.samples = n;
   r.oom_retries = retries;
   r.batch = counters.val_micro;
+  r.metrics = {
+      val_metric("val_accuracy", accuracy, Better::kHigher, "val accuracy")};
+  r.details = nlohmann::json({{"val_samples", r.samples}}).dump();
   return r;
+}
+
+}  // namespace
+
+std::unique_ptr<Task> make_pair_task(const TrainConfig& cfg) {
+  return std::make_unique<PairTask>(cfg);
 }
 
 }  // namespace memtrain

@@ -1,0 +1,214 @@
+// Segmentation of volumes: random patches (PatchSampler), Dice +
+// cross-entropy per patch, whole-volume validation by sliding window (Note
+// [Whole-volume validation]), `memtrain predict`.
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "memtrain/data/patch_sampler.h"
+#include "memtrain/model/unet3d.h"
+#include "memtrain/train/losses.h"
+#include "memtrain/train/metrics.h"
+#include "memtrain/train/validator.h"
+#include "memtrain/util/error.h"
+#include "memtrain/util/rank_log.h"
+#include "task.h"
+
+namespace memtrain {
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    t += (i ? "," : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+class VolumeTask : public Task {
+ public:
+  void set_up(RunState& run) override {
+    const TrainConfig& cfg = run.cfg;
+    const DatasetInfo& ti = run.train_data->info();
+    const std::string warn =
+        run.train_data->patch_layout_warning(cfg.data.patch_size);
+    if (!warn.empty())
+      log_event("warning: data.train: " + warn, /*echo=*/run.comm.rank() == 0);
+    // Validation volumes may have any size, not their channels.
+    open_val_data(run, /*channels_only=*/true);
+    resolve_num_classes(run, /*binary=*/false);
+    run.images = resolve_image_transforms(cfg, ti, false);
+    MT_CHECK(
+        cfg.model.in_channels == 0 ||
+            cfg.model.in_channels == ti.sample_shape[0],
+        "model.in_channels=",
+        cfg.model.in_channels,
+        " but the volumes of data.train '",
+        ti.path,
+        "' have ",
+        ti.sample_shape[0],
+        " channel(s); set it to ",
+        ti.sample_shape[0],
+        " or 0 (from the data)");
+    // The U-Net halves the patch depth-1 times: check the training patch
+    // and the validation window now, not after an epoch.
+    const int64_t div = unet3d_divisor(cfg.model.depth);
+    const std::array<int64_t, 3> window = run.roi();
+    for (int i = 0; i < 3; ++i) {
+      MT_CHECK(
+          cfg.data.patch_size[i] % div == 0 && window[i] % div == 0,
+          "data.patch_size=[",
+          cfg.data.patch_size[0],
+          ", ",
+          cfg.data.patch_size[1],
+          ", ",
+          cfg.data.patch_size[2],
+          "] and validation.roi=[",
+          window[0],
+          ", ",
+          window[1],
+          ", ",
+          window[2],
+          "] must be multiples of ",
+          div,
+          " on every axis: model.depth=",
+          cfg.model.depth,
+          " halves them ",
+          cfg.model.depth - 1,
+          " time(s)");
+    }
+    patches_ = std::make_unique<PatchSampler>(
+        *run.train_data,
+        cfg.data.patch_size,
+        cfg.data.patches_per_volume,
+        cfg.data.pos_fraction,
+        static_cast<uint64_t>(cfg.data.seed),
+        cfg.data.flip);
+    run.source = std::make_unique<PatchSource>(
+        *run.train_data, *patches_, &run.train_finite);
+  }
+
+  // The model sees patches.
+  std::shared_ptr<Classifier> make_model(const RunState& run) override {
+    std::vector<int64_t> shape = {run.train_data->info().sample_shape[0]};
+    const auto& p = run.cfg.data.patch_size;
+    shape.insert(shape.end(), p.begin(), p.end());
+    return memtrain::make_model(run.cfg.model, model_input(run, shape));
+  }
+
+  int64_t samples_per_epoch(const RunState&) const override {
+    return patches_->num_samples();
+  }
+
+  // A per-sample Dice, so that Note [Window weighting] holds.
+  at::Tensor loss_sum(
+      const at::Tensor& logits, const at::Tensor& y) const override {
+    return dice_ce_loss_sum(logits, y);
+  }
+
+  std::vector<MetricSpec> metrics() const override {
+    return {{"val_dice", Better::kHigher}};
+  }
+
+  std::string kind_words() const override {
+    return "a volumes dataset";
+  }
+
+  ValResult validate(
+      RunState& run, RunCounters&, const std::string& overlay_dir) override {
+    Validator validator(
+        *run.val_data,
+        run.cfg.validation,
+        run.roi(),
+        run.num_classes,
+        run.comm,
+        run.placement);
+    const VolumeValResult v = validator.run(
+        [&run](const at::Tensor& windows) {
+          return forward(run, windows, at::Tensor());
+        },
+        overlay_dir);
+    ValResult r;
+    r.loss = v.loss;
+    r.samples = v.volumes;
+    r.oom_retries = v.oom_retries;
+    r.batch = v.sw_batch;
+    r.metrics = {val_metric("val_dice", v.dice, Better::kHigher, "val Dice")};
+    // NaN (a class in no volume) is written as null.
+    nlohmann::json per_class = nlohmann::json::array();
+    for (double d : v.dice_per_class)
+      per_class.push_back(
+          std::isnan(d) ? nlohmann::json(nullptr) : nlohmann::json(d));
+    r.details = nlohmann::json({{"val_dice_per_class", per_class},
+                                {"val_volumes", v.volumes},
+                                {"val_sw_batch", v.sw_batch},
+                                {"val_offload", run.cfg.validation.offload}})
+                    .dump();
+    return r;
+  }
+
+  std::vector<std::string> dice_classes(const RunState& run) const override {
+    return metrics_class_names(
+        run.train_data->info().class_names, run.num_classes);
+  }
+
+  at::Tensor predict_volume(RunState& run, const at::Tensor& volume) override {
+    torch::NoGradGuard no_grad;
+    run.model->eval();
+    int64_t retries = 0;
+    int64_t sw_batch = run.cfg.validation.sw_batch;
+    at::Tensor probs = volume_probs(
+        volume,
+        run.num_classes,
+        [&run](const at::Tensor& windows) {
+          return forward(run, windows, at::Tensor());
+        },
+        run.cfg.validation,
+        run.roi(),
+        &sw_batch,
+        run.comm.rank(),
+        "predict",
+        &retries,
+        run.placement);
+    run.model->train();
+    return probs;
+  }
+
+  void describe_data(const RunState& run, std::ostream& out) const override {
+    const DataConfig& d = run.cfg.data;
+    const auto& p = d.patch_size;
+    out << "; patches " << p[0] << "x" << p[1] << "x" << p[2] << ", "
+        << d.patches_per_volume << " per volume, flip " << d.flip
+        << ", pos_fraction " << d.pos_fraction;
+  }
+
+  void describe_val(const RunState& run, std::ostream& out) const override {
+    const auto r = run.roi();
+    const ValidationConfig& v = run.cfg.validation;
+    out << " volume(s) " << (run.val_data->info().ragged ? "up to " : "")
+        << shape_text(run.val_data->info().sample_shape) << ", sliding window "
+        << r[0] << "x" << r[1] << "x" << r[2] << " overlap " << v.overlap << " "
+        << v.blend << ", sums on " << v.offload;
+  }
+
+  std::string describe_width(const RunState& run) const override {
+    return "feature_size " + std::to_string(run.cfg.model.feature_size);
+  }
+
+  std::string describe_outputs(const RunState& run) const override {
+    return std::to_string(run.num_classes) + " classes";
+  }
+
+ private:
+  std::unique_ptr<PatchSampler> patches_;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_volume_task(const TrainConfig&) {
+  return std::make_unique<VolumeTask>();
+}
+
+}  // namespace memtrain
