@@ -97,6 +97,69 @@ inline RunResult train(const TrainConfig& cfg, MPI_Comm comm_handle) {
   return r;
 }
 
+// `model`'s parameters after one SGD step of `lr` from their gradients.
+inline NamedTensors sgd_step(const torch::nn::Module& model, double lr) {
+  NamedTensors out;
+  torch::NoGradGuard no_grad;
+  for (const auto& item : model.named_parameters()) {
+    const auto& p = item.value();
+    out.emplace_back(item.key(), (p - lr * p.grad()).clone());
+  }
+  return out;
+}
+
+// One window of 8 samples trained four ways from the same parameters:
+// `dist` W x K x 2 on the world (K = 8 / (2 W)), `one` 1 x 1 x 8, `acc`
+// 1 x 8 x 1 (both on this rank alone), `init` as `one` with a vanishing
+// learning rate; `whole` is `one`'s config. Window weighting makes the
+// first three one update.
+struct SplitRuns {
+  TrainConfig whole;
+  RunResult dist, one, acc, init;
+};
+
+inline SplitRuns train_splits(TrainConfig cfg) {
+  SplitRuns s;
+  cfg.training.max_windows = 1;
+  cfg.data.batch_size = 2;
+  cfg.training.gradient_accumulation_steps = 8 / (2 * world_size());
+  s.dist = train(cfg, MPI_COMM_WORLD);
+  s.whole = cfg;
+  s.whole.data.batch_size = 8;
+  s.whole.training.gradient_accumulation_steps = 1;
+  s.one = train(s.whole, MPI_COMM_SELF);
+  TrainConfig single = cfg;
+  single.data.batch_size = 1;
+  single.training.gradient_accumulation_steps = 8;
+  s.acc = train(single, MPI_COMM_SELF);
+  TrainConfig untrained = s.whole;
+  untrained.training.lr = 1e-30;
+  s.init = train(untrained, MPI_COMM_SELF);
+  return s;
+}
+
+inline double max_abs_diff(const NamedTensors& a, const NamedTensors& b);
+
+// The four runs of train_splits are one update (parameters and window
+// loss within 1e-5), equal to `reference` (a hand-written step from the
+// same start), and far enough from the start to mean something.
+inline void expect_one_update(
+    const SplitRuns& s, const NamedTensors& reference) {
+  EXPECT_LT(max_abs_diff(s.one.params, reference), 1e-5)
+      << "trainer vs a hand-written step";
+  EXPECT_LT(max_abs_diff(s.dist.params, s.one.params), 1e-5)
+      << "world " << world_size();
+  EXPECT_LT(max_abs_diff(s.acc.params, s.one.params), 1e-5);
+  EXPECT_GT(max_abs_diff(s.init.params, s.one.params), 1e-3)
+      << "the update must be large enough to mean something";
+  for (const RunResult* r : {&s.dist, &s.acc}) {
+    EXPECT_NEAR(
+        r->summary.window_results.at(0).loss,
+        s.one.summary.window_results.at(0).loss,
+        1e-5);
+  }
+}
+
 inline double max_abs_diff(const NamedTensors& a, const NamedTensors& b) {
   EXPECT_EQ(a.size(), b.size());
   double m = 0;

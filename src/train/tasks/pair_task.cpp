@@ -97,10 +97,6 @@ class PairTask : public Task {
     return dual_;
   }
 
-  int64_t samples_per_epoch(const RunState& run) const override {
-    return run.train_data->info().num_samples;
-  }
-
   // The symmetric InfoNCE of the micro-batch (logits: embeddings (n, 2,
   // d); y: pair ids): contrastive_accumulation=local, and the planner's
   // probes.

@@ -72,14 +72,6 @@ class RowTask : public Task {
         *run.train_data, run.images.train, &run.train_finite);
   }
 
-  std::shared_ptr<Classifier> make_model(const RunState& run) override {
-    return memtrain::make_model(run.cfg.model, model_input(run));
-  }
-
-  int64_t samples_per_epoch(const RunState& run) const override {
-    return run.train_data->info().num_samples;
-  }
-
   at::Tensor loss_sum(
       const at::Tensor& logits, const at::Tensor& y) const override {
     return classification_loss(logits, y, how_);

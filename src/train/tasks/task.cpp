@@ -86,6 +86,14 @@ std::unique_ptr<Task> make_task(
   return nullptr;
 }
 
+std::shared_ptr<Classifier> Task::make_model(const RunState& run) {
+  return memtrain::make_model(run.cfg.model, model_input(run));
+}
+
+int64_t Task::samples_per_epoch(const RunState& run) const {
+  return run.train_data->info().num_samples;
+}
+
 double Task::accumulate(
     RunState& run,
     const WindowPlan& wp,

@@ -28,10 +28,12 @@ class Task {
   // data.val if the task validates on it, sets run.num_classes, run.images
   // and run.source. Throws memtrain::Error naming what is wrong.
   virtual void set_up(RunState& run) = 0;
-  // The model, on the host (set_up_run moves it to the device).
-  virtual std::shared_ptr<Classifier> make_model(const RunState& run) = 0;
-  // Samples in an epoch: rows, patches, episodes.
-  virtual int64_t samples_per_epoch(const RunState& run) const = 0;
+  // The model, on the host (set_up_run moves it to the device); by
+  // default make_model() of data.train's samples and run.num_classes
+  // outputs.
+  virtual std::shared_ptr<Classifier> make_model(const RunState& run);
+  // Samples in an epoch: by default data.train's rows; patches, episodes.
+  virtual int64_t samples_per_epoch(const RunState& run) const;
   // Sum over the batch of the per-sample loss (Note [Window weighting]):
   // float32 logits (embeddings) of the model, the batch's targets.
   virtual at::Tensor loss_sum(
