@@ -26,16 +26,19 @@ void add_make_data(CLI::App& app) {
          spec.kind,
          "features, images, volumes, fewshot (/features of many classes "
          "with few samples each; default 64 classes x 20), pairs "
-         "(/features_a and /features_b sharing a latent vector per row) or "
+         "(/features_a and /features_b sharing a latent vector per row), "
          "patch-features (/features rows of volumes' patch grids with "
-         "/volume_ids and /voxel_index; default 2 classes, --context 16)")
+         "/volume_ids and /voxel_index; default 2 classes, --context 16) or "
+         "regression (/features and --targets float /targets linear in "
+         "them)")
       ->check(CLI::IsMember(
           {"features",
            "images",
            "volumes",
            "fewshot",
            "pairs",
-           "patch-features"}))
+           "patch-features",
+           "regression"}))
       ->capture_default_str();
   cmd->add_option("--out", out_path, "output file (.h5)")->required();
   samples_opt =
@@ -57,6 +60,9 @@ void add_make_data(CLI::App& app) {
              "of /features_b (0: --features)")
           ->check(CLI::NonNegativeNumber)
           ->capture_default_str();
+  cmd->add_option("--targets", spec.targets, "regression: T of /targets")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--latent", spec.latent, "pairs: dimensions a and b share")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -128,6 +134,18 @@ int run_make_data() {
     spec.samples = spec.volumes * spec.grid * spec.grid * spec.grid;
   }
   make_synthetic(spec, out_path);
+  if (spec.kind == "regression") {
+    std::printf(
+        "wrote %s: %ld rows of %ld features, %ld targets, seed %lu, split "
+        "%s\n",
+        out_path.c_str(),
+        static_cast<long>(spec.samples),
+        static_cast<long>(spec.features),
+        static_cast<long>(spec.targets),
+        static_cast<unsigned long>(spec.seed),
+        spec.split.c_str());
+    return 0;
+  }
   if (spec.kind == "pairs") {
     std::printf(
         "wrote %s: %ld pairs, latent %ld, seed %lu, split %s\n",

@@ -188,109 +188,98 @@ H5Dataset H5Dataset::open(
     out.info_ = std::move(info);
     return out;
   }
-  const std::string lbl_where = where + " dataset '/labels'";
-  MT_CHECK(
-      h5::has_link(f, "labels"),
-      lbl_where,
-      ": missing; every sample needs an integer class label");
-  impl->labels = h5::dataset(H5Dopen2(f, "labels", H5P_DEFAULT));
-  MT_CHECK(
-      impl->labels.valid(), lbl_where, ": cannot open: ", h5::last_error());
-  h5::check_declared_size(impl->labels.get(), lbl_where);
-  h5::check_fits_memory(impl->labels.get(), lbl_where);
-  const auto ldims = h5::dims_of(impl->labels.get());
-  MT_CHECK(
-      ldims.size() == 1,
-      lbl_where,
-      ": expected 1-D [N], found ",
-      ldims.size(),
-      "-D ",
-      h5::shape_text(ldims));
-  MT_CHECK(
-      h5::is_integer(impl->labels.get()),
-      lbl_where,
-      ": expected integer labels, found ",
-      h5::type_name(impl->labels.get()));
-  MT_CHECK(
-      static_cast<int64_t>(ldims[0]) == info.num_samples,
-      lbl_where,
-      ": has ",
-      ldims[0],
-      " labels but '",
-      info.sample_dataset,
-      "' has ",
-      info.num_samples,
-      " samples; they must be equal");
+  if (h5::has_link(f, "targets")) {
+    open_targets(*impl, info, where);
+  } else {
+    const std::string lbl_where = where + " dataset '/labels'";
+    MT_CHECK(
+        h5::has_link(f, "labels"),
+        lbl_where,
+        ": missing; every sample needs an integer class label");
+    impl->labels = h5::dataset(H5Dopen2(f, "labels", H5P_DEFAULT));
+    MT_CHECK(
+        impl->labels.valid(), lbl_where, ": cannot open: ", h5::last_error());
+    h5::check_declared_size(impl->labels.get(), lbl_where);
+    h5::check_fits_memory(impl->labels.get(), lbl_where);
+    const auto ldims = h5::dims_of(impl->labels.get());
+    MT_CHECK(
+        ldims.size() == 1,
+        lbl_where,
+        ": expected 1-D [N], found ",
+        ldims.size(),
+        "-D ",
+        h5::shape_text(ldims));
+    MT_CHECK(
+        h5::is_integer(impl->labels.get()),
+        lbl_where,
+        ": expected integer labels, found ",
+        h5::type_name(impl->labels.get()));
+    MT_CHECK(
+        static_cast<int64_t>(ldims[0]) == info.num_samples,
+        lbl_where,
+        ": has ",
+        ldims[0],
+        " labels but '",
+        info.sample_dataset,
+        "' has ",
+        info.num_samples,
+        " samples; they must be equal");
 
-  // Labels are small (8 bytes a sample): read them all once to check them.
-  std::vector<int64_t> labels(info.num_samples);
-  h5::read_all(impl->labels.get(), H5T_NATIVE_INT64, labels.data());
-  const auto [lo, hi] = std::minmax_element(labels.begin(), labels.end());
-  MT_CHECK(
-      *lo >= 0,
-      lbl_where,
-      ": label ",
-      *lo,
-      " at index ",
-      lo - labels.begin(),
-      " is negative; classes are 0..C-1");
-  int64_t num_classes = 0;
-  if (h5::read_attr(f, "num_classes", &num_classes)) {
+    // Labels are small (8 bytes a sample): read them all once to check them.
+    std::vector<int64_t> labels(info.num_samples);
+    h5::read_all(impl->labels.get(), H5T_NATIVE_INT64, labels.data());
+    const auto [lo, hi] = std::minmax_element(labels.begin(), labels.end());
     MT_CHECK(
-        num_classes > 0,
-        where,
-        ": attribute num_classes=",
-        num_classes,
-        " must be positive");
-    MT_CHECK(
-        *hi < num_classes,
+        *lo >= 0,
         lbl_where,
         ": label ",
-        *hi,
+        *lo,
         " at index ",
-        hi - labels.begin(),
-        " is outside 0..",
-        num_classes - 1,
-        " (the file's num_classes attribute is ",
-        num_classes,
-        ")");
-  } else {
-    num_classes = *hi + 1;
-  }
-  info.num_classes = num_classes;
-  info.label_counts.assign(num_classes, 0);
-  for (int64_t v : labels)
-    ++info.label_counts[v];
-  info.row_labels = std::move(labels);
-  std::string names;
-  if (h5::read_attr(f, "class_names", &names)) {
-    info.class_names = h5::split_names(names);
+        lo - labels.begin(),
+        " is negative; classes are 0..C-1");
+    int64_t num_classes = 0;
+    if (h5::read_attr(f, "num_classes", &num_classes)) {
+      MT_CHECK(
+          num_classes > 0,
+          where,
+          ": attribute num_classes=",
+          num_classes,
+          " must be positive");
+      MT_CHECK(
+          *hi < num_classes,
+          lbl_where,
+          ": label ",
+          *hi,
+          " at index ",
+          hi - labels.begin(),
+          " is outside 0..",
+          num_classes - 1,
+          " (the file's num_classes attribute is ",
+          num_classes,
+          ")");
+    } else {
+      num_classes = *hi + 1;
+    }
+    info.num_classes = num_classes;
+    info.label_counts.assign(num_classes, 0);
+    for (int64_t v : labels)
+      ++info.label_counts[v];
+    info.row_labels = std::move(labels);
+    std::string names;
+    if (h5::read_attr(f, "class_names", &names)) {
+      info.class_names = h5::split_names(names);
+    }
   }
   if (has_features && h5::has_link(f, "context_features")) {
-    const std::string cw = where + " dataset '/context_features'";
-    impl->context = h5::dataset(H5Dopen2(f, "context_features", dapl.get()));
-    MT_CHECK(impl->context.valid(), cw, ": cannot open: ", h5::last_error());
-    h5::check_declared_size(impl->context.get(), cw);
-    const auto cdims = h5::dims_of(impl->context.get());
-    MT_CHECK(
-        cdims.size() == 2 && cdims[1] > 0,
-        cw,
-        ": expected 2-D [N, F2], found ",
-        h5::shape_text(cdims));
-    MT_CHECK(
-        static_cast<int64_t>(cdims[0]) == info.num_samples,
-        cw,
-        ": has ",
-        cdims[0],
-        " rows but '/features' has ",
-        info.num_samples,
-        "; they must be equal");
-    MT_CHECK(
-        h5::is_float(impl->context.get()),
-        cw,
-        ": expected float32 or float64 values, found ",
-        h5::type_name(impl->context.get()));
-    info.context_features = static_cast<int64_t>(cdims[1]);
+    info.context_features = open_row_table(
+        impl->context,
+        f,
+        "context_features",
+        where,
+        info,
+        "F2",
+        "they must be equal",
+        dapl.get());
   }
   open_volume_rows(f, info, where);  // /volume_ids, /voxel_index
   impl->note_checksums(info);
@@ -300,11 +289,67 @@ H5Dataset H5Dataset::open(
   return out;
 }
 
+int64_t open_row_table(
+    h5::Handle& into,
+    hid_t f,
+    const char* name,
+    const std::string& where,
+    const DatasetInfo& info,
+    const char* width,
+    const char* why,
+    hid_t dapl) {
+  const std::string w = where + " dataset '/" + name + "'";
+  into = h5::dataset(H5Dopen2(f, name, dapl));
+  MT_CHECK(into.valid(), w, ": cannot open: ", h5::last_error());
+  h5::check_declared_size(into.get(), w);
+  const auto dims = h5::dims_of(into.get());
+  MT_CHECK(
+      dims.size() == 2 && dims[1] > 0,
+      w,
+      ": expected 2-D [N, ",
+      width,
+      "] with ",
+      width,
+      " > 0, found ",
+      h5::shape_text(dims));
+  MT_CHECK(
+      static_cast<int64_t>(dims[0]) == info.num_samples,
+      w,
+      ": has ",
+      dims[0],
+      " rows but '",
+      info.sample_dataset,
+      "' has ",
+      info.num_samples,
+      "; ",
+      why);
+  MT_CHECK(
+      h5::is_float(into.get()),
+      w,
+      ": expected float32 or float64 values, found ",
+      h5::type_name(into.get()));
+  return static_cast<int64_t>(dims[1]);
+}
+
+void H5Dataset::open_targets(
+    Impl& impl, DatasetInfo& info, const std::string& where) {
+  const hid_t f = impl.file.get();
+  MT_CHECK(
+      !h5::has_link(f, "labels"),
+      where,
+      ": has /targets and /labels; a file holds class labels or regression "
+      "targets, not both (data/FORMAT.md, Targets)");
+  info.targets = open_row_table(
+      impl.targets, f, "targets", where, info, "T", "they must be equal");
+  info.num_classes = 0;
+}
+
 void H5Dataset::read(
     const std::vector<int64_t>& indices,
     float* x,
     int64_t* y,
-    float* context) const {
+    float* context,
+    float* targets) const {
   if (indices.empty())
     return;
   // Read each distinct row once, in file order, then scatter to the order
@@ -321,37 +366,46 @@ void H5Dataset::read(
   const int64_t lnumel =
       info_.kind == SampleKind::kVolumes ? info_.voxels() : 1;
   const int64_t cnumel = info_.context_features;
+  const int64_t tnumel = info_.targets;
   const size_t n = rows.size();
   const bool want_context = context && cnumel > 0;
+  const bool want_targets = targets && tnumel > 0;
+  const bool want_labels = y != nullptr;
   // Indices already ascending and distinct: read straight into the
   // caller's buffers; otherwise into scratch rows, then scatter.
   const char* noun = info_.kind == SampleKind::kVolumes ? "volumes" : "rows";
-  const auto read_into = [&](float* xs, int64_t* ys, float* cs) {
+  const auto read_into = [&](float* xs, int64_t* ys, float* cs, float* ts) {
     h5::read_rows(impl_->samples.get(), rows, H5T_NATIVE_FLOAT, xs, noun);
-    if (impl_->labels.valid()) {
+    if (want_labels && impl_->labels.valid()) {
       h5::read_rows(impl_->labels.get(), rows, H5T_NATIVE_INT64, ys, noun);
-    } else {  // pairs without /pair_ids: each row is its own pair
+    } else if (want_labels) {  // pairs without /pair_ids: a row, a pair
       std::copy(rows.begin(), rows.end(), ys);
     }
     if (want_context)
       h5::read_rows(impl_->context.get(), rows, H5T_NATIVE_FLOAT, cs, noun);
+    if (want_targets)
+      h5::read_rows(impl_->targets.get(), rows, H5T_NATIVE_FLOAT, ts, noun);
     impl_->apply_normalisation(xs, static_cast<int64_t>(n) * numel);
   };
   if (rows == indices) {
-    read_into(x, y, context);
+    read_into(x, y, context, targets);
     return;
   }
   std::vector<float> buf(n * numel);
-  std::vector<int64_t> lbuf(n * lnumel);
+  std::vector<int64_t> lbuf(want_labels ? n * lnumel : 0);
   std::vector<float> cbuf(want_context ? n * cnumel : 0);
-  read_into(buf.data(), lbuf.data(), cbuf.data());
+  std::vector<float> tbuf(want_targets ? n * tnumel : 0);
+  read_into(buf.data(), lbuf.data(), cbuf.data(), tbuf.data());
   for (size_t k = 0; k < indices.size(); ++k) {
     const size_t r =
         std::lower_bound(rows.begin(), rows.end(), indices[k]) - rows.begin();
     std::copy_n(buf.data() + r * numel, numel, x + k * numel);
-    std::copy_n(lbuf.data() + r * lnumel, lnumel, y + k * lnumel);
+    if (want_labels)
+      std::copy_n(lbuf.data() + r * lnumel, lnumel, y + k * lnumel);
     if (want_context)
       std::copy_n(cbuf.data() + r * cnumel, cnumel, context + k * cnumel);
+    if (want_targets)
+      std::copy_n(tbuf.data() + r * tnumel, tnumel, targets + k * tnumel);
   }
 }
 

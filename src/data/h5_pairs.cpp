@@ -18,35 +18,17 @@ void H5Dataset::open_pairs(
       ": a pair file (it has /features_b) has no /labels or "
       "/context_features; pairs are matched by row, or by /pair_ids "
       "(data/FORMAT.md, Pairs)");
-  const std::string bw = where + " dataset '/features_b'";
   h5::Handle dapl = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
   H5Pset_chunk_cache(dapl.get(), 12421, 64u << 20, 1.0);
-  impl.context = h5::dataset(H5Dopen2(f, "features_b", dapl.get()));
-  MT_CHECK(impl.context.valid(), bw, ": cannot open: ", h5::last_error());
-  h5::check_declared_size(impl.context.get(), bw);
-  const auto bdims = h5::dims_of(impl.context.get());
-  MT_CHECK(
-      bdims.size() == 2 && bdims[1] > 0,
-      bw,
-      ": expected 2-D [N, Fb] with Fb > 0, found ",
-      bdims.size(),
-      "-D");
-  MT_CHECK(
-      static_cast<int64_t>(bdims[0]) == info.num_samples,
-      bw,
-      ": has ",
-      bdims[0],
-      " rows but '",
-      info.sample_dataset,
-      "' has ",
-      info.num_samples,
-      "; row i of both is pair i, so they must be equal");
-  MT_CHECK(
-      h5::is_float(impl.context.get()),
-      bw,
-      ": expected float32 or float64 values, found ",
-      h5::type_name(impl.context.get()));
-  info.context_features = static_cast<int64_t>(bdims[1]);
+  info.context_features = open_row_table(
+      impl.context,
+      f,
+      "features_b",
+      where,
+      info,
+      "Fb",
+      "row i of both is pair i, so they must be equal",
+      dapl.get());
   info.num_classes = 0;
 
   if (!h5::has_link(f, "pair_ids"))

@@ -160,7 +160,11 @@ InspectReport inspect_file(const std::string& path) {
     for (size_t i = 0; i < info.sample_shape.size(); ++i) {
       out << (i ? ", " : "") << info.sample_shape[i];
     }
-    out << "] " << info.sample_dtype << ", " << info.num_classes << " classes";
+    out << "] " << info.sample_dtype << ", ";
+    if (info.targets > 0)
+      out << info.targets << " targets a row (/targets: regression)";
+    else
+      out << info.num_classes << " classes";
     if (info.context_features > 0)
       out << ", context features " << info.context_features;
     if (info.has_volume_rows)
@@ -174,7 +178,7 @@ InspectReport inspect_file(const std::string& path) {
       if (info.ragged)
         out << "\n" << describe_case_shapes(info);
       out << "\nvoxels per class:";
-    } else {
+    } else if (info.targets == 0) {
       out << "\nlabels:";
     }
     for (int64_t c = 0; c < info.num_classes; ++c) {

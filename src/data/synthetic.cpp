@@ -43,6 +43,20 @@ void write_file(
   }
 }
 
+void write_rows(
+    hid_t f, const char* name, int64_t rows, int64_t width, const float* data) {
+  const hsize_t n = static_cast<hsize_t>(rows);
+  const hsize_t w = static_cast<hsize_t>(width);
+  h5::write_dataset(
+      f,
+      name,
+      H5T_IEEE_F32LE,
+      H5T_NATIVE_FLOAT,
+      {n, w},
+      {std::min<hsize_t>(n, std::max<hsize_t>(1, 65536 / w)), w},
+      data);
+}
+
 }  // namespace synthetic
 
 namespace {
@@ -303,11 +317,12 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
   MT_CHECK(
       spec.kind == "features" || spec.kind == "images" ||
           spec.kind == "volumes" || spec.kind == "fewshot" ||
-          spec.kind == "patch-features" || spec.kind == "pairs",
+          spec.kind == "patch-features" || spec.kind == "pairs" ||
+          spec.kind == "regression",
       "make-data: --kind '",
       spec.kind,
-      "' is not features, images, volumes, fewshot, patch-features or "
-      "pairs");
+      "' is not features, images, volumes, fewshot, patch-features, pairs "
+      "or regression");
   MT_CHECK(spec.samples > 0, "make-data: --samples must be positive");
   MT_CHECK(spec.classes >= 2, "make-data: --classes must be at least 2");
   MT_CHECK(spec.noise >= 0, "make-data: --noise must be >= 0");
@@ -325,6 +340,10 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
   }
   if (spec.kind == "patch-features") {
     synthetic::make_patch_features(spec, path);
+    return;
+  }
+  if (spec.kind == "regression") {
+    synthetic::make_regression(spec, path);
     return;
   }
   MT_CHECK(

@@ -24,22 +24,14 @@ void make_pairs(const SyntheticSpec& spec, const std::string& path) {
   MT_CHECK(
       fa > 0 && latent > 0,
       "make-data --kind pairs: --features and --latent must be positive");
-  std::seed_seq task_seq{
-      static_cast<uint32_t>(spec.seed),
-      static_cast<uint32_t>(spec.seed >> 32),
-      0x9a1u};
-  Gaussian task(task_seq);
+  Gaussian task(spec.seed, 0x9a1u);
   const double s = 1.0 / std::sqrt(static_cast<double>(latent));
   std::vector<double> a(fa * latent), b(fb * latent);
   for (double& v : a)
     v = s * task.next();
   for (double& v : b)
     v = s * task.next();
-  std::seed_seq sample_seq{
-      static_cast<uint32_t>(spec.seed),
-      static_cast<uint32_t>(spec.seed >> 32),
-      hash_name(spec.split)};
-  Gaussian gen(sample_seq);
+  Gaussian gen(spec.seed, hash_name(spec.split));
   const int64_t n = spec.samples;
   std::vector<float> xa(n * fa), xb(n * fb);
   std::vector<double> z(latent);
@@ -59,20 +51,8 @@ void make_pairs(const SyntheticSpec& spec, const std::string& path) {
     project(b, fb, xb.data() + i * fb);
   }
   write_file(path, [&](hid_t f) {
-    const hsize_t rows = static_cast<hsize_t>(n);
-    for (const auto& [name, width, data] :
-         {std::tuple{"features_a", fa, xa.data()},
-          std::tuple{"features_b", fb, xb.data()}}) {
-      const hsize_t w = static_cast<hsize_t>(width);
-      h5::write_dataset(
-          f,
-          name,
-          H5T_IEEE_F32LE,
-          H5T_NATIVE_FLOAT,
-          {rows, w},
-          {std::min<hsize_t>(rows, std::max<hsize_t>(1, 65536 / w)), w},
-          data);
-    }
+    write_rows(f, "features_a", n, fa, xa.data());
+    write_rows(f, "features_b", n, fb, xb.data());
     h5::write_attr(f, "layout_version", int64_t{1});
     h5::write_attr(f, "kind", std::string("pairs"));
     h5::write_attr(f, "generator", std::string("memtrain make-data pairs"));

@@ -1,6 +1,6 @@
 #pragma once
 // Private to make_synthetic's files (synthetic.cpp, synthetic_patches.cpp,
-// synthetic_pairs.cpp):
+// synthetic_pairs.cpp, synthetic_regression.cpp):
 // the Gaussian draws every kind uses, the split's seed and the atomic write.
 
 #include <cmath>
@@ -22,6 +22,13 @@ namespace synthetic {
 class Gaussian {
  public:
   explicit Gaussian(std::seed_seq& seq) : rng_(seq) {}
+  // The draws of (`seed`, `stream`): a task's fixed ones (a constant
+  // stream) or a split's (hash_name of its name).
+  Gaussian(uint64_t seed, uint32_t stream) {
+    std::seed_seq seq{
+        static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), stream};
+    rng_.seed(seq);
+  }
   double next() {
     if (has_spare_) {
       has_spare_ = false;
@@ -52,9 +59,18 @@ uint32_t hash_name(const std::string& s);
 void write_file(
     const std::string& path, const std::function<void(hid_t)>& fill);
 
+// A float32 [rows, width] dataset `name` of `f`, chunked by whole rows
+// (about 64 Ki values a chunk).
+void write_rows(
+    hid_t f, const char* name, int64_t rows, int64_t width, const float* data);
+
 // --kind pairs (synthetic_pairs.cpp): /features_a [N, F] and /features_b
 // [N, Fb] sharing a latent vector per row.
 void make_pairs(const SyntheticSpec& spec, const std::string& path);
+
+// --kind regression (synthetic_regression.cpp): /features [N, F] and
+// /targets [N, T] linear in them.
+void make_regression(const SyntheticSpec& spec, const std::string& path);
 
 // --kind patch-features (synthetic_patches.cpp).
 void make_patch_features(const SyntheticSpec& spec, const std::string& path);

@@ -105,7 +105,8 @@ Batch RowSource::allocate(int64_t n, bool pinned) const {
   }
   Batch b;
   b.x = host_empty(xs, at::kFloat, pinned);
-  b.y = host_empty(ys, at::kLong, pinned);
+  b.y = info.targets > 0 ? host_empty({n, info.targets}, at::kFloat, pinned)
+                         : host_empty(ys, at::kLong, pinned);
   if (info.context_features > 0)
     b.context = host_empty({n, info.context_features}, at::kFloat, pinned);
   return b;
@@ -113,15 +114,19 @@ Batch RowSource::allocate(int64_t n, bool pinned) const {
 
 void RowSource::read(
     int64_t epoch, const std::vector<int64_t>& ids, Batch& into) const {
+  const DatasetInfo& info = data_.info();
+  const bool targets = info.targets > 0;  // regression: float targets
   data_.read(
       ids,
       into.x.data_ptr<float>(),
-      into.y.data_ptr<int64_t>(),
-      into.context.defined() ? into.context.data_ptr<float>() : nullptr);
+      targets ? nullptr : into.y.data_ptr<int64_t>(),
+      into.context.defined() ? into.context.data_ptr<float>() : nullptr,
+      targets ? into.y.data_ptr<float>() : nullptr);
   if (finite_ != nullptr) {
-    const DatasetInfo& info = data_.info();
     const auto row = [&](int64_t k) { return "row " + std::to_string(ids[k]); };
     finite_->check(info.path, info.sample_dataset, into.x, epoch, row);
+    if (targets)
+      finite_->check(info.path, "/targets", into.y, epoch, row);
     if (into.context.defined()) {
       finite_->check(
           info.path,

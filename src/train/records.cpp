@@ -225,7 +225,10 @@ std::string describe_run(const RunState& m) {
     out << " and /features_b [" << ti.context_features << "]"
         << (ti.row_labels.empty() ? "" : " with /pair_ids");
   } else {
-    out << ", " << ti.num_classes << " classes";
+    if (ti.targets > 0)  // data/FORMAT.md, "Targets"
+      out << ", " << ti.targets << " targets a row";
+    else
+      out << ", " << ti.num_classes << " classes";
     if (ti.context_features > 0)
       out << ", context features " << ti.context_features;
   }

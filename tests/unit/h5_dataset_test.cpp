@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+#include <hdf5.h>
+#include <torch/torch.h>
 
 #include <fstream>
 
@@ -36,6 +38,107 @@ TEST(H5Dataset, SyntheticFeaturesRoundTrip) {
   }
   EXPECT_EQ(y_all[1], y1[0]);
   EXPECT_NE(x_all[0], x1[0]);
+}
+
+// Regression files (data/FORMAT.md, "Targets"): /targets rows come back in
+// the order asked with their samples, no labels; the synthetic targets
+// are W x + b + noise, the same W and b in every split of one seed.
+TEST(H5Dataset, TargetsRoundTripInTheOrderAsked) {
+  test::TempDir dir("h5targets");
+  SyntheticSpec spec;
+  spec.kind = "regression";
+  spec.samples = 40;
+  spec.features = 5;
+  spec.targets = 3;
+  spec.noise = 0.0;
+  make_synthetic(spec, dir.file("r.h5"));
+  const H5Dataset ds = H5Dataset::open(dir.file("r.h5"), "data.train");
+  const DatasetInfo& info = ds.info();
+  EXPECT_EQ(info.kind, SampleKind::kFeatures);
+  EXPECT_EQ(info.targets, 3);
+  EXPECT_EQ(info.num_classes, 0);
+  EXPECT_TRUE(info.row_labels.empty());
+  std::vector<float> x(40 * 5), t(40 * 3);
+  std::vector<int64_t> all(40);
+  for (int64_t i = 0; i < 40; ++i)
+    all[i] = i;
+  ds.read(all, x.data(), nullptr, nullptr, t.data());
+  std::vector<float> x2(3 * 5), t2(3 * 3);
+  ds.read({31, 2, 31}, x2.data(), nullptr, nullptr, t2.data());
+  const int64_t order[] = {31, 2, 31};
+  for (int k = 0; k < 3; ++k) {
+    for (int j = 0; j < 5; ++j)
+      EXPECT_EQ(x2[k * 5 + j], x[order[k] * 5 + j]);
+    for (int j = 0; j < 3; ++j)
+      EXPECT_EQ(t2[k * 3 + j], t[order[k] * 3 + j]);
+  }
+  // Noise 0: the targets are affine in the features; the same map in the
+  // val split (least squares over each file's 40 rows recovers it).
+  spec.split = "val";
+  make_synthetic(spec, dir.file("v.h5"));
+  const H5Dataset val = H5Dataset::open(dir.file("v.h5"), "data.val");
+  std::vector<float> xv(40 * 5), tv(40 * 3);
+  val.read(all, xv.data(), nullptr, nullptr, tv.data());
+  const auto fit = [](const std::vector<float>& xs,
+                      const std::vector<float>& ts) {
+    const at::Tensor a = torch::cat(
+        {torch::from_blob(const_cast<float*>(xs.data()), {40, 5})
+             .to(torch::kFloat64),
+         torch::ones({40, 1}, torch::kFloat64)},
+        1);
+    const at::Tensor b =
+        torch::from_blob(const_cast<float*>(ts.data()), {40, 3})
+            .to(torch::kFloat64);
+    return at::linalg_solve(a.t().mm(a), a.t().mm(b));  // least squares
+  };
+  const at::Tensor wb = fit(x, t), wb_val = fit(xv, tv);
+  EXPECT_LT((wb - wb_val).abs().max().item<double>(), 1e-5);
+  EXPECT_GT(wb.abs().max().item<double>(), 0.1) << "a map worth fitting";
+  EXPECT_NE(xv[0], x[0]) << "another split, other rows";
+}
+
+// /labels and /targets in one file, /targets of another N or 1-D: one
+// line naming the file, the dataset and the rule.
+TEST(H5Dataset, BadTargetsAreRefused) {
+  test::TempDir dir("h5targets_bad");
+  SyntheticSpec spec;
+  spec.kind = "regression";
+  spec.samples = 10;
+  spec.features = 4;
+  const auto with = [&](const std::string& name,
+                        const std::vector<hsize_t>& dims,
+                        hid_t type,
+                        const char* dataset) {
+    const std::string path = dir.file(name);
+    make_synthetic(spec, path);
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    if (std::string(dataset) == "targets")
+      H5Ldelete(f, "targets", H5P_DEFAULT);
+    const hid_t space =
+        H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    const hid_t ds = H5Dcreate2(
+        f, dataset, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dclose(ds);
+    H5Sclose(space);
+    H5Fclose(f);
+    return test::open_error(path);
+  };
+  const std::string both = with("both.h5", {10}, H5T_STD_I64LE, "labels");
+  EXPECT_NE(both.find("has /targets and /labels"), std::string::npos) << both;
+  const std::string rows = with("rows.h5", {9, 2}, H5T_IEEE_F32LE, "targets");
+  EXPECT_NE(
+      rows.find("dataset '/targets': has 9 rows but '/features' has 10"),
+      std::string::npos)
+      << rows;
+  const std::string flat = with("flat.h5", {10}, H5T_IEEE_F32LE, "targets");
+  EXPECT_NE(
+      flat.find("dataset '/targets': expected 2-D [N, T]"), std::string::npos)
+      << flat;
+  const std::string ints = with("ints.h5", {10, 2}, H5T_STD_I32LE, "targets");
+  EXPECT_NE(ints.find("expected float32 or float64"), std::string::npos)
+      << ints;
+  for (const auto& e : {both, rows, flat, ints})
+    EXPECT_EQ(e.find('\n'), std::string::npos) << "one line: " << e;
 }
 
 TEST(H5Dataset, SyntheticIsDeterministicAndSplitsDiffer) {

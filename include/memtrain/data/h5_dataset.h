@@ -43,6 +43,10 @@ struct DatasetInfo {
   // /features_b (tower b's input, read into read()'s `context`), the labels
   // are /pair_ids (without them, the row index), and num_classes is 0.
   bool paired = false;
+  // A regression file (data/FORMAT.md, "Targets"): /targets [N, T] float
+  // holds every row's T targets instead of /labels; num_classes is 0 and
+  // row_labels empty. 0: no /targets.
+  int64_t targets = 0;
   // /volumes only: chunk shape [C, cd, ch, cw] (empty: contiguous), the
   // intensity normalisation in use, and the root attribute spacing_mm.
   std::vector<int64_t> chunk_shape;
@@ -109,8 +113,10 @@ class H5Dataset {
 
   // Reads the samples `indices` (any order; repeats allowed) into `x`
   // (indices.size() * sample_numel floats, row-major, in the order given)
-  // and their labels into `y`, and (when not null and the file has them)
-  // their context features into `context` (indices.size() * F2). Integer
+  // and their labels into `y` (null for a file with /targets), (when not
+  // null and the file has them) their context features into `context`
+  // (indices.size() * F2) and their targets into `targets`
+  // (indices.size() * T). Integer
   // sample types are converted to float and normalised as data/FORMAT.md
   // says. One hyperslab read per dataset: only the requested rows are read.
   // For /volumes files, a row is the whole [D, H, W] array and `y` gets
@@ -122,7 +128,8 @@ class H5Dataset {
       const std::vector<int64_t>& indices,
       float* x,
       int64_t* y,
-      float* context = nullptr) const;
+      float* context = nullptr,
+      float* targets = nullptr) const;
 
   // Volumes: case `v` alone, its own [C, d, h, w] (volume_shape(v)) into
   // `x` and its [d, h, w] mask into `y`. Thread-safe like read().
@@ -160,6 +167,9 @@ class H5Dataset {
   explicit H5Dataset(std::unique_ptr<Impl> impl);
   // Pairs: /features_b and the optional /pair_ids (h5_pairs.cpp).
   static void open_pairs(
+      Impl& impl, DatasetInfo& info, const std::string& where);
+  // Regression: /targets in place of /labels (h5_dataset.cpp).
+  static void open_targets(
       Impl& impl, DatasetInfo& info, const std::string& where);
   static void open_volumes(
       Impl& impl,

@@ -10,7 +10,8 @@
 namespace memtrain {
 
 struct SyntheticSpec {
-  // features | images | volumes | fewshot | pairs | patch-features
+  // features | images | volumes | fewshot | pairs | patch-features |
+  // regression
   std::string kind = "features";
   int64_t samples = 4096;
   int64_t classes = 4;
@@ -22,6 +23,7 @@ struct SyntheticSpec {
   int64_t context = 0;  // features: F2 of /context_features (0: none);
                         // pairs: Fb of /features_b (0: --features)
   int64_t latent = 16;  // pairs: dimensions the two elements share
+  int64_t targets = 2;  // regression: T of /targets
   int64_t chunk = 16;   // volumes: chunk edge in voxels (0: a whole volume)
   // volumes: case n (n > 0) spans 50-100% of D, H, W on each axis, drawn
   // from the seed and split; /volume_shapes says how much (data/FORMAT.md,

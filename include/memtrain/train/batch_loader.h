@@ -22,7 +22,7 @@ class H5Dataset;
 
 struct Batch {
   at::Tensor x;        // (n, F), (n, C, H, W) or (n, C, D, H, W) float32
-  at::Tensor y;        // (n,) or (n, D, H, W) int64
+  at::Tensor y;        // (n,) or (n, D, H, W) int64; (n, T) float32 targets
   at::Tensor context;  // (n, F2) float32, or undefined
   int64_t size() const;
 };
