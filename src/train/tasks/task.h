@@ -121,5 +121,6 @@ std::unique_ptr<Task> make_row_task(const TrainConfig& cfg);
 std::unique_ptr<Task> make_volume_task(const TrainConfig& cfg);
 std::unique_ptr<Task> make_episode_task(const TrainConfig& cfg);
 std::unique_ptr<Task> make_pair_task(const TrainConfig& cfg);
+std::unique_ptr<Task> make_regression_task(const TrainConfig& cfg);
 
 }  // namespace memtrain
