@@ -8,14 +8,10 @@
 #include "memtrain/util/error.h"
 
 namespace memtrain {
-namespace {
 
-// NaN (a class or volume with nothing to score) is written as null.
 nlohmann::json number_or_null(double d) {
   return std::isnan(d) ? nlohmann::json(nullptr) : nlohmann::json(d);
 }
-
-}  // namespace
 
 std::string hex(uint64_t v) {
   char buf[17];

@@ -228,16 +228,16 @@ ValResult PairTask::validate(
     RunState& run, RunCounters& counters, const std::string&) {
   const H5Dataset& data = *run.val_data;
   const int64_t n = data.info().num_samples;
-  const int64_t begin = n * run.comm.rank() / run.comm.size();
-  const int64_t end = n * (run.comm.rank() + 1) / run.comm.size();
+  const RowShare share = val_rows_of_rank(run);
+  const int64_t begin = share.begin;
+  const std::vector<int64_t>& rows = share.rows;
+  const int64_t end = begin + static_cast<int64_t>(rows.size());
   const int64_t d = run.cfg.model.embed_dim;
   at::Tensor mine;
   {
     memory::HostScope host;  // offloaded: only one batch on the device
     mine = torch::zeros({end - begin, 2, d});
   }
-  std::vector<int64_t> rows(end - begin);
-  std::iota(rows.begin(), rows.end(), begin);
   const int64_t retries = for_each_val_batch(
       run, counters, rows, [&](const Batch& b, size_t first) {
         const at::Tensor z = forward(run, b.x, b.context);

@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <numeric>
 
 #include "memtrain/util/error.h"
 #include "task.h"
@@ -67,11 +66,7 @@ class RegressionTask : public Task {
   // in float64, one all-reduce.
   ValResult validate(
       RunState& run, RunCounters& counters, const std::string&) override {
-    const int64_t n = run.val_data->info().num_samples;
-    const int64_t begin = n * run.comm.rank() / run.comm.size();
-    const int64_t end = n * (run.comm.rank() + 1) / run.comm.size();
-    std::vector<int64_t> rows(end - begin);
-    std::iota(rows.begin(), rows.end(), begin);
+    const std::vector<int64_t> rows = val_rows_of_rank(run).rows;
     double abs_sum = 0.0, sq_sum = 0.0;
     const int64_t retries =
         for_each_val_batch(run, counters, rows, [&](const Batch& b, size_t) {
@@ -84,7 +79,7 @@ class RegressionTask : public Task {
           sq_sum += s;
         });
     auto totals = torch::tensor(
-        {abs_sum, sq_sum, static_cast<double>(end - begin)}, torch::kFloat64);
+        {abs_sum, sq_sum, static_cast<double>(rows.size())}, torch::kFloat64);
     run.comm.all_reduce_sum(totals);
     const double count = totals[2].item<double>();
     const double values = count * static_cast<double>(run.num_classes);

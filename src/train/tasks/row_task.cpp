@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <numeric>
 
 #include "memtrain/data/volume_rows.h"
 #include "memtrain/memory/device_memory.h"
@@ -181,10 +180,10 @@ double RowTask::validation_auc(
 // Rows: this rank's contiguous share.
 ValResult RowTask::validate_rows(RunState& run, RunCounters& counters) {
   const int64_t n = run.val_data->info().num_samples;
-  const int64_t begin = n * run.comm.rank() / run.comm.size();
-  const int64_t end = n * (run.comm.rank() + 1) / run.comm.size();
-  std::vector<int64_t> rows(end - begin);
-  std::iota(rows.begin(), rows.end(), begin);
+  const RowShare share = val_rows_of_rank(run);
+  const int64_t begin = share.begin;
+  const std::vector<int64_t>& rows = share.rows;
+  const int64_t end = begin + static_cast<int64_t>(rows.size());
   double loss_sum = 0.0;
   int64_t correct = 0;
   at::Tensor scored;  // binary: (rows, 2) float64 [logit, label], host

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <numeric>
 #include <sstream>
 
 #include "memtrain/util/error.h"
@@ -194,6 +195,16 @@ ModelInput model_input(const RunState& run, const std::vector<int64_t>& shape) {
       shape.empty() ? ti.sample_shape : shape,
       run.num_classes,
       ti.context_features};
+}
+
+RowShare val_rows_of_rank(const RunState& run) {
+  const int64_t n = run.val_data->info().num_samples;
+  RowShare s;
+  s.begin = n * run.comm.rank() / run.comm.size();
+  const int64_t end = n * (run.comm.rank() + 1) / run.comm.size();
+  s.rows.resize(end - s.begin);
+  std::iota(s.rows.begin(), s.rows.end(), s.begin);
+  return s;
 }
 
 ValMetric val_metric(

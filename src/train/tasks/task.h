@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "../run_state.h"
 
 namespace memtrain {
@@ -106,6 +108,15 @@ void resolve_num_classes(RunState& run, bool binary);
 // context features.
 ModelInput model_input(
     const RunState& run, const std::vector<int64_t>& shape = {});
+// This rank's contiguous share of data.val's rows: `rows`, ascending from
+// `begin` (empty when the ranks outnumber the rows).
+struct RowShare {
+  int64_t begin = 0;
+  std::vector<int64_t> rows;
+};
+RowShare val_rows_of_rank(const RunState& run);
+// A number of a record; NaN (nothing to score) is written as null.
+nlohmann::json number_or_null(double d);
 // A metric of a validation (NaN is written as null); on the progress line
 // as `words`, the value, then `more` ("val accuracy 0.75"); empty words:
 // not on the line.

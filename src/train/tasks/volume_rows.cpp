@@ -150,10 +150,6 @@ ValResult validate_volume_rows(
   std::vector<double> class_sum(k, 0.0), class_n(k, 0.0);
   double volume_sum = 0.0;
   int64_t volume_n = 0;
-  // NaN (a class or volume with nothing to score) is written as null.
-  auto number = [](double d) {
-    return std::isnan(d) ? nlohmann::json(nullptr) : nlohmann::json(d);
-  };
   nlohmann::json per_volume = nlohmann::json::object();
   for (int64_t v = 0; v < nv; ++v) {
     const double* slot = all + v * width;
@@ -168,7 +164,7 @@ ValResult validate_volume_rows(
       }
     }
     const double d = foreground_mean(dice);
-    per_volume[std::to_string(index.ids[v])] = number(d);
+    per_volume[std::to_string(index.ids[v])] = number_or_null(d);
     if (!std::isnan(d)) {
       volume_sum += d;
       ++volume_n;
@@ -178,7 +174,7 @@ ValResult validate_volume_rows(
   nlohmann::json per_class = nlohmann::json::array();
   for (int64_t c = 0; c < k; ++c) {
     dice_per_class.push_back(class_n[c] > 0 ? class_sum[c] / class_n[c] : kNaN);
-    per_class.push_back(number(dice_per_class.back()));
+    per_class.push_back(number_or_null(dice_per_class.back()));
   }
   const double dice = foreground_mean(dice_per_class);
   const double accuracy = rows_all > 0 ? correct / rows_all : 0.0;
@@ -196,15 +192,16 @@ ValResult validate_volume_rows(
           " (" + std::to_string(nv) + " volumes)"),
       val_metric("val_accuracy", accuracy, Better::kHigher, "val accuracy")};
   r.details =
-      nlohmann::json({
-                         {"val_dice_per_class", per_class},
-                         {"val_dice_volumes", per_volume},
-                         {"val_dice_volume_mean",
-                          number(volume_n > 0 ? volume_sum / volume_n : kNaN)},
-                         {"val_volumes", nv},
-                         {"val_samples", r.samples},
-                         {"val_batch", r.batch},
-                     })
+      nlohmann::json(
+          {
+              {"val_dice_per_class", per_class},
+              {"val_dice_volumes", per_volume},
+              {"val_dice_volume_mean",
+               number_or_null(volume_n > 0 ? volume_sum / volume_n : kNaN)},
+              {"val_volumes", nv},
+              {"val_samples", r.samples},
+              {"val_batch", r.batch},
+          })
           .dump();
   return r;
 }

@@ -139,8 +139,7 @@ class VolumeTask : public Task {
     // NaN (a class in no volume) is written as null.
     nlohmann::json per_class = nlohmann::json::array();
     for (double d : v.dice_per_class)
-      per_class.push_back(
-          std::isnan(d) ? nlohmann::json(nullptr) : nlohmann::json(d));
+      per_class.push_back(number_or_null(d));
     r.details = nlohmann::json({{"val_dice_per_class", per_class},
                                 {"val_volumes", v.volumes},
                                 {"val_sw_batch", v.sw_batch},
