@@ -115,8 +115,8 @@ void write_environment(
 }  // namespace
 
 int run_train(const TrainArgs& args, int* argc, char*** argv) {
+  install_stop_handlers();  // before MPI's, CUDA's and LibTorch's threads
   Environment env(argc, argv);
-  install_stop_handlers();
   // Before anything is written: N copies of a world of 1 (srun without
   // PMI, torchrun) would each train into the same output.dir.
   if (!agreed(env, "launch", [&] {

@@ -1,9 +1,11 @@
 #include "memtrain/train/stop_request.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
+#include <thread>
 
 namespace memtrain {
 namespace {
@@ -21,6 +23,14 @@ extern "C" void on_signal(int sig) {
   g_signal.compare_exchange_strong(none, sig);
 }
 
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGTERM, SIGUSR1, SIGINT})
+    sigaddset(&set, sig);
+  return set;
+}
+
 }  // namespace
 
 void install_stop_handlers() {
@@ -30,6 +40,26 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESTART;
   for (int sig : {SIGTERM, SIGUSR1, SIGINT})
     sigaction(sig, &sa, nullptr);
+  // The handler runs on one thread of its own, never on a thread that
+  // computes: oneDNN's CPU kernels crash (SIGSEGV, SIGABRT) when a handler
+  // interrupts them, as SLURM's --signal or a user's kill does at any
+  // moment. The calling thread blocks the signals, and every thread it starts
+  // from now on (OpenMP's, the readers', autograd's, CUDA's and NCCL's)
+  // inherits the mask; the thread below unblocks them and sleeps.
+  const sigset_t set = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set] {
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    for (;;)
+      pause();
+  }).detach();
+}
+
+bool stop_signals_blocked_here() {
+  sigset_t now;
+  pthread_sigmask(SIG_BLOCK, nullptr, &now);
+  return sigismember(&now, SIGTERM) == 1 && sigismember(&now, SIGUSR1) == 1 &&
+         sigismember(&now, SIGINT) == 1;
 }
 
 int stop_signal() {

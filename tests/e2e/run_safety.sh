@@ -85,8 +85,17 @@ mpi -np 2 "$MEMTRAIN" train "${V[@]}" --output.dir=sig >sig.log 2>&1 &
 job=$!
 for _ in $(seq 600); do grep -q "^memory plan:" sig.log 2>/dev/null && break; sleep 0.05; done
 pkill -USR1 -f "^$MEMTRAIN train .*--output.dir=sig" || fail "no rank to signal"
+# More signals while the window computes: a handler that interrupted
+# oneDNN's convolution backward crashed a rank (SIGSEGV or SIGABRT in about
+# half such runs) before the signals were given a thread of their own.
+( for _ in $(seq 300); do
+    pkill -USR1 -f "^$MEMTRAIN train .*--output.dir=sig" || break
+    sleep 0.002
+  done ) &
+burst=$!
 rc=0
 wait "$job" || rc=$?
+wait "$burst" || true
 [ "$rc" = 3 ] || { cat sig.log; fail "SIGUSR1: exit $rc, want 3"; }
 grep -q "the epoch's validation runs on --resume" sig.log || { cat sig.log; fail "no stop line"; }
 "$PY" - <<'PYEOF' || fail "stop before validation"

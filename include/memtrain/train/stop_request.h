@@ -7,8 +7,14 @@
 
 namespace memtrain {
 
-// Installs the handlers (async-signal-safe: they only set a flag).
+// Installs the handlers (async-signal-safe: they only set a flag) and
+// routes the signals to one thread of their own: call it before any thread
+// that computes is started. The calling thread, and every thread it starts
+// afterwards, blocks SIGTERM, SIGUSR1 and SIGINT.
 void install_stop_handlers();
+
+// Whether the calling thread blocks all three stop signals.
+bool stop_signals_blocked_here();
 
 // 0 if no stop was requested, else the signal number.
 int stop_signal();
