@@ -132,6 +132,13 @@ std::vector<double> squared_distance_transform(
   return f;
 }
 
+double hard_dice(int64_t both, int64_t pred, int64_t truth) {
+  MT_INTERNAL_ASSERT(both >= 0 && both <= pred && both <= truth);
+  if (pred + truth == 0)
+    return std::numeric_limits<double>::quiet_NaN();
+  return 2.0 * static_cast<double>(both) / static_cast<double>(pred + truth);
+}
+
 std::vector<ClassMetrics> segmentation_metrics(
     const std::vector<uint8_t>& pred,
     const std::vector<uint8_t>& truth,
@@ -152,19 +159,16 @@ std::vector<ClassMetrics> segmentation_metrics(
       m.true_voxels += t[i];
       both += p[i] & t[i];
     }
+    m.dice = hard_dice(both, m.pred_voxels, m.true_voxels);
     if (m.pred_voxels + m.true_voxels == 0) {
-      m.dice = 1.0;
       m.hd95_mm = 0.0;
+    } else if (m.pred_voxels == 0 || m.true_voxels == 0) {
+      m.hd95_mm = kInf;
     } else {
-      m.dice = 2.0 * both / static_cast<double>(m.pred_voxels + m.true_voxels);
-      if (m.pred_voxels == 0 || m.true_voxels == 0) {
-        m.hd95_mm = kInf;
-      } else {
-        const auto sp = surface(p, dims), st = surface(t, dims);
-        m.hd95_mm = std::max(
-            directed_hd95(sp, st, dims, spacing_mm),
-            directed_hd95(st, sp, dims, spacing_mm));
-      }
+      const auto sp = surface(p, dims), st = surface(t, dims);
+      m.hd95_mm = std::max(
+          directed_hd95(sp, st, dims, spacing_mm),
+          directed_hd95(st, sp, dims, spacing_mm));
     }
     out.push_back(m);
   }

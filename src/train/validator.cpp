@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/seg_metrics.h"
 #include "memtrain/dist/communicator.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/losses.h"
@@ -51,18 +52,19 @@ VolumeScore score(const at::Tensor& probs, const at::Tensor& mask, int64_t k) {
   s.loss = dice_ce_loss_sum(
                probs.clamp_min(1e-8).log().unsqueeze(0), mask.unsqueeze(0))
                .item<double>();
-  // Hard Dice of the argmax.
+  // Hard Dice of the argmax (Note [Dice of an empty class]), from voxel
+  // counts per class.
   const at::Tensor pred_1h =
-      torch::one_hot(probs.reshape({k, -1}).argmax(0), k).to(torch::kFloat64);
-  const at::Tensor true_1h =
-      torch::one_hot(mask.reshape({-1}), k).to(torch::kFloat64);
-  const at::Tensor i2 = 2 * (pred_1h * true_1h).sum(0);
-  const at::Tensor denom = pred_1h.sum(0) + true_1h.sum(0);
+      torch::one_hot(probs.reshape({k, -1}).argmax(0), k);
+  const at::Tensor true_1h = torch::one_hot(mask.reshape({-1}), k);
+  const at::Tensor both = (pred_1h * true_1h).sum(0).contiguous();
+  const at::Tensor pred = pred_1h.sum(0).contiguous();
+  const at::Tensor truth = true_1h.sum(0).contiguous();
   for (int64_t c = 0; c < k; ++c) {
-    const double d = denom[c].item<double>();
-    s.dice.push_back(
-        d > 0 ? i2[c].item<double>() / d
-              : std::numeric_limits<double>::quiet_NaN());
+    s.dice.push_back(hard_dice(
+        both[c].item<int64_t>(),
+        pred[c].item<int64_t>(),
+        truth[c].item<int64_t>()));
   }
   return s;
 }

@@ -56,7 +56,7 @@ TEST(SegMetrics, DiceAndHd95OfShiftedCubes) {
   EXPECT_EQ(m[0].pred_voxels, 64);
   EXPECT_EQ(m[0].true_voxels, 64);
   // The same masks: Dice 1, HD95 0; one empty: Dice 0, HD95 inf; both
-  // empty: Dice 1, HD95 0.
+  // empty: no Dice (NaN, Note [Dice of an empty class]), HD95 0.
   EXPECT_DOUBLE_EQ(segmentation_metrics(a, a, n, {1, 1, 1}, 2)[0].dice, 1.0);
   EXPECT_DOUBLE_EQ(segmentation_metrics(a, a, n, {1, 1, 1}, 2)[0].hd95_mm, 0);
   const std::vector<uint8_t> none(a.size(), 0);
@@ -64,7 +64,7 @@ TEST(SegMetrics, DiceAndHd95OfShiftedCubes) {
   ASSERT_EQ(e.size(), 2u);
   EXPECT_DOUBLE_EQ(e[0].dice, 0.0);
   EXPECT_TRUE(std::isinf(e[0].hd95_mm));
-  EXPECT_DOUBLE_EQ(e[1].dice, 1.0);  // class 2: in neither
+  EXPECT_TRUE(std::isnan(e[1].dice));  // class 2: in neither
   EXPECT_DOUBLE_EQ(e[1].hd95_mm, 0.0);
 }
 
@@ -96,6 +96,21 @@ TEST(NiftiVolume, ZScoreOverNonZeroVoxels) {
   const IntensityNorm none = nonzero_zscore({0, 0});
   EXPECT_DOUBLE_EQ(none.scale, 1.0);
   EXPECT_DOUBLE_EQ(none.shift, 0.0);
+}
+
+}  // namespace
+}  // namespace memtrain
+
+namespace memtrain {
+namespace {
+
+// Note [Dice of an empty class]: the one hard Dice of validation and predict.
+TEST(HardDice, CountsAndTheEmptyClassRule) {
+  EXPECT_DOUBLE_EQ(hard_dice(3, 4, 5), 6.0 / 9.0);
+  EXPECT_DOUBLE_EQ(hard_dice(7, 7, 7), 1.0);
+  EXPECT_DOUBLE_EQ(hard_dice(0, 3, 0), 0.0);    // predicted, not labelled
+  EXPECT_DOUBLE_EQ(hard_dice(0, 0, 2), 0.0);    // labelled, not predicted
+  EXPECT_TRUE(std::isnan(hard_dice(0, 0, 0)));  // in neither: no Dice
 }
 
 }  // namespace

@@ -9,9 +9,18 @@
 
 namespace memtrain {
 
+// Note [Dice of an empty class]: hard Dice of one class from its voxel
+// counts, 2|P n T| / (|P| + |T|). A class in neither the labels nor the
+// prediction has no Dice: NaN, and every mean over classes or volumes skips
+// it (nnU-Net's evaluation does the same; a 1.0 would reward a model for
+// classes the case does not contain). A class in one of the two scores 0.
+// Validation (whole volumes and rows of volumes) and `memtrain predict`
+// --labels all use this one function.
+double hard_dice(int64_t both, int64_t pred, int64_t truth);
+
 struct ClassMetrics {
   int64_t cls = 0;
-  double dice = 0;     // 2|P n T| / (|P| + |T|); both empty: 1
+  double dice = 0;     // hard_dice: NaN when the class is in neither
   double hd95_mm = 0;  // both empty: 0; one empty: +inf
   int64_t pred_voxels = 0;
   int64_t true_voxels = 0;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "memtrain/data/seg_metrics.h"
 #include "memtrain/data/volume_rows.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/oom_guard.h"
@@ -27,14 +28,14 @@ int64_t slot_width(int64_t k) {
   return 3 + 3 * k;
 }
 
-// Hard Dice per class of one volume's slots, 2|P∩T| / (|P| + |T|); NaN for
-// a class in neither the labels nor the prediction (it does not count).
+// Hard Dice per class of one volume's slots (Note [Dice of an empty class]).
 std::vector<double> class_dice(const double* slot, int64_t k) {
   std::vector<double> d(k);
   for (int64_t c = 0; c < k; ++c) {
-    const double inter = slot[3 + 3 * c];
-    const double both = slot[4 + 3 * c] + slot[5 + 3 * c];
-    d[c] = both > 0 ? 2 * inter / both : kNaN;
+    d[c] = hard_dice(
+        std::llround(slot[3 + 3 * c]),
+        std::llround(slot[4 + 3 * c]),
+        std::llround(slot[5 + 3 * c]));
   }
   return d;
 }
