@@ -129,10 +129,4 @@ std::vector<std::vector<int64_t>> split_micro_batches_evenly(
   return out;
 }
 
-int64_t micro_steps_for(int64_t samples, int64_t world, int64_t micro) {
-  MT_INTERNAL_ASSERT(samples >= 0 && world > 0 && micro > 0);
-  const int64_t largest_share = (samples + world - 1) / world;
-  return (largest_share + micro - 1) / micro;
-}
-
 }  // namespace memtrain

@@ -3,6 +3,7 @@
 #include <map>
 #include <sstream>
 
+#include "memtrain/data/window_shape.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -121,8 +122,7 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
   const ProbeResult chosen =
       probe(plan.micro_batch, plan.checkpointed_segments);
   plan.predicted_peak = chosen.peak;
-  plan.accumulation_steps =
-      (req.rank_share + plan.micro_batch - 1) / plan.micro_batch;
+  plan.accumulation_steps = steps_for_share(req.rank_share, plan.micro_batch);
   plan.note = note.str();
   return plan;
 }

@@ -30,7 +30,7 @@
 #include "memtrain/train/oom_guard.h"
 #include "memtrain/train/prefetcher.h"
 #include "memtrain/train/trainer.h"
-#include "memtrain/train/window_shape.h"
+#include "memtrain/data/window_shape.h"
 
 namespace memtrain {
 

@@ -17,6 +17,7 @@
 
 #include "memtrain/config/train_config.h"
 #include "memtrain/data/sharded_sampler.h"
+#include "memtrain/data/window_shape.h"
 #include "memtrain/model/models.h"
 #include "memtrain/model/sync_batch_norm.h"
 #include "memtrain/train/model_state.h"

@@ -37,13 +37,9 @@ std::vector<std::vector<int64_t>> split_micro_batches(
 // (differing by at most one, the larger first); empty ones when there are
 // fewer indices than `count`. model.sync_bn: every rank runs the same
 // number of micro-steps, ceil(ceil(n / world) / micro) for a window of n
-// samples (micro_steps_for).
+// samples (micro_steps_for, data/window_shape.h).
 std::vector<std::vector<int64_t>> split_micro_batches_evenly(
     const std::vector<int64_t>& indices, int64_t count);
-
-// The micro-steps of the largest rank share of a window of `samples` over
-// `world` ranks at micro-batch `micro`: ceil(ceil(samples / world) / micro).
-int64_t micro_steps_for(int64_t samples, int64_t world, int64_t micro);
 
 class ShardedSampler {
  public:

@@ -1,4 +1,4 @@
-#include "memtrain/train/window_shape.h"
+#include "memtrain/data/window_shape.h"
 
 #include <algorithm>
 
@@ -7,6 +7,20 @@
 
 namespace memtrain {
 
+int64_t largest_share(int64_t samples, int64_t world) {
+  MT_INTERNAL_ASSERT(samples >= 0 && world > 0);
+  return (samples + world - 1) / world;
+}
+
+int64_t steps_for_share(int64_t share, int64_t micro) {
+  MT_INTERNAL_ASSERT(share >= 0 && micro > 0);
+  return (share + micro - 1) / micro;
+}
+
+int64_t micro_steps_for(int64_t samples, int64_t world, int64_t micro) {
+  return steps_for_share(largest_share(samples, world), micro);
+}
+
 WindowShape WindowShape::from_config(const TrainConfig& cfg, int world) {
   WindowShape s;
   s.world = world;
@@ -14,7 +28,7 @@ WindowShape WindowShape::from_config(const TrainConfig& cfg, int world) {
                           ? cfg.training.effective_batch_size
                           : world * cfg.training.gradient_accumulation_steps *
                                 cfg.data.batch_size;
-  s.rank_share = (s.effective_batch + world - 1) / world;
+  s.rank_share = largest_share(s.effective_batch, world);
   return s;
 }
 
@@ -22,7 +36,7 @@ WindowShape WindowShape::with_micro(int64_t micro) const {
   MT_INTERNAL_ASSERT(micro > 0, "micro-batch ", micro);
   WindowShape s = *this;
   s.micro_batch = std::min(micro, rank_share);
-  s.accumulation_steps = (rank_share + s.micro_batch - 1) / s.micro_batch;
+  s.accumulation_steps = steps_for_share(rank_share, s.micro_batch);
   return s;
 }
 

@@ -3,7 +3,9 @@
 // (samples per optimizer step, all ranks), each rank's largest share of it,
 // this rank's micro-batch and the micro-steps that follow. Computed once
 // from the config and the plan; the OOM guard changes the micro-batch
-// through with_micro(), never by hand.
+// through with_micro(), never by hand. The two formulas below are the only
+// ones: the memory planner, the sampler's even split (model.sync_bn) and
+// WindowShape use them.
 
 #include <cstdint>
 
@@ -11,12 +13,26 @@ namespace memtrain {
 
 struct TrainConfig;
 
+// The largest rank's share of a window of `samples` over `world` ranks:
+// ceil(samples / world) (ShardedSampler::plan gives the ranks
+// floor-balanced shares, the larger first).
+int64_t largest_share(int64_t samples, int64_t world);
+
+// The micro-steps of a share of `share` samples at micro-batch `micro`:
+// ceil(share / micro).
+int64_t steps_for_share(int64_t share, int64_t micro);
+
+// The micro-steps of the largest rank share of a window of `samples`:
+// steps_for_share(largest_share(samples, world), micro). A window shorter
+// than E (an epoch's last) may need fewer than accumulation_steps.
+int64_t micro_steps_for(int64_t samples, int64_t world, int64_t micro);
+
 struct WindowShape {
   int64_t world = 1;
   int64_t effective_batch = 0;     // E
-  int64_t rank_share = 0;          // ceil(E / world)
+  int64_t rank_share = 0;          // largest_share(E, world)
   int64_t micro_batch = 0;         // this rank's; 0 until planned
-  int64_t accumulation_steps = 0;  // ceil(rank_share / micro_batch)
+  int64_t accumulation_steps = 0;  // steps_for_share(rank_share, micro)
 
   // E from training.effective_batch_size, else world x
   // gradient_accumulation_steps x data.batch_size (a fixed micro-batch);
