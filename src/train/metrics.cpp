@@ -75,6 +75,25 @@ float as_float(const nlohmann::json& v) {
   return static_cast<float>(v.get<double>());
 }
 
+// A resumed run's metrics.jsonl reads as one run: the records the
+// checkpoint's step covers are kept, later ones (windows run after the
+// checkpoint by the run that stopped) are dropped.
+void trim_records(const std::string& path, int64_t step, int64_t epoch) {
+  std::string kept;
+  const bool found = for_each_record(
+      path, [&](const nlohmann::json& j, const std::string& line) {
+        const std::string type = j.value("type", "");
+        const bool keep = type == "pretrained" ||  // the run's start
+                          (type == "window" || type == "checkpoint"
+                               ? j.value("step", int64_t{0}) <= step
+                               : j.value("epoch", int64_t{0}) < epoch);
+        if (keep)
+          kept += line + "\n";
+      });
+  if (found)
+    write_file_atomically(path, kept);
+}
+
 }  // namespace
 
 bool for_each_record(
@@ -210,6 +229,7 @@ MetricsLog::MetricsLog(const MetricsOutputs& out)
   const std::string jsonl = out_.dir + "/metrics.jsonl";
   const std::string csv = out_.dir + "/metrics.csv";
   if (out_.resumed) {
+    trim_records(jsonl, out_.resume_step, out_.resume_epoch);
     // metrics.csv = the rows of the (trimmed) metrics.jsonl; the last
     // window's row stays open: a resumed run may validate and end its epoch
     // first.

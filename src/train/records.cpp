@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/train/model_state.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -18,6 +19,56 @@ std::string hex(uint64_t v) {
   std::snprintf(
       buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
   return buf;
+}
+
+nlohmann::json pretrained_record(const LoadReport& r, bool strict) {
+  nlohmann::json mismatched = nlohmann::json::array();
+  for (const auto& x : r.mismatched)
+    mismatched.push_back(
+        {{"name", x.name}, {"file", x.file}, {"model", x.model}});
+  return {
+      {"type", "pretrained"},
+      {"path", r.path},
+      {"strict", strict},
+      {"model_tensors", r.model_tensors},
+      {"loaded", r.loaded.size()},
+      {"missing", r.missing},
+      {"unexpected", r.unexpected},
+      {"mismatched", mismatched},
+      {"counters_absent", r.counters_absent.size()}};
+}
+
+nlohmann::json epoch_record(const EpochFacts& f, const nlohmann::json& val) {
+  nlohmann::json rec = val.is_object() ? val : nlohmann::json::object();
+  rec["type"] = "epoch";
+  rec["epoch"] = f.epoch;
+  rec["windows"] = f.windows;
+  rec["train_loss"] = f.train_loss;
+  rec["mem_held"] = f.mem_held;
+  rec["oom_retries"] = f.oom_retries;
+  if (f.checksum) {
+    rec["param_checksum"] = hex(*f.checksum);
+    rec["replicas_identical"] = true;
+  }
+  rec["mem_peak"] = f.mem_peak;
+  rec["mem_reserved"] = f.mem_reserved;
+  rec["cache_releases"] = f.cache_releases;
+  rec["epoch_s"] = f.seconds;
+  return rec;
+}
+
+nlohmann::json checkpoint_record(
+    int64_t step, int64_t epoch, const std::string& path, double seconds) {
+  return {
+      {"type", "checkpoint"},
+      {"step", step},
+      {"epoch", epoch},
+      {"path", path},
+      {"seconds", seconds}};
+}
+
+nlohmann::json leak_warning_record(int64_t epoch, const std::string& warning) {
+  return {{"type", "warning"}, {"epoch", epoch}, {"leak_warning", warning}};
 }
 
 nlohmann::json window_record(

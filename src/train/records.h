@@ -1,7 +1,8 @@
 #pragma once
 // Private to src/train/: the run's records -- the metrics.jsonl schema of
-// windows, validations and epochs, memory_plan.json, and the launch
-// banner's description of the run. Each takes what it reports.
+// every record type (pretrained, window, validation, epoch, checkpoint,
+// warning), memory_plan.json, and the launch banner's description of the
+// run. Each takes what it reports; MetricsLog writes them.
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,11 @@
 
 namespace memtrain {
 
+struct LoadReport;
+
+// A `type: "pretrained"` record: what model.pretrained loaded.
+nlohmann::json pretrained_record(const LoadReport& r, bool strict);
+
 // A `type: "window"` record.
 nlohmann::json window_record(
     const RunState& run, const RunCounters& counters, const WindowResult& r);
@@ -23,6 +29,31 @@ nlohmann::json window_record(
 // to the validation record.
 nlohmann::json validation_record(
     const ValResult& v, nlohmann::json& epoch_rec, std::string& line);
+
+// What an epoch's end reports besides its validation.
+struct EpochFacts {
+  int64_t epoch = 0;
+  int64_t windows = 0;
+  double train_loss = 0.0;
+  int64_t mem_held = 0;  // allocated after the last window
+  int64_t oom_retries = 0;
+  const uint64_t* checksum = nullptr;  // the replicas'; null: not checked
+  int64_t mem_peak = 0;
+  int64_t mem_reserved = 0;
+  int64_t cache_releases = 0;
+  double seconds = 0.0;
+};
+
+// A `type: "epoch"` record: `facts` and the validation's fields `val`
+// (what validation_record put in its `epoch_rec`; empty: none).
+nlohmann::json epoch_record(const EpochFacts& facts, const nlohmann::json& val);
+
+// A `type: "checkpoint"` record.
+nlohmann::json checkpoint_record(
+    int64_t step, int64_t epoch, const std::string& path, double seconds);
+
+// A `type: "warning"` record (the leak detector's).
+nlohmann::json leak_warning_record(int64_t epoch, const std::string& warning);
 
 // validation.best_metric resolved for this run: a metric of the task's
 // with a direction, "val_loss", or "" for none; auto: the task's first

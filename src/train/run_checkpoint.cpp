@@ -13,7 +13,6 @@
 
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/checkpoint.h"
-#include "memtrain/train/metrics.h"
 #include "memtrain/train/model_state.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/clock.h"
@@ -25,22 +24,18 @@ namespace memtrain {
 namespace {
 
 // Every rank's `row` (a host tensor of bytes, the same length on every
-// rank), as a [world, length] int32 table on every rank: each rank fills
-// its own row of a zero table, and one all-reduce sums them.
+// rank), as a [world, length] int32 table on every rank.
 at::Tensor gather_rows(Communicator& comm, const at::Tensor& row) {
-  auto table = torch::zeros({comm.size(), row.numel()}, torch::kInt32);
-  table[comm.rank()].copy_(row.to(torch::kInt32));
-  comm.all_reduce_sum(table);
-  return table;
+  return comm.all_gather_rows(
+      row.to(torch::kInt32).unsqueeze(0), comm.rank(), comm.size());
 }
 
 }  // namespace
 
-void save_run_checkpoint(
+nlohmann::json save_run_checkpoint(
     RunState& m,
     const RunCounters& counters,
     bool writer,
-    MetricsLog& metrics,
     int64_t step,
     int64_t epoch,
     int64_t samples_done,
@@ -48,14 +43,13 @@ void save_run_checkpoint(
   const auto start = std::chrono::steady_clock::now();
   broadcast_buffers(m.comm, m.buffers);  // rank 0's statistics, everywhere
   memory::HostScope host;                // checkpoint buffers are host memory
-  // Every rank's RNG states travel to rank 0 (one all-reduce of a
-  // [world, state] table in which each rank fills its own row).
+  // Every rank's RNG states travel to rank 0 (a [world, state] table).
   const RngState mine = m.placement.rng_state();
   const at::Tensor cpu = gather_rows(m.comm, mine.cpu);
   const at::Tensor device =
       mine.device.defined() ? gather_rows(m.comm, mine.device) : at::Tensor();
   if (!writer)
-    return;
+    return nullptr;
   Checkpoint c;
   CheckpointState& st = c.state;
   st.step = step;
@@ -91,31 +85,7 @@ void save_run_checkpoint(
   save_checkpoint(path, c);
   prune_checkpoints(m.cfg.output.dir, m.cfg.training.keep_checkpoints, step);
   log_event("checkpoint written: " + path);
-  metrics.write(
-      {{"type", "checkpoint"},
-       {"step", step},
-       {"epoch", epoch},
-       {"path", path},
-       {"seconds", seconds_since(start)}});
-}
-
-// A resumed run's metrics.jsonl reads as one run: the records the
-// checkpoint's step covers are kept, later ones (windows run after the
-// checkpoint by the run that stopped) are dropped.
-void trim_metrics(const std::string& path, const ResumePoint& from) {
-  std::string kept;
-  const bool found = for_each_record(
-      path, [&](const nlohmann::json& j, const std::string& line) {
-        const std::string type = j.value("type", "");
-        const bool keep = type == "pretrained" ||  // the run's start
-                          (type == "window" || type == "checkpoint"
-                               ? j.value("step", int64_t{0}) <= from.step
-                               : j.value("epoch", int64_t{0}) < from.epoch);
-        if (keep)
-          kept += line + "\n";
-      });
-  if (found)
-    write_file_atomically(path, kept);
+  return checkpoint_record(step, epoch, path, seconds_since(start));
 }
 
 ResumePoint resume_run(

@@ -2,10 +2,11 @@
 // Private to src/train/: run checkpoints and resume (Note [Checkpoint
 // format] in checkpoint.cpp holds the file format).
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
 
-#include "memtrain/train/metrics.h"
 #include "run_state.h"
 
 namespace memtrain {
@@ -21,12 +22,11 @@ struct ResumePoint {
 
 // Collective (every rank's random state travels to rank 0); rank 0 writes
 // output.dir/checkpoints/ckpt-<step> atomically when `writer`, prunes old
-// ones and records a `type: "checkpoint"` line in `metrics`.
-void save_run_checkpoint(
+// ones and returns its `type: "checkpoint"` record (null on other ranks).
+nlohmann::json save_run_checkpoint(
     RunState& run,
     const RunCounters& counters,
     bool writer,
-    MetricsLog& metrics,
     int64_t step,
     int64_t epoch,
     int64_t samples_done,
@@ -41,8 +41,5 @@ ResumePoint resume_run(
     RunCounters& counters,
     const std::string& spec,
     std::string& what);
-
-// Keeps the records of metrics.jsonl that `from` covers, atomically.
-void trim_metrics(const std::string& path, const ResumePoint& from);
 
 }  // namespace memtrain

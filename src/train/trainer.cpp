@@ -95,8 +95,10 @@ struct Trainer::Impl {
       const Epoch& e, int64_t step, TrainSummary& summary, bool& checked_last);
   void save_checkpoint(
       int64_t step, int64_t epoch, int64_t samples_done, double loss_sum) {
-    save_run_checkpoint(
-        *run, counters, writer, *metrics, step, epoch, samples_done, loss_sum);
+    const nlohmann::json rec = save_run_checkpoint(
+        *run, counters, writer, step, epoch, samples_done, loss_sum);
+    if (!rec.is_null())
+      metrics->write(rec);
   }
 };
 
@@ -190,13 +192,11 @@ void Trainer::Impl::start_run() {
         r.cfg.output.dir + "/memory_plan.json",
         plan_json(r, counters).dump(2) + "\n");
     r.task->write_run_files(r, r.cfg.output.dir);  // episodes.json
-    const std::string path = r.cfg.output.dir + "/metrics.jsonl";
-    if (start.resumed)
-      trim_metrics(path, start);
     MetricsOutputs out;
     out.dir = r.cfg.output.dir;
     out.resumed = start.resumed;
     out.resume_step = start.step;
+    out.resume_epoch = start.epoch;
     for (const MetricSpec& spec : r.task->metrics())
       out.val_metrics.push_back(spec.key);
     out.dice_classes = r.task->dice_classes(r);
@@ -351,13 +351,13 @@ void Trainer::Impl::end_epoch(
   // after its last window, before validation.
   const memory::Stats held = memory::stats();
   const auto leaked = leak->observe(e.index, held.allocated);
-  nlohmann::json rec = {
-      {"type", "epoch"},
-      {"epoch", e.index},
-      {"windows", r.sampler->windows_per_epoch()},
-      {"train_loss", e.loss / e.samples},
-      {"mem_held", held.allocated},
-      {"oom_retries", e.ooms}};
+  EpochFacts facts;
+  facts.epoch = e.index;
+  facts.windows = r.sampler->windows_per_epoch();
+  facts.train_loss = e.loss / e.samples;
+  facts.mem_held = held.allocated;
+  facts.oom_retries = e.ooms;
+  nlohmann::json val;  // the validation's fields of the epoch record
   std::ostringstream out;
   out << "epoch " << e.index + 1 << "/" << epochs << " done: train loss "
       << e.loss / e.samples;
@@ -377,7 +377,7 @@ void Trainer::Impl::end_epoch(
     v.epoch = e.index;
     v.seconds = seconds_since(val_start);
     summary.validations.push_back(v);
-    nlohmann::json vrec = validation_record(v, rec, line);
+    nlohmann::json vrec = validation_record(v, val, line);
     if (improve_best(r, counters, v, step)) {
       // Written before the epoch's checkpoint, which records it as the best.
       if (writer) {
@@ -400,16 +400,15 @@ void Trainer::Impl::end_epoch(
     if (!checked_last)
       check_replicas("at the end of an epoch", &summary.checksum);
     checked_last = true;
-    rec["param_checksum"] = hex(summary.checksum);
-    rec["replicas_identical"] = true;
+    facts.checksum = &summary.checksum;
   }
   const memory::Stats s = memory::stats();
-  rec["mem_peak"] = counters.monitor.epoch_peak();
-  rec["mem_reserved"] = s.reserved;
-  rec["cache_releases"] = s.cache_releases - counters.releases_at_start;
-  rec["epoch_s"] = seconds_since(e.began);
-  line += " (" + format_duration(seconds_since(e.began)) + ")";
-  metrics->write(rec);
+  facts.mem_peak = counters.monitor.epoch_peak();
+  facts.mem_reserved = s.reserved;
+  facts.cache_releases = s.cache_releases - counters.releases_at_start;
+  facts.seconds = seconds_since(e.began);
+  line += " (" + format_duration(facts.seconds) + ")";
+  metrics->write(epoch_record(facts, val));
   progress->line(line);
   save_checkpoint(step, e.index + 1, 0, 0.0);
   if (memory::backend_name() != "none") {
@@ -429,8 +428,7 @@ void Trainer::Impl::end_epoch(
   }
   if (leaked) {
     summary.leak_warnings.push_back(*leaked);
-    metrics->write(
-        {{"type", "warning"}, {"epoch", e.index}, {"leak_warning", *leaked}});
+    metrics->write(leak_warning_record(e.index, *leaked));
     progress->line("warning: " + *leaked);
   }
 }
@@ -445,20 +443,7 @@ std::vector<std::string> Trainer::load_pretrained() {
   const LoadReport r = load_weights_file(
       *m.run->model, cfg.pretrained, cfg.pretrained_strict, "model.pretrained");
   m.pretrained_done = true;
-  nlohmann::json mismatched = nlohmann::json::array();
-  for (const auto& x : r.mismatched)
-    mismatched.push_back(
-        {{"name", x.name}, {"file", x.file}, {"model", x.model}});
-  m.pretrained = {
-      {"type", "pretrained"},
-      {"path", r.path},
-      {"strict", cfg.pretrained_strict},
-      {"model_tensors", r.model_tensors},
-      {"loaded", r.loaded.size()},
-      {"missing", r.missing},
-      {"unexpected", r.unexpected},
-      {"mismatched", mismatched},
-      {"counters_absent", r.counters_absent.size()}};
+  m.pretrained = pretrained_record(r, cfg.pretrained_strict);
   const auto lines = r.lines("model.pretrained");
   for (const auto& l : lines)
     log_event(l);

@@ -210,6 +210,7 @@ TEST(MetricsLog, CsvRowsCarryTheEpochOnItsLastWindowAndRebuildOnResume) {
   }
   out.resumed = true;
   out.resume_step = 2;
+  out.resume_epoch = 1;  // the checkpoint at epoch 0's end
   {
     MetricsLog log(out);
     log.write(window(3, 1, 0.5));
@@ -222,7 +223,7 @@ TEST(MetricsLog, CsvRowsCarryTheEpochOnItsLastWindowAndRebuildOnResume) {
       rows12 + "3,1,3,0.5,0.5,,8,,,,,,,,,,1024,,,,,,,,,,\n");
   // Resumed at step 3, the last window of epoch 1 (a stop there): the
   // resumed run's validation and epoch records land on that window's row.
-  out.resume_step = 3;
+  out.resume_step = 3;  // still epoch 1: its records are dropped, none yet
   {
     MetricsLog log(out);
     log.write({{"type", "validation"}, {"epoch", 1}, {"val_loss", 0.5}});

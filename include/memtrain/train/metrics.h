@@ -31,11 +31,14 @@ class EventWriter;
 
 struct MetricsOutputs {
   std::string dir;  // output.dir; empty: a log that drops every record
-  // Resumed: metrics.jsonl (already trimmed to the checkpoint) is appended
-  // to and metrics.csv is rebuilt from it. Every run's new events file
-  // starts with a SessionLog START at resume_step + 1 (0 when not resumed).
+  // Resumed from the checkpoint of window `resume_step` in epoch
+  // `resume_epoch`: metrics.jsonl is trimmed to what that checkpoint covers
+  // (the run reads as one), appended to, and metrics.csv is rebuilt from
+  // it. Every run's new events file starts with a SessionLog START at
+  // resume_step + 1 (0 when not resumed).
   bool resumed = false;
   int64_t resume_step = 0;
+  int64_t resume_epoch = 0;
   // The task's validation metrics (ValMetric::key), in its order: CSV
   // columns after val_loss, TensorBoard tags val/<key without "val_">.
   std::vector<std::string> val_metrics;
