@@ -32,7 +32,8 @@ struct Key {
     kInt3,
     kClasses,
     kStrings,
-    kFloat2
+    kFloat2,
+    kBudget
   };
   std::string name;
   Type type = Type::kString;
@@ -53,6 +54,7 @@ struct Key {
   std::function<ClassChoice*(TrainConfig&)> c;
   std::function<std::vector<std::string>*(TrainConfig&)> l;
   std::function<std::array<double, 2>*(TrainConfig&)> r;
+  std::function<BudgetSpec*(TrainConfig&)> m;
 };
 
 Key int_key(
@@ -119,6 +121,17 @@ Key string_key(
   k.type = Key::Type::kString;
   k.help = std::move(help);
   k.s = std::move(at);
+  return k;
+}
+
+// memory.budget: parsed into a BudgetSpec where it is read.
+Key budget_key(
+    std::string name,
+    std::function<BudgetSpec*(TrainConfig&)> at,
+    std::string help) {
+  Key k = string_key(std::move(name), nullptr, std::move(help));
+  k.type = Key::Type::kBudget;
+  k.m = std::move(at);
   return k;
 }
 
@@ -735,7 +748,7 @@ const std::vector<Key>& keys() {
           "deterministic algorithms where LibTorch has them, cuDNN without "
           "benchmarking, no TF32 in cuBLAS/cuDNN: reproducible, and CPU and "
           "GPU runs comparable within rounding; slower on a GPU"),
-      string_key(
+      budget_key(
           "memory.budget",
           [](TrainConfig& c) { return &c.memory.budget; },
           "device memory per rank: a profile (v100-16gb, v100-32gb, "
@@ -902,6 +915,8 @@ const char* type_name(const Key& k) {
       return "a list [a, b, ...] of strings";
     case Key::Type::kFloat2:
       return "a list [lo, hi] of two numbers, lo <= hi,";
+    case Key::Type::kBudget:
+      return "a string";
   }
   return "";
 }
@@ -1098,7 +1113,9 @@ void assign(
     *k.l(cfg) = v;
     return;
   }
-  if (node.IsNull() && k.type == Key::Type::kString && !k.allow_empty)
+  const bool string_like =
+      k.type == Key::Type::kString || k.type == Key::Type::kBudget;
+  if (node.IsNull() && string_like && !k.allow_empty)
     fail("empty; this key needs a value");  // `budget:` with nothing after
   if (!node.IsScalar())
     fail("expected a single value");
@@ -1154,6 +1171,11 @@ void assign(
         fail("not a valid choice");
       }
       *k.s(cfg) = node.Scalar();
+      break;
+    case Key::Type::kBudget:
+      if (node.Scalar().empty())
+        fail("empty; this key needs a value");
+      *k.m(cfg) = BudgetSpec(node.Scalar());  // throws with the profiles
       break;
     case Key::Type::kInt3:
     case Key::Type::kClasses:
@@ -1275,6 +1297,12 @@ std::string value_text(const Key& k, TrainConfig& cfg) {
       out << e.c_str();
       break;
     }
+    case Key::Type::kBudget: {
+      YAML::Emitter e;
+      e << YAML::DoubleQuoted << k.m(cfg)->text();
+      out << e.c_str();
+      break;
+    }
   }
   return out.str();
 }
@@ -1348,7 +1376,8 @@ void TrainConfig::set(const std::string& assignment) {
   }
   if (node.IsNull())
     node = YAML::Node(text);  // "--data.val=" means ""
-  if (k.type == Key::Type::kString && node.IsScalar()) {
+  if ((k.type == Key::Type::kString || k.type == Key::Type::kBudget) &&
+      node.IsScalar()) {
     node = YAML::Node(text);  // keep strings verbatim (no YAML typing)
   }
   assign(*this, k, node, " (command line)");
@@ -1424,8 +1453,7 @@ void TrainConfig::validate() const {
       "config: data.batch_size=auto needs training.effective_batch_size "
       "(the samples per optimizer step the planner must reach)");
   MT_CHECK(
-      data.batch_size != kAuto ||
-          resolve_budget(memory.budget, memory.headroom).limited(),
+      data.batch_size != kAuto || memory.budget.limited(),
       "config: data.batch_size=auto needs memory.budget (what the "
       "micro-batch must fit in), e.g. --memory.budget=v100-16gb");
   MT_CHECK(
@@ -1438,7 +1466,6 @@ void TrainConfig::validate() const {
       MEMTRAIN_CUDA || training.amp != "fp16",
       "config: training.amp=fp16 needs a CUDA build (fp16 autocast runs "
       "on CUDA devices); on this CPU build use training.amp=bf16");
-  resolve_budget(memory.budget, memory.headroom);  // throws with the profiles
   const bool episodic = data.episodes.n_way > 0;
   MT_CHECK(
       episodic == (model.head != "linear"),

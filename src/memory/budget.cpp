@@ -78,28 +78,37 @@ int64_t parse_memory_size(const std::string& text) {
   return static_cast<int64_t>(std::llround(value * scale));
 }
 
-Budget resolve_budget(const std::string& spec, double headroom) {
-  Budget b;
-  b.spec = spec;
-  b.headroom = headroom;
-  if (spec.empty() || spec == "none")
-    return b;
+BudgetSpec::BudgetSpec(const std::string& text) : text_(text) {
+  if (text.empty() || text == "none")
+    return;
   for (const auto& p : kProfiles) {
-    if (spec == p.name) {
-      b.bytes = p.bytes;
-      return b;
+    if (text == p.name) {
+      bytes_ = p.bytes;
+      return;
     }
   }
-  if (std::isdigit(static_cast<unsigned char>(spec[0])) || spec[0] == '.') {
-    b.bytes = parse_memory_size(spec);
-    return b;
+  if (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.') {
+    bytes_ = parse_memory_size(text);
+    return;
   }
   std::string names;
   for (const auto& p : budget_profiles())
     names += (names.empty() ? "" : ", ") + p;
   throw Error(
-      "memory.budget = '" + spec + "': not a profile or a size; profiles: " +
+      "memory.budget = '" + text + "': not a profile or a size; profiles: " +
       names + "; or a size such as 512MiB or 14GiB; or none");
+}
+
+Budget budget_of(const BudgetSpec& spec, double headroom) {
+  Budget b;
+  b.spec = spec.text();
+  b.bytes = spec.bytes();
+  b.headroom = headroom;
+  return b;
+}
+
+Budget resolve_budget(const std::string& spec, double headroom) {
+  return budget_of(BudgetSpec(spec), headroom);
 }
 
 }  // namespace memtrain

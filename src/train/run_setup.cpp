@@ -137,7 +137,7 @@ std::unique_ptr<RunState> set_up_run(
       "; use training.amp=bf16 on a CPU");
   compat::set_deterministic(cfg.training.deterministic);
   auto run = std::make_unique<RunState>(cfg, comm, placement);
-  run->budget = resolve_budget(cfg.memory.budget, cfg.memory.headroom);
+  run->budget = budget_of(cfg.memory.budget, cfg.memory.headroom);
   run->shape = WindowShape::from_config(cfg, comm.size());
   // The budget is the whole process's (Note [A budget is the whole
   // process]): what it holds outside the allocator comes off the cap.
@@ -146,7 +146,7 @@ std::unique_ptr<RunState> set_up_run(
     MT_CHECK(
         run->budget.outside < run->budget.bytes,
         "memory.budget=",
-        cfg.memory.budget,
+        cfg.memory.budget.text(),
         " (",
         format_bytes(static_cast<double>(run->budget.bytes)),
         ") does not even cover what this process holds on ",
@@ -179,7 +179,7 @@ std::unique_ptr<RunState> set_up_run(
     }
     throw Error(detail::concat(
         "memory.budget=",
-        cfg.memory.budget,
+        cfg.memory.budget.text(),
         " (",
         format_bytes(static_cast<double>(run->budget.bytes)),
         ") is too small for the model itself: its parameters and gradient "

@@ -113,6 +113,24 @@ TEST(TrainConfig, AutoBatchNeedsEffectiveBatchAndBudget) {
       std::string::npos);
 }
 
+// memory.budget is parsed once, where it is set: the loaded config holds
+// the bytes; a string assigned in code is parsed on the spot; the YAML
+// keeps the text as written.
+TEST(TrainConfig, BudgetIsParsedWhereItIsSet) {
+  const TrainConfig c = TrainConfig::load("", {"memory.budget=1.5GiB"});
+  EXPECT_EQ(c.memory.budget.bytes(), int64_t{3} << 29);
+  EXPECT_EQ(c.memory.budget.text(), "1.5GiB");
+  EXPECT_NE(c.to_yaml().find("budget: \"1.5GiB\""), std::string::npos);
+  EXPECT_FALSE(TrainConfig::load("", {}).memory.budget.limited());
+  TrainConfig d;
+  d.memory.budget = "v100-16gb";
+  EXPECT_EQ(d.memory.budget.bytes(), int64_t{16160} << 20);
+  d.memory.budget = std::to_string(1900000);
+  EXPECT_EQ(d.memory.budget.bytes(), 1900000);
+  EXPECT_THROW(d.memory.budget = "v100", Error);
+  EXPECT_EQ(d.memory.budget.bytes(), 1900000);  // unchanged by the refusal
+}
+
 TEST(TrainConfig, BadOverrideIsNamedAsCommandLine) {
   const std::string e = error_of("", {"training.epochs=many"});
   EXPECT_NE(

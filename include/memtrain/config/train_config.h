@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "memtrain/memory/budget.h"
+
 namespace memtrain {
 
 struct ModelConfig {
@@ -149,7 +151,7 @@ struct TrainingConfig {
 };
 
 struct MemoryConfig {
-  std::string budget = "none";  // profile, size, or none
+  BudgetSpec budget;            // profile, size, or none (parsed when set)
   double headroom = 0.1;        // fraction of the budget the planner keeps free
   int64_t max_oom_retries = 4;  // halvings of the micro-batch per window
   std::string release_cache = "auto";  // auto | never
