@@ -17,6 +17,7 @@
 #include "memtrain/config/train_config.h"
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/data/sharded_sampler.h"
+#include "memtrain/data/window_shape.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/dist/communicator.h"
 #include "memtrain/dist/gradient_sync.h"
@@ -30,7 +31,6 @@
 #include "memtrain/train/oom_guard.h"
 #include "memtrain/train/prefetcher.h"
 #include "memtrain/train/trainer.h"
-#include "memtrain/data/window_shape.h"
 
 namespace memtrain {
 

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "memtrain/config/train_config.h"
+#include "memtrain/data/window_shape.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/oom_guard.h"
-#include "memtrain/data/window_shape.h"
 #include "memtrain/train/window_totals.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
