@@ -4,6 +4,7 @@
 #include <numeric>
 #include <random>
 
+#include "memtrain/data/window_shape.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -96,9 +97,7 @@ WindowPlan ShardedSampler::plan(int64_t epoch, int64_t w) const {
   p.epoch = epoch;
   p.window = w;
   p.global_samples = static_cast<int64_t>(all.size());
-  const int64_t n = p.global_samples;
-  const int64_t begin = n * rank_ / world_size_;
-  const int64_t end = n * (rank_ + 1) / world_size_;
+  const auto [begin, end] = rank_slice(p.global_samples, rank_, world_size_);
   p.rank_indices.assign(all.begin() + begin, all.begin() + end);
   p.rank_offset = begin;
   return p;

@@ -7,6 +7,11 @@
 
 namespace memtrain {
 
+std::pair<int64_t, int64_t> rank_slice(int64_t n, int64_t rank, int64_t world) {
+  MT_INTERNAL_ASSERT(n >= 0 && world > 0 && rank >= 0 && rank < world);
+  return {n * rank / world, n * (rank + 1) / world};
+}
+
 int64_t largest_share(int64_t samples, int64_t world) {
   MT_INTERNAL_ASSERT(samples >= 0 && world > 0);
   return (samples + world - 1) / world;

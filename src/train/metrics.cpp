@@ -76,22 +76,15 @@ float as_float(const nlohmann::json& v) {
 }
 
 // A resumed run's metrics.jsonl reads as one run: the records the
-// checkpoint's step covers are kept, later ones (windows run after the
-// checkpoint by the run that stopped) are dropped.
-void trim_records(const std::string& path, int64_t step, int64_t epoch) {
-  std::string kept;
-  const bool found = for_each_record(
-      path, [&](const nlohmann::json& j, const std::string& line) {
-        const std::string type = j.value("type", "");
-        const bool keep = type == "pretrained" ||  // the run's start
-                          (type == "window" || type == "checkpoint"
-                               ? j.value("step", int64_t{0}) <= step
-                               : j.value("epoch", int64_t{0}) < epoch);
-        if (keep)
-          kept += line + "\n";
-      });
-  if (found)
-    write_file_atomically(path, kept);
+// checkpoint of window `step` in `epoch` covers are kept, later ones
+// (windows run after the checkpoint by the run that stopped) are dropped.
+bool covered_by_checkpoint(
+    const nlohmann::json& j, int64_t step, int64_t epoch) {
+  const std::string type = j.value("type", "");
+  return type == "pretrained" ||  // the run's start
+         (type == "window" || type == "checkpoint"
+              ? j.value("step", int64_t{0}) <= step
+              : j.value("epoch", int64_t{0}) < epoch);
 }
 
 }  // namespace
@@ -229,14 +222,19 @@ MetricsLog::MetricsLog(const MetricsOutputs& out)
   const std::string jsonl = out_.dir + "/metrics.jsonl";
   const std::string csv = out_.dir + "/metrics.csv";
   if (out_.resumed) {
-    trim_records(jsonl, out_.resume_step, out_.resume_epoch);
-    // metrics.csv = the rows of the (trimmed) metrics.jsonl; the last
-    // window's row stays open: a resumed run may validate and end its epoch
-    // first.
-    std::string text = rows_->header();
-    for_each_record(jsonl, [&](const nlohmann::json& j, const std::string&) {
-      text += rows_->add(j);
-    });
+    // One pass: metrics.jsonl trimmed, and metrics.csv = the rows of what
+    // is kept; the last window's row stays open: a resumed run may validate
+    // and end its epoch first.
+    std::string kept, text = rows_->header();
+    const bool found = for_each_record(
+        jsonl, [&](const nlohmann::json& j, const std::string& line) {
+          if (!covered_by_checkpoint(j, out_.resume_step, out_.resume_epoch))
+            return;
+          kept += line + "\n";
+          text += rows_->add(j);
+        });
+    if (found)
+      write_file_atomically(jsonl, kept);
     write_file_atomically(csv, text);
   }
   jsonl_ = open_or_throw(jsonl, out_.resumed ? "a" : "w");

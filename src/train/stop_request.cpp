@@ -10,6 +10,8 @@
 namespace memtrain {
 namespace {
 
+constexpr int kStopSignals[] = {SIGTERM, SIGUSR1, SIGINT};
+
 std::atomic<int> g_signal{0};
 std::atomic<int> g_interrupts{0};
 
@@ -26,7 +28,7 @@ extern "C" void on_signal(int sig) {
 sigset_t stop_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGTERM, SIGUSR1, SIGINT})
+  for (int sig : kStopSignals)
     sigaddset(&set, sig);
   return set;
 }
@@ -38,7 +40,7 @@ void install_stop_handlers() {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGTERM, SIGUSR1, SIGINT})
+  for (int sig : kStopSignals)
     sigaction(sig, &sa, nullptr);
   // The handler runs on one thread of its own, never on a thread that
   // computes: oneDNN's CPU kernels crash (SIGSEGV, SIGABRT) when a handler
@@ -58,8 +60,11 @@ void install_stop_handlers() {
 bool stop_signals_blocked_here() {
   sigset_t now;
   pthread_sigmask(SIG_BLOCK, nullptr, &now);
-  return sigismember(&now, SIGTERM) == 1 && sigismember(&now, SIGUSR1) == 1 &&
-         sigismember(&now, SIGINT) == 1;
+  for (int sig : kStopSignals) {
+    if (sigismember(&now, sig) != 1)
+      return false;
+  }
+  return true;
 }
 
 int stop_signal() {

@@ -8,14 +8,19 @@
 // WindowShape use them.
 
 #include <cstdint>
+#include <utility>
 
 namespace memtrain {
 
 struct TrainConfig;
 
-// The largest rank's share of a window of `samples` over `world` ranks:
-// ceil(samples / world) (ShardedSampler::plan gives the ranks
-// floor-balanced shares, the larger first).
+// Rank `rank`'s contiguous slice [first, second) of `n` items split over
+// `world` ranks: [n * rank / world, n * (rank + 1) / world). A window's
+// samples (ShardedSampler::plan) and data.val's rows are split so.
+std::pair<int64_t, int64_t> rank_slice(int64_t n, int64_t rank, int64_t world);
+
+// The largest rank's share of a window of `samples` over `world` ranks,
+// ceil(samples / world): the longest rank_slice.
 int64_t largest_share(int64_t samples, int64_t world);
 
 // The micro-steps of a share of `share` samples at micro-batch `micro`:

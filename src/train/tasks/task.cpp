@@ -6,6 +6,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "memtrain/data/window_shape.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
 
@@ -198,11 +199,11 @@ ModelInput model_input(const RunState& run, const std::vector<int64_t>& shape) {
 }
 
 RowShare val_rows_of_rank(const RunState& run) {
-  const int64_t n = run.val_data->info().num_samples;
+  const auto [begin, end] = rank_slice(
+      run.val_data->info().num_samples, run.comm.rank(), run.comm.size());
   RowShare s;
-  s.begin = n * run.comm.rank() / run.comm.size();
-  const int64_t end = n * (run.comm.rank() + 1) / run.comm.size();
-  s.rows.resize(end - s.begin);
+  s.begin = begin;
+  s.rows.resize(end - begin);
   std::iota(s.rows.begin(), s.rows.end(), s.begin);
   return s;
 }
