@@ -1,19 +1,16 @@
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
-#include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <set>
 #include <sstream>
 
 #include "agreed.h"
 #include "commands.h"
-#include "memtrain/data/dataset_convert.h"
 #include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/nifti_cases.h"
 #include "memtrain/data/nifti_volume.h"
 #include "memtrain/data/seg_metrics.h"
 #include "memtrain/dist/environment.h"
@@ -26,106 +23,6 @@ namespace memtrain::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-// "case.nii.gz" -> "case"; "case.nii" -> "case".
-std::string case_name(const std::string& path) {
-  std::string n = fs::path(path).filename().string();
-  for (const char* ext : {".nii.gz", ".nii"}) {
-    const std::string e = ext;
-    if (n.size() > e.size() && n.compare(n.size() - e.size(), e.size(), e) == 0)
-      return n.substr(0, n.size() - e.size());
-  }
-  return n;
-}
-
-bool is_nifti(const fs::path& p) {
-  const std::string n = p.filename().string();
-  return case_name(n) != n;
-}
-
-// A case of --input: its name (the output's, CASE.nii.gz) and its files,
-// one, or nnU-Net's one per channel (CASE_0000.nii.gz, CASE_0001.nii.gz,
-// ...: channels in that order).
-struct InputCase {
-  std::string name;
-  std::vector<std::string> files;
-};
-
-// --input: one NIfTI file, or a folder's NIfTI files in name order (not
-// hidden ones), the channel files of a case grouped.
-std::vector<InputCase> list_cases(const std::string& input) {
-  MT_CHECK(
-      fs::exists(input),
-      "predict: --input '",
-      input,
-      "': no such file or folder");
-  if (!fs::is_directory(input)) {
-    MT_CHECK(
-        is_nifti(input),
-        "predict: --input '",
-        input,
-        "' is not a .nii or .nii.gz file");
-    std::string base;
-    const int64_t c = nnunet_channel(case_name(input), &base);
-    return {{c == 0 ? base : case_name(input), {input}}};
-  }
-  std::vector<std::string> paths;
-  for (const auto& e : fs::directory_iterator(input)) {
-    // Hidden files are skipped: the Decathlon's archives hold a macOS
-    // "._CASE.nii.gz" beside every case, which is not a NIfTI file.
-    const std::string n = e.path().filename().string();
-    if (e.is_regular_file() && is_nifti(e.path()) && n[0] != '.')
-      paths.push_back(e.path().string());
-  }
-  std::sort(paths.begin(), paths.end());
-  MT_CHECK(
-      !paths.empty(),
-      "predict: --input '",
-      input,
-      "' holds no .nii or .nii.gz file");
-  std::vector<InputCase> cases;
-  for (const std::string& p : paths) {
-    std::string base;
-    const int64_t c = nnunet_channel(case_name(p), &base);
-    if (c < 0) {
-      cases.push_back({case_name(p), {p}});
-      continue;
-    }
-    std::string first;  // the base of the previous case's first file
-    if (cases.empty() || cases.back().name != base ||
-        nnunet_channel(case_name(cases.back().files[0]), &first) < 0)
-      cases.push_back({base, {}});
-    InputCase& k = cases.back();
-    MT_CHECK(
-        c == static_cast<int64_t>(k.files.size()),
-        "predict: --input '",
-        input,
-        "': case '",
-        k.name,
-        "' has ",
-        fs::path(p).filename().string(),
-        " but no channel ",
-        k.files.size(),
-        " file before it (nnU-Net names a case's channels CASE_0000, "
-        "CASE_0001, ...)");
-    k.files.push_back(p);
-  }
-  std::set<std::string> names;
-  for (const InputCase& k : cases) {
-    MT_CHECK(
-        names.insert(k.name).second,
-        "predict: --input '",
-        input,
-        "' holds two cases named '",
-        k.name,
-        "' (e.g. ",
-        k.name,
-        ".nii.gz and ",
-        k.name,
-        "_0000.nii.gz): their outputs would be one file");
-  }
-  return cases;
-}
 
 // The label file of case `name`: --labels itself (a file, with one input
 // case), or NAME.nii.gz / NAME.nii in the --labels folder.
@@ -345,7 +242,7 @@ int run_predict(const PredictArgs& args, int* argc, char*** argv) {
             "predict: model.name=",
             cfg.model.name,
             "; predict segments volumes with a unet3d config");
-        cases = list_cases(args.input);
+        cases = input_cases(args.input, "predict");
         // Every input's header before any output is written.
         if (!args.analyze_orientation.empty())
           check_axis_code("predict", args.analyze_orientation);

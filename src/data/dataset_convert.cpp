@@ -17,9 +17,9 @@
 
 #include "dataset_case.h"
 #include "memtrain/data/counter_rng.h"
+#include "memtrain/data/nifti_cases.h"
 #include "memtrain/data/nifti_volume.h"
 #include "memtrain/util/error.h"
-#include "memtrain/util/file_kind.h"
 #include "nifti_read.h"
 
 namespace memtrain {
@@ -51,68 +51,6 @@ bool parse_int(const std::string& s, int64_t* out) {
     return false;
   *out = v;
   return true;
-}
-
-// "x.nii.gz" -> "x" for the endings convert-dataset reads ("" otherwise).
-std::string strip_ending(const std::string& name, const std::string& ending) {
-  for (const std::string& e :
-       {ending, std::string(".nii.gz"), std::string(".nii")}) {
-    if (!e.empty() && name.size() > e.size() &&
-        name.compare(name.size() - e.size(), e.size(), e) == 0)
-      return name.substr(0, name.size() - e.size());
-  }
-  return "";
-}
-
-// The image files of imagesTr (or imagesTs): per case name, its nnU-Net
-// channel files (CASE_0000...) and/or its single MSD file (CASE.nii.gz).
-struct ImageIndex {
-  std::map<std::string, std::map<int64_t, std::string>> channels;
-  std::map<std::string, std::string> single;
-};
-
-// `strict`: a directory named as a case file is refused (imagesTr/).
-ImageIndex index_images(
-    const fs::path& dir, const std::string& ending, bool strict = true) {
-  ImageIndex ix;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    return ix;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    const std::string n = it->path().filename().string();
-    const std::string base = strip_ending(n, ending);
-    if (n[0] == '.' || base.empty())
-      continue;  // hidden (macOS "._x.nii.gz" in MSD archives) or other
-    MT_CHECK(
-        !strict || !it->is_directory(ec),
-        kCmd,
-        ": '",
-        it->path().string(),
-        "' is a directory, not a file (a case file is expected there)");
-    if (!it->is_regular_file(ec)) {
-      ec.clear();  // a link loop or a dead link: said below
-      const std::string why = not_a_regular_file(it->path().string());
-      MT_CHECK(
-          !strict || why.empty(),
-          kCmd,
-          ": '",
-          it->path().string(),
-          "': ",
-          why,
-          " (a case file is expected there; the case would be dropped)");
-      continue;
-    }
-    std::string name;
-    const int64_t ch = nnunet_channel(base, &name);
-    if (ch >= 0) {
-      ix.channels[name][ch] = it->path().string();
-    } else {
-      ix.single[base] = it->path().string();
-    }
-  }
-  MT_CHECK(!ec, kCmd, ": cannot list '", dir.string(), "': ", ec.message());
-  return ix;
 }
 
 std::string channel_file(
@@ -213,7 +151,7 @@ Meta read_meta(const std::string& folder) {
 
 // The image files of case `name` in `ix`, checked against C channels.
 std::vector<std::string> case_images(
-    const ImageIndex& ix,
+    const NiftiFolder& ix,
     const fs::path& dir,
     const std::string& name,
     const Meta& m,
@@ -271,7 +209,8 @@ std::vector<std::string> case_images(
 std::vector<DatasetCase> list_cases(const std::string& folder, const Meta& m) {
   const fs::path root(folder);
   const fs::path images = root / "imagesTr";
-  const ImageIndex ix = index_images(images, m.ending);
+  const NiftiFolder ix =
+      index_nifti_folder(images.string(), OddEntry::kRefuse, kCmd);
   std::vector<DatasetCase> cases;
   auto add = [&](const std::string& name, const std::string& label) {
     DatasetCase c;
@@ -307,7 +246,7 @@ std::vector<DatasetCase> list_cases(const std::string& folder, const Meta& m) {
           "\"label\": ...}: ",
           e.dump());
       const fs::path img(e["image"].get<std::string>());
-      const std::string name = strip_ending(img.filename().string(), m.ending);
+      const std::string name = nifti_stem(img.filename().string());
       MT_CHECK(
           !name.empty(),
           kCmd,
@@ -317,12 +256,7 @@ std::vector<DatasetCase> list_cases(const std::string& folder, const Meta& m) {
       add(name, (root / e["label"].get<std::string>()).lexically_normal());
     }
   } else {
-    std::set<std::string> names;
-    for (const auto& [n, f] : ix.single)
-      names.insert(n);
-    for (const auto& [n, f] : ix.channels)
-      names.insert(n);
-    for (const std::string& n : names)
+    for (const std::string& n : ix.names())
       add(n, (root / "labelsTr" / (n + m.ending)).string());
   }
   MT_CHECK(
@@ -486,17 +420,6 @@ void draw_split(
 
 }  // namespace
 
-int64_t nnunet_channel(const std::string& stem, std::string* base) {
-  const size_t n = stem.size();
-  if (n < 6 || stem[n - 5] != '_' ||
-      !std::all_of(stem.end() - 4, stem.end(), [](unsigned char d) {
-        return d >= '0' && d <= '9';
-      }))
-    return -1;
-  *base = stem.substr(0, n - 5);
-  return std::stoll(stem.substr(n - 4));
-}
-
 DatasetConvertResult convert_dataset(const DatasetConvertSpec& spec) {
   MT_CHECK(!spec.folder.empty(), kCmd, ": --folder is required");
   MT_CHECK(!spec.out.empty(), kCmd, ": --out is required");
@@ -593,13 +516,9 @@ DatasetConvertResult convert_dataset(const DatasetConvertSpec& spec) {
 
   const fs::path ts = fs::path(spec.folder) / "imagesTs";
   if (fs::is_directory(ts, ec)) {
-    const ImageIndex ix = index_images(ts, m.ending, /*strict=*/false);
-    std::set<std::string> names;
-    for (const auto& [n, f] : ix.single)
-      names.insert(n);
-    for (const auto& [n, f] : ix.channels)
-      names.insert(n);
-    r.test_cases = static_cast<int64_t>(names.size());
+    const NiftiFolder ix =
+        index_nifti_folder(ts.string(), OddEntry::kSkip, kCmd);
+    r.test_cases = static_cast<int64_t>(ix.names().size());
     r.test_folder = ts.string();
   }
   return r;

@@ -51,9 +51,4 @@ struct DatasetConvertResult {
 // (or the flag) on bad input; the rules are data/CONVERT.md's.
 DatasetConvertResult convert_dataset(const DatasetConvertSpec& spec);
 
-// nnU-Net's channel files: "case_0001" (a file name without its ending)
-// -> 1 with *base = "case"; -1 (and *base untouched) without a "_DDDD"
-// suffix. convert-dataset and predict group a case's files by it.
-int64_t nnunet_channel(const std::string& stem, std::string* base);
-
 }  // namespace memtrain
