@@ -1,5 +1,6 @@
 #pragma once
-// Private to src/cli/: what `eval` and `predict` start from.
+// Private to src/cli/: what the commands that start ranks share, and the
+// trainer `eval` starts from.
 
 #include <memory>
 #include <string>

@@ -1,5 +1,7 @@
 #include "memtrain/model/models.h"
 
+#include <algorithm>
+
 #include "memtrain/model/checkpointed.h"
 #include "memtrain/model/resnet.h"
 #include "memtrain/model/unet3d.h"
@@ -212,6 +214,25 @@ class SmallCnn : public Classifier {
 };
 
 }  // namespace
+
+int64_t model_num_classes(
+    const ModelConfig& cfg, const DatasetInfo& ti, bool binary) {
+  const int64_t asked = cfg.num_classes;
+  MT_CHECK(
+      binary || asked == 0 || asked >= ti.num_classes,
+      "model.num_classes=",
+      asked,
+      " but data.train '",
+      ti.path,
+      "' has labels up to ",
+      ti.num_classes - 1,
+      " (",
+      ti.num_classes,
+      " classes); set model.num_classes to at least ",
+      ti.num_classes,
+      " or 0 (from the data)");
+  return binary ? 1 : std::max(ti.num_classes, asked);
+}
 
 void check_model_fits(
     const std::string& model,

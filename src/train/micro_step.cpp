@@ -1,7 +1,7 @@
 #include <torch/torch.h>
 
-#include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/train/device_setup.h"
 #include "run_state.h"
 #include "tasks/task.h"
 
@@ -45,13 +45,8 @@ Batch to_device(const RunState& run, const Batch& host) {
 
 at::Tensor forward(
     RunState& run, const at::Tensor& x, const at::Tensor& context) {
-  compat::AutocastGuard amp(
-      run.amp_on(),
-      run.placement.is_cuda(),
-      run.cfg.training.amp == "bf16" ? torch::kBFloat16 : torch::kHalf);
-  const at::Tensor logits = context.defined() ? run.model->forward(x, context)
-                                              : run.model->forward(x);
-  return logits.to(torch::kFloat32);
+  return autocast_forward(
+      *run.model, run.cfg.training, run.placement, x, context);
 }
 
 // Everything it creates (batch, context features, logits, loss, graph) is

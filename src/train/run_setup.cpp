@@ -1,8 +1,9 @@
 #include <torch/torch.h>
 
-#include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/train/device_setup.h"
 #include "memtrain/train/model_state.h"
+#include "memtrain/train/volume_model.h"
 #include "memtrain/train/window_totals.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
@@ -17,12 +18,7 @@ RunState::RunState(const TrainConfig& c, Communicator& cm, const Placement& p)
 RunState::~RunState() = default;
 
 std::array<int64_t, 3> RunState::roi() const {
-  std::array<int64_t, 3> r = cfg.validation.roi;
-  for (int i = 0; i < 3; ++i) {
-    if (r[i] == 0)
-      r[i] = cfg.data.patch_size[i];
-  }
-  return r;
+  return validation_roi(cfg);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
@@ -129,38 +125,9 @@ void build_model(RunState& run) {
 
 std::unique_ptr<RunState> set_up_run(
     const TrainConfig& cfg, Communicator& comm, const Placement& placement) {
-  MT_CHECK(
-      cfg.training.amp != "fp16" || placement.is_cuda(),
-      "training.amp=fp16 needs a CUDA device (fp16 autocast and the loss "
-      "scaler run on GPUs), but this rank's device is ",
-      placement.describe(),
-      "; use training.amp=bf16 on a CPU");
-  compat::set_deterministic(cfg.training.deterministic);
   auto run = std::make_unique<RunState>(cfg, comm, placement);
-  run->budget = budget_of(cfg.memory.budget, cfg.memory.headroom);
+  run->budget = start_on_device(cfg, placement);
   run->shape = WindowShape::from_config(cfg, comm.size());
-  // The budget is the whole process's (Note [A budget is the whole
-  // process]): what it holds outside the allocator comes off the cap.
-  if (run->budget.limited()) {
-    run->budget.outside = memory::measure_outside();
-    MT_CHECK(
-        run->budget.outside < run->budget.bytes,
-        "memory.budget=",
-        cfg.memory.budget.text(),
-        " (",
-        format_bytes(static_cast<double>(run->budget.bytes)),
-        ") does not even cover what this process holds on ",
-        placement.describe(),
-        " outside the caching allocator (",
-        format_bytes(static_cast<double>(run->budget.outside)),
-        ": the CUDA context, cuBLAS/cuDNN and NCCL, or another process on "
-        "this GPU); raise memory.budget, or give this rank a GPU of its own");
-  }
-  // A run starts from an empty cache and a fresh peak, whatever ran in
-  // this process before it.
-  memory::release_cache();
-  memory::reset_peak();
-  memory::set_cap(run->budget.allocator_cap());
   open_data(*run);
   try {
     build_model(*run);

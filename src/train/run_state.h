@@ -78,9 +78,6 @@ struct RunState {
   WindowShape shape;  // micro-batch and steps set by planning
   MemoryPlan plan;    // what planning decided and measured
 
-  bool amp_on() const {
-    return cfg.training.amp != "off";
-  }
   // The validation window: validation.roi, or the training patch.
   std::array<int64_t, 3> roi() const;
 };

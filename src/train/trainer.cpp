@@ -481,15 +481,6 @@ std::string Trainer::evaluate(std::string* line) {
   return rec.dump();
 }
 
-at::Tensor Trainer::predict_volume(const at::Tensor& volume) {
-  memory::DeviceScope device;
-  return impl_->run->task->predict_volume(*impl_->run, volume);
-}
-
-int64_t Trainer::num_classes() const {
-  return impl_->run->num_classes;
-}
-
 std::string Trainer::describe() const {
   return describe_run(*impl_->run);
 }

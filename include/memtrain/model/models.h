@@ -85,6 +85,12 @@ struct ModelInput {
   int64_t context_features = 0;  // F2 of /context_features (0: none)
 };
 
+// The model's outputs for data.train `ti`: 1 for a binary classifier's
+// logit, else model.num_classes (0: the data's classes), which must cover
+// the data's classes. Throws memtrain::Error naming both.
+int64_t model_num_classes(
+    const ModelConfig& cfg, const DatasetInfo& ti, bool binary);
+
 // Throws memtrain::Error unless model `model` trains on samples of `kind`
 // (mlp: features, cnn, resnet50, seresnext50_32x4d: images, unet3d:
 // volumes, dual_encoder: pairs, i.e.

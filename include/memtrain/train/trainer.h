@@ -173,14 +173,6 @@ class Trainer {
   // progress line's words.
   std::string evaluate(std::string* line = nullptr);
 
-  // Local: the class probabilities (K, D, H, W), host memory, of one
-  // volume ((C, D, H, W) float32, host memory, normalised as the training
-  // data) by the validator's sliding window (validation.roi, overlap,
-  // sw_batch, blend, offload), the model in eval mode. unet3d configs
-  // only (memtrain::Error otherwise). `memtrain predict`.
-  at::Tensor predict_volume(const at::Tensor& volume);
-  int64_t num_classes() const;
-
   // Collective. Trains until training.epochs or training.max_windows
   // (counted from the beginning of the run, across resumes).
   TrainSummary run();

@@ -119,13 +119,6 @@ std::string Task::cannot_validate(const RunState& run) const {
                       : "data.val is empty: nothing to validate (set data.val)";
 }
 
-at::Tensor Task::predict_volume(RunState& run, const at::Tensor&) {
-  throw Error(detail::concat(
-      "predict: model.name=",
-      run.cfg.model.name,
-      " does not segment volumes; predict needs a unet3d config"));
-}
-
 std::string Task::describe_width(const RunState& run) const {
   return "hidden " + std::to_string(run.cfg.model.hidden);
 }
@@ -171,22 +164,8 @@ void open_val_data(RunState& run, bool channels_only) {
 }
 
 void resolve_num_classes(RunState& run, bool binary) {
-  const DatasetInfo& ti = run.train_data->info();
-  const int64_t asked = run.cfg.model.num_classes;
-  run.num_classes = binary ? 1 : std::max(ti.num_classes, asked);
-  MT_CHECK(
-      binary || asked == 0 || asked >= ti.num_classes,
-      "model.num_classes=",
-      asked,
-      " but data.train '",
-      ti.path,
-      "' has labels up to ",
-      ti.num_classes - 1,
-      " (",
-      ti.num_classes,
-      " classes); set model.num_classes to at least ",
-      ti.num_classes,
-      " or 0 (from the data)");
+  run.num_classes =
+      model_num_classes(run.cfg.model, run.train_data->info(), binary);
 }
 
 ModelInput model_input(const RunState& run, const std::vector<int64_t>& shape) {

@@ -72,9 +72,6 @@ class Task {
   virtual bool dumps_predictions() const {
     return false;
   }
-  // Local: one volume's class probabilities (`memtrain predict`). Throws
-  // memtrain::Error for tasks that do not segment volumes.
-  virtual at::Tensor predict_volume(RunState& run, const at::Tensor& volume);
   // Rank 0, at the start of a run: the task's files in output.dir.
   virtual void write_run_files(const RunState&, const std::string&) const {}
 

@@ -9,10 +9,10 @@
 #include <cmath>
 
 #include "memtrain/data/patch_sampler.h"
-#include "memtrain/model/unet3d.h"
 #include "memtrain/train/losses.h"
 #include "memtrain/train/metrics.h"
 #include "memtrain/train/validator.h"
+#include "memtrain/train/volume_model.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
 #include "task.h"
@@ -40,45 +40,7 @@ class VolumeTask : public Task {
     open_val_data(run, /*channels_only=*/true);
     resolve_num_classes(run, /*binary=*/false);
     run.images = resolve_image_transforms(cfg, ti, false);
-    MT_CHECK(
-        cfg.model.in_channels == 0 ||
-            cfg.model.in_channels == ti.sample_shape[0],
-        "model.in_channels=",
-        cfg.model.in_channels,
-        " but the volumes of data.train '",
-        ti.path,
-        "' have ",
-        ti.sample_shape[0],
-        " channel(s); set it to ",
-        ti.sample_shape[0],
-        " or 0 (from the data)");
-    // The U-Net halves the patch depth-1 times: check the training patch
-    // and the validation window now, not after an epoch.
-    const int64_t div = unet3d_divisor(cfg.model.depth);
-    const std::array<int64_t, 3> window = run.roi();
-    for (int i = 0; i < 3; ++i) {
-      MT_CHECK(
-          cfg.data.patch_size[i] % div == 0 && window[i] % div == 0,
-          "data.patch_size=[",
-          cfg.data.patch_size[0],
-          ", ",
-          cfg.data.patch_size[1],
-          ", ",
-          cfg.data.patch_size[2],
-          "] and validation.roi=[",
-          window[0],
-          ", ",
-          window[1],
-          ", ",
-          window[2],
-          "] must be multiples of ",
-          div,
-          " on every axis: model.depth=",
-          cfg.model.depth,
-          " halves them ",
-          cfg.model.depth - 1,
-          " time(s)");
-    }
+    check_volume_model(cfg, ti);
     patches_ = std::make_unique<PatchSampler>(
         *run.train_data,
         cfg.data.patch_size,
@@ -92,10 +54,9 @@ class VolumeTask : public Task {
 
   // The model sees patches.
   std::shared_ptr<Classifier> make_model(const RunState& run) override {
-    std::vector<int64_t> shape = {run.train_data->info().sample_shape[0]};
-    const auto& p = run.cfg.data.patch_size;
-    shape.insert(shape.end(), p.begin(), p.end());
-    return memtrain::make_model(run.cfg.model, model_input(run, shape));
+    return memtrain::make_model(
+        run.cfg.model,
+        volume_model_input(run.cfg, run.train_data->info(), run.num_classes));
   }
 
   int64_t samples_per_epoch(const RunState&) const override {
@@ -151,28 +112,6 @@ class VolumeTask : public Task {
   std::vector<std::string> dice_classes(const RunState& run) const override {
     return metrics_class_names(
         run.train_data->info().class_names, run.num_classes);
-  }
-
-  at::Tensor predict_volume(RunState& run, const at::Tensor& volume) override {
-    torch::NoGradGuard no_grad;
-    run.model->eval();
-    int64_t retries = 0;
-    int64_t sw_batch = run.cfg.validation.sw_batch;
-    at::Tensor probs = volume_probs(
-        volume,
-        run.num_classes,
-        [&run](const at::Tensor& windows) {
-          return forward(run, windows, at::Tensor());
-        },
-        run.cfg.validation,
-        run.roi(),
-        &sw_batch,
-        run.comm.rank(),
-        "predict",
-        &retries,
-        run.placement);
-    run.model->train();
-    return probs;
   }
 
   void describe_data(const RunState& run, std::ostream& out) const override {

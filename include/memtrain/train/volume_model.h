@@ -1,0 +1,30 @@
+#pragma once
+// What a U-Net on data.train's volumes is, for training (the volume task)
+// and inference (InferenceModel): its window, its checks, its input.
+
+#include <array>
+#include <cstdint>
+
+#include "memtrain/config/train_config.h"
+#include "memtrain/model/models.h"
+
+namespace memtrain {
+
+struct DatasetInfo;
+
+// The validation window: validation.roi, where 0 the training patch's
+// size (data.patch_size).
+std::array<int64_t, 3> validation_roi(const TrainConfig& cfg);
+
+// model.in_channels is 0 or the channels of data.train `ti`'s volumes, and
+// the training patch and the validation window are multiples of
+// unet3d_divisor(model.depth) on every axis. Throws memtrain::Error naming
+// the keys.
+void check_volume_model(const TrainConfig& cfg, const DatasetInfo& ti);
+
+// The model's input: `ti`'s volumes' channels at the training patch's size
+// (data.patch_size), `num_classes` outputs.
+ModelInput volume_model_input(
+    const TrainConfig& cfg, const DatasetInfo& ti, int64_t num_classes);
+
+}  // namespace memtrain
