@@ -81,14 +81,14 @@ NiftiFolder index_nifti_folder(
     std::error_code kind;
     if (!it->is_regular_file(kind)) {
       const std::string why = it->is_directory(kind)
-                                  ? std::string("is a directory, not a file")
+                                  ? std::string("a directory, not a file")
                                   : not_a_regular_file(path);
       MT_CHECK(
           odd == OddEntry::kSkip,
           who,
           ": '",
           path,
-          "' ",
+          "' is ",
           why,
           " (a case file is expected there; the case would be dropped)");
       continue;
