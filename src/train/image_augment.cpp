@@ -9,6 +9,7 @@
 #include "memtrain/config/train_config.h"
 #include "memtrain/data/counter_rng.h"
 #include "memtrain/data/h5_dataset.h"
+#include "memtrain/model/resnet.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -44,10 +45,6 @@ namespace {
 constexpr uint64_t kSalt = 0x6a09e667f3bcc909ULL;  // this stream's own
 constexpr int kAttempts = 10;
 constexpr uint64_t kFlipDraw = 4 * kAttempts;
-
-bool is_resnet(const std::string& name) {
-  return name == "resnet50" || name == "seresnext50_32x4d";
-}
 
 std::string list(const std::array<double, 2>& v) {
   std::ostringstream out;
