@@ -80,7 +80,6 @@ int run_predict(const PredictArgs& args, int* argc, char*** argv) {
   std::vector<InputCase> cases;
   if (!agreed(env, "config", [&] {
         cfg = TrainConfig::load(args.config, args.overrides);
-        cfg.data.val = "";  // predict reads only --input
         on = trained_on(cfg, "predict");
         cases = predict_inputs(opt);  // every header before any output
         std::error_code ec;

@@ -448,6 +448,16 @@ DatasetConvertResult convert_dataset(const DatasetConvertSpec& spec) {
 
   const Meta m = read_meta(spec.folder);
   std::vector<DatasetCase> cases = list_cases(spec.folder, m);
+  // imagesTs/ is counted, not converted; listed before anything is
+  // written, as its refusals (one stem with both endings) must be.
+  const fs::path ts = fs::path(spec.folder) / "imagesTs";
+  const bool has_ts = fs::is_directory(ts, ec);
+  const int64_t test_cases =
+      has_ts ? static_cast<int64_t>(
+                   index_nifti_folder(ts.string(), OddEntry::kSkip, kCmd)
+                       .names()
+                       .size())
+             : 0;
   std::vector<size_t> train, val;
   draw_split(spec, cases, &train, &val);
   // Headers only: grids, transforms, orientations, spacings.
@@ -500,6 +510,8 @@ DatasetConvertResult convert_dataset(const DatasetConvertSpec& spec) {
   r.spacing_mm = target;
   r.num_classes = static_cast<int64_t>(m.class_names.size());
   r.class_names = m.class_names;
+  r.test_cases = test_cases;
+  r.test_folder = has_ts ? ts.string() : "";
   DatasetWriteCommon common;
   common.channels = static_cast<int64_t>(m.channels.size());
   common.num_classes = r.num_classes;
@@ -513,14 +525,6 @@ DatasetConvertResult convert_dataset(const DatasetConvertSpec& spec) {
   common.fold = spec.fold;
   common.analyze_orientation = spec.analyze_orientation;
   r.files = write_dataset_files(spec.out, cases, train, val, common);
-
-  const fs::path ts = fs::path(spec.folder) / "imagesTs";
-  if (fs::is_directory(ts, ec)) {
-    const NiftiFolder ix =
-        index_nifti_folder(ts.string(), OddEntry::kSkip, kCmd);
-    r.test_cases = static_cast<int64_t>(ix.names().size());
-    r.test_folder = ts.string();
-  }
   return r;
 }
 

@@ -80,15 +80,17 @@ NiftiFolder index_nifti_folder(
       continue;  // hidden (macOS "._x.nii.gz" in MSD archives) or other
     std::error_code kind;
     if (!it->is_regular_file(kind)) {
+      // "'X' is a directory, not a file", "'X': a FIFO, not a regular
+      // file", "'X': cannot stat: ..."
       const std::string why = it->is_directory(kind)
-                                  ? std::string("a directory, not a file")
-                                  : not_a_regular_file(path);
+                                  ? std::string(" is a directory, not a file")
+                                  : ": " + not_a_regular_file(path);
       MT_CHECK(
           odd == OddEntry::kSkip,
           who,
           ": '",
           path,
-          "' is ",
+          "'",
           why,
           " (a case file is expected there; the case would be dropped)");
       continue;

@@ -40,7 +40,6 @@ struct InferenceModel::Impl {
   TrainedOn on;
   std::shared_ptr<Classifier> model;
   int64_t sw_batch = 0;  // halved on running out of device memory
-  int64_t retries = 0;
 };
 
 InferenceModel::InferenceModel(
@@ -81,6 +80,7 @@ at::Tensor InferenceModel::predict_volume(
   Impl& m = *impl_;
   torch::NoGradGuard no_grad;
   memory::DeviceScope device;
+  int64_t retries = 0;  // the halvings are in the log (retry_on_oom)
   return volume_probs(
       volume,
       m.on.num_classes,
@@ -93,7 +93,7 @@ at::Tensor InferenceModel::predict_volume(
       &m.sw_batch,
       rank,
       where,
-      &m.retries,
+      &retries,
       m.placement);
 }
 

@@ -44,7 +44,8 @@ namespace memtrain::memory {
 // NCCL's buffers live outside it: on an H100, memory.budget=v100-16gb as an
 // allocator cap alone would let the process use all of that on top of what
 // a real V100 has (issue 24 puts it at up to a GiB; not measured here). So
-// set_up_run, once the communicator has started, asks measure_outside(): it
+// start_on_device (a training run's set-up, after its communicator has
+// started, and predict's InferenceModel) asks measure_outside(): it
 // loads those libraries (a matrix product and a convolution on the device),
 // releases what that cached, and returns what the process then holds outside
 // the allocator: the device's used bytes (cudaMemGetInfo: total - free) less
@@ -63,7 +64,7 @@ namespace memtrain::memory {
 // asserts. use_cuda_allocator() applies the allocator settings (read when
 // the allocator starts), selects the device and initialises CUDA at once,
 // so the budget, the monitor and the planner may ask before any tensor
-// exists (set_up_run does).
+// exists (start_on_device does).
 
 namespace {
 

@@ -28,8 +28,9 @@
 #    labels, a missing channel, a missing label file, a NaN voxel, an
 #    empty split, an unknown case in splits_final.json, --fold out of range,
 #    a case without the NIfTI magic (accepted with --analyze-orientation:
-#    the orientation given decides), a directory as a case file, a zero
-#    --spacing, a --spacing whose grid exceeds the memory.
+#    the orientation given decides), a directory as a case file, one stem
+#    with both endings (in imagesTr/ and in imagesTs/), a zero --spacing, a
+#    --spacing whose grid exceeds the memory.
 # 4. A 2-rank unet3d run trains and validates on the converted files, and
 #    memtrain predict segments imagesTs (one case LPS, one with permuted
 #    axes): each label map has its input's exact shape and affine.
@@ -411,6 +412,14 @@ refuse dirlabel "case case_a: label 'v-dirlabel/labelsTr/case_a.nii.gz' is a dir
 variant dirimage
 mkdir v-dirimage/imagesTr/case_f_0000.nii.gz
 refuse dirimage "'v-dirimage/imagesTr/case_f_0000.nii.gz' is a directory, not a file" v-dirimage
+# One stem with both endings: refused before anything is written, in
+# imagesTr/ and in imagesTs/ (counted, not converted, listed first).
+variant twin-tr
+cp v-twin-tr/imagesTr/case_a_0000.nii.gz v-twin-tr/imagesTr/case_a_0000.nii
+refuse twin-tr "'v-twin-tr/imagesTr/case_a_0000.nii' and 'v-twin-tr/imagesTr/case_a_0000.nii.gz' are both case case_a's channel 0 file; keep one" v-twin-tr
+variant twin-ts
+cp v-twin-ts/imagesTs/t1_0000.nii.gz v-twin-ts/imagesTs/t1_0000.nii
+refuse twin-ts "are both case t1's channel 0 file; keep one" v-twin-ts
 refuse spacing0 "--spacing '0,1,1' is not D,H,W" nn --spacing 0,1,1
 refuse spacing-memory "--spacing 1e-4,1e-4,1e-4 (case case_a) makes a" nn --spacing 1e-4,1e-4,1e-4
 

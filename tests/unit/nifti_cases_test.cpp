@@ -104,17 +104,17 @@ TEST(NiftiCases, OddEntriesAreRefusedOrSkipped) {
   EXPECT_NE(e.find("(a case file is expected there"), std::string::npos) << e;
   // Each odd entry alone is refused, with its own words.
   const std::vector<std::pair<std::string, std::string>> odd = {
-      {"b_0000.nii.gz", "a directory, not a file"},
-      {"loop.nii.gz", "a symbolic link loop"},
-      {"dead.nii", "a broken symbolic link"},
-      {"f_0000.nii.gz", "a FIFO, not a regular file"}};
+      {"b_0000.nii.gz", " is a directory, not a file"},
+      {"loop.nii.gz", ": a symbolic link loop"},
+      {"dead.nii", ": a broken symbolic link"},
+      {"f_0000.nii.gz", ": a FIFO, not a regular file"}};
   for (const auto& [name, words] : odd) {
     test::TempDir one("nifti-odd-one");
     fs::rename(d.file(name), one.file(name));
     const std::string why =
         error_of([&] { input_cases(one.path(), "predict"); });
     EXPECT_NE(
-        why.find("predict: '" + one.file(name) + "' is " + words),
+        why.find("predict: '" + one.file(name) + "'" + words),
         std::string::npos)
         << name << ": " << why;
     EXPECT_EQ(

@@ -26,7 +26,8 @@ struct TrainedOn {
 
 // Opens data.train's header and checks that `cfg` segments it:
 // model.name=unet3d on volumes, the channels, classes and windows of
-// check_volume_model. `cmd` starts the messages. Throws memtrain::Error.
+// check_volume_model. `cmd` (e.g. "predict") names the command in the
+// model.name refusal. Throws memtrain::Error.
 TrainedOn trained_on(const TrainConfig& cfg, const std::string& cmd);
 
 class InferenceModel {

@@ -1,6 +1,6 @@
 // Segmentation of volumes: random patches (PatchSampler), Dice +
 // cross-entropy per patch, whole-volume validation by sliding window (Note
-// [Whole-volume validation]), `memtrain predict`.
+// [Whole-volume validation]).
 
 #include <torch/torch.h>
 
