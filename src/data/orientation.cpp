@@ -166,12 +166,17 @@ Affine reoriented_affine(
   return affine_product(affine, m);
 }
 
+namespace {
+
+// The voxels of `src` (channels x shape) moved by `o`: to the reoriented
+// grid, or (`back`) from it.
 template <typename T>
-std::vector<T> reorient(
+std::vector<T> move_voxels(
     const std::vector<T>& src,
     int64_t channels,
     const std::array<int64_t, 3>& shape,
-    const Orientation& o) {
+    const Orientation& o,
+    bool back) {
   const size_t plane = static_cast<size_t>(shape[0] * shape[1] * shape[2]);
   MT_INTERNAL_ASSERT(src.size() == plane * static_cast<size_t>(channels));
   if (o.identity())
@@ -180,10 +185,25 @@ std::vector<T> reorient(
   for (int64_t c = 0; c < channels; ++c) {
     const T* s = src.data() + c * plane;
     T* d = dst.data() + c * plane;
-    for_each_voxel(
-        shape, o, [&](int64_t old, int64_t now) { d[now] = s[old]; });
+    for_each_voxel(shape, o, [&](int64_t old, int64_t now) {
+      if (back)
+        d[old] = s[now];
+      else
+        d[now] = s[old];
+    });
   }
   return dst;
+}
+
+}  // namespace
+
+template <typename T>
+std::vector<T> reorient(
+    const std::vector<T>& src,
+    int64_t channels,
+    const std::array<int64_t, 3>& shape,
+    const Orientation& o) {
+  return move_voxels(src, channels, shape, o, /*back=*/false);
 }
 
 template <typename T>
@@ -192,18 +212,7 @@ std::vector<T> reorient_back(
     int64_t channels,
     const std::array<int64_t, 3>& shape,
     const Orientation& o) {
-  const size_t plane = static_cast<size_t>(shape[0] * shape[1] * shape[2]);
-  MT_INTERNAL_ASSERT(src.size() == plane * static_cast<size_t>(channels));
-  if (o.identity())
-    return src;
-  std::vector<T> dst(src.size());
-  for (int64_t c = 0; c < channels; ++c) {
-    const T* s = src.data() + c * plane;
-    T* d = dst.data() + c * plane;
-    for_each_voxel(
-        shape, o, [&](int64_t old, int64_t now) { d[old] = s[now]; });
-  }
-  return dst;
+  return move_voxels(src, channels, shape, o, /*back=*/true);
 }
 
 template std::vector<float> reorient(
