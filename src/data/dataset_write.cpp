@@ -302,15 +302,6 @@ DatasetFile write_file(
   return r;
 }
 
-std::string stem(const std::string& out) {
-  for (const std::string ext : {".h5", ".hdf5"}) {
-    if (out.size() > ext.size() &&
-        out.compare(out.size() - ext.size(), ext.size(), ext) == 0)
-      return out.substr(0, out.size() - ext.size());
-  }
-  return out;
-}
-
 }  // namespace
 
 void read_case_header(
@@ -376,7 +367,7 @@ std::vector<DatasetFile> write_dataset_files(
     const std::vector<size_t>& val,
     const DatasetWriteCommon& common) {
   h5::silence_errors();
-  const std::string base = stem(out);
+  const std::string base = h5::path_stem(out);
   const std::string paths[2] = {base + "-train.h5", base + "-val.h5"};
   TempFiles temps;
   std::vector<DatasetFile> files;

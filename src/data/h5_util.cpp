@@ -420,6 +420,15 @@ void append_rows(hid_t ds, hid_t mem_type, hsize_t rows, const void* data) {
       why));
 }
 
+std::string path_stem(const std::string& out) {
+  for (const std::string ext : {".h5", ".hdf5"}) {
+    if (out.size() > ext.size() &&
+        out.compare(out.size() - ext.size(), ext.size(), ext) == 0)
+      return out.substr(0, out.size() - ext.size());
+  }
+  return out;
+}
+
 std::string shape_text(const std::vector<hsize_t>& dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i)

@@ -185,6 +185,10 @@ Handle create_dataset(
 void append_rows(hid_t dataset, hid_t mem_type, hsize_t rows, const void* data);
 // "[4,1,32,32,32]".
 std::string shape_text(const std::vector<hsize_t>& dims);
+// An output path without its HDF5 ending: "out/x.h5" -> "out/x" (also
+// .hdf5; any other name as it is). The converters name the files they write
+// beside it from it (x-val.h5, x-train.h5).
+std::string path_stem(const std::string& out);
 // "a,b,c" -> {"a", "b", "c"}; "" -> {}.
 std::vector<std::string> split_names(const std::string& joined);
 // A 1-D dataset of strings (fixed-length or variable-length), one per row;

@@ -39,15 +39,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-std::string stem(const std::string& out) {
-  for (const char* ext : {".h5", ".hdf5"}) {
-    const size_t n = std::strlen(ext);
-    if (out.size() > n && out.compare(out.size() - n, n, ext) == 0)
-      return out.substr(0, out.size() - n);
-  }
-  return out;
-}
-
 struct Candidate {
   std::string relative;  // inside the class folder, '/'-separated
   fs::path path;
@@ -189,7 +180,7 @@ ImageConvertResult convert_images(
       " is not in [0, 1)");
   const bool with_val = spec.val_fraction > 0;
   const std::string val_path =
-      spec.val_out.empty() ? stem(spec.out) + "-val.h5" : spec.val_out;
+      spec.val_out.empty() ? h5::path_stem(spec.out) + "-val.h5" : spec.val_out;
   MT_CHECK(
       !with_val || val_path != spec.out,
       "convert-images: --val-out '",

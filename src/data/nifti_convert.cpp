@@ -172,15 +172,6 @@ void write_part(const Part& p, const Common& cm, const std::string& tmp) {
   h5::finish_file(&file, "convert-nifti");
 }
 
-std::string stem(const std::string& out) {
-  for (const char* ext : {".h5", ".hdf5"}) {
-    const size_t n = std::strlen(ext);
-    if (out.size() > n && out.compare(out.size() - n, n, ext) == 0)
-      return out.substr(0, out.size() - n);
-  }
-  return out;
-}
-
 }  // namespace
 
 bool LabelRule::matches(double v) const {
@@ -395,7 +386,7 @@ std::vector<ConvertedFile> convert_nifti(const ConvertSpec& spec) {
         " training and ",
         nval,
         " validation planes; both must be > 0");
-    const std::string base = stem(spec.out);
+    const std::string base = h5::path_stem(spec.out);
     const std::string axis = spec.split_axis;
     const std::string of = " of " + std::to_string(n);
     Part t, v;
