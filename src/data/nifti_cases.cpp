@@ -12,7 +12,7 @@ namespace memtrain {
 namespace fs = std::filesystem;
 
 std::string nifti_stem(const std::string& file_name) {
-  for (const std::string e : {".nii.gz", ".nii"}) {
+  for (const std::string e : kNiftiEndings) {
     if (file_name.size() > e.size() &&
         file_name.compare(file_name.size() - e.size(), e.size(), e) == 0)
       return file_name.substr(0, file_name.size() - e.size());

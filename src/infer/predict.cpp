@@ -23,7 +23,7 @@ std::string labels_of(const std::string& labels, const InputCase& in) {
   std::error_code ec;
   if (!fs::is_directory(labels, ec))
     return labels;
-  for (const char* ext : {".nii.gz", ".nii"}) {
+  for (const char* ext : kNiftiEndings) {
     const fs::path p = fs::path(labels) / (in.name + ext);
     if (fs::exists(p, ec))
       return p.string();
@@ -45,7 +45,6 @@ std::string num(double v) {
 }  // namespace
 
 std::vector<InputCase> predict_inputs(const PredictOptions& args) {
-  std::error_code ec;
   std::vector<InputCase> cases = input_cases(args.input, "predict");
   // Every input's header before any output is written.
   if (!args.analyze_orientation.empty())
@@ -64,6 +63,7 @@ std::vector<InputCase> predict_inputs(const PredictOptions& args) {
         "have the NIfTI magic and their own transforms); drop the "
         "option");
   }
+  std::error_code ec;
   MT_CHECK(
       args.labels.empty() || fs::is_directory(args.labels, ec) ||
           cases.size() == 1,

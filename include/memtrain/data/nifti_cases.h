@@ -12,6 +12,9 @@
 
 namespace memtrain {
 
+// The endings of a NIfTI file, the longer first.
+inline constexpr const char* kNiftiEndings[] = {".nii.gz", ".nii"};
+
 // "x.nii.gz" -> "x", "x.nii" -> "x"; "" for any other name (a bare
 // ".nii.gz" too).
 std::string nifti_stem(const std::string& file_name);
