@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -171,18 +172,21 @@ struct ModelSpec {
 ModelSpec model_spec(const std::string& name) {
   ModelSpec m;
   m.name = name;
-  m.cfg.name = name;
-  if (name == "mlp") {  // matrix products dominate: width 1024, 4 blocks
+  const std::optional<ModelName> model = parse_choice<ModelName>(name);
+  m.cfg.name = model.value_or(ModelName::kMlp);
+  if (model ==
+      ModelName::kMlp) {  // matrix products dominate: width 1024, 4 blocks
     m.cfg.hidden = 1024;
     m.cfg.depth = 4;
     m.input = {SampleKind::kFeatures, {256}, 10, 0};
-  } else if (name == "cnn") {  // launch/configs/images.yaml
+  } else if (model == ModelName::kCnn) {  // launch/configs/images.yaml
     m.cfg.hidden = 16;
     m.input = {SampleKind::kImages, {3, 32, 32}, 10, 0};
-  } else if (name == "unet3d") {  // the seed-001 U-Net: feature_size 48
+  } else if (model == ModelName::kUnet3d) {  // the seed-001 U-Net: feature_size
+                                             // 48
     m.cfg.feature_size = 48;
     m.cfg.depth = 4;
-    m.cfg.norm = "instance";
+    m.cfg.norm = Norm::kInstance;
     m.input = {SampleKind::kVolumes, {1, 96, 96, 96}, 2, 0};
   } else {
     throw Error("--models: unknown model '" + name + "' (mlp, cnn, unet3d)");
@@ -423,7 +427,7 @@ int run(Environment& env, int argc, char** argv) {
     s.cuda = true;
     s.device = torch::Device(torch::kCUDA, env.local_rank());
     cudaSetDevice(env.local_rank());
-    spec.backend = "nccl";
+    spec.backend = BackendChoice::kNccl;
     spec.cuda_device = true;
     spec.device_index = env.local_rank();
     ncclUniqueId id;
@@ -474,7 +478,7 @@ int run(Environment& env, int argc, char** argv) {
         s.world,
         device.c_str(),
         s.raw_name.c_str(),
-        comm->backend().c_str(),
+        to_string(comm->backend()),
         rounds);
     if (bound < max_bytes)
       std::printf(

@@ -59,7 +59,7 @@ const Placement* g_placement = nullptr;  // chosen once from --device
 
 Result run(
     const TrainConfig& base,
-    const std::string& ckpt,
+    Checkpointing ckpt,
     const std::string& amp,
     int64_t micro,
     int64_t windows,
@@ -67,7 +67,7 @@ Result run(
   TrainConfig c = base;
   c.data.batch_size = micro;
   c.training.gradient_checkpointing = ckpt;
-  c.training.amp = amp;
+  c.training.amp = choice_of<Amp>(amp);
   c.training.max_windows = windows + warmup;
   c.training.epochs = 1 << 20;
   MpiCommunicator comm(MPI_COMM_SELF);
@@ -78,8 +78,8 @@ Result run(
   t.prepare();
   const TrainSummary s = t.run();
   Result r;
-  r.row.model = c.model.name;
-  r.row.ckpt = ckpt;
+  r.row.model = to_string(c.model.name);
+  r.row.ckpt = to_string(ckpt);
   r.row.amp = amp;
   r.row.micro = micro;
   r.row.segments = t.checkpointed_segments();
@@ -151,8 +151,10 @@ int main(int argc, char** argv) {
   int rc = 0;
   try {
     // Before any tensor: the device decides which memory backend counts.
-    const auto placement =
-        Placement::choose(device, 0, TrainConfig().memory.allocator_conf);
+    const auto placement = Placement::choose(
+        choice_of<DeviceChoice>(device),
+        0,
+        TrainConfig().memory.allocator_conf);
     g_placement = placement.get();
     char dir[] = "/tmp/bench_memory-XXXXXX";
     MT_CHECK(mkdtemp(dir) != nullptr, "cannot make a temp folder");
@@ -209,21 +211,22 @@ int main(int argc, char** argv) {
     std::stringstream model_list(models);
     for (std::string model; std::getline(model_list, model, ',');) {
       TrainConfig base;
-      base.model.name = model;
-      base.model.depth = model == "mlp" ? 16 : 4;
-      base.model.hidden = model == "mlp" ? 64 : 16;
+      base.model.name = choice_of<ModelName>(model);
+      const bool mlp = base.model.name == ModelName::kMlp;
+      base.model.depth = mlp ? 16 : 4;
+      base.model.hidden = mlp ? 64 : 16;
       base.data.train =
-          std::string(dir) + (model == "mlp" ? "/features.h5" : "/images.h5");
+          std::string(dir) + (mlp ? "/features.h5" : "/images.h5");
       std::vector<int64_t> micros;
       for (int64_t micro = begin; micro <= end; micro *= factor)
         micros.push_back(micro);
-      if (model == "seresnext50_32x4d") {
+      if (base.model.name == ModelName::kSeresnext50) {
         base.data.train = std::string(dir) + "/big_images.h5";
         micros = {resnet_micro};
-      } else if (model == "unet3d") {
+      } else if (base.model.name == ModelName::kUnet3d) {
         base.model.depth = 3;
         base.model.feature_size = 16;
-        base.model.norm = "instance";
+        base.model.norm = Norm::kInstance;
         base.data.train = std::string(dir) + "/volumes.h5";
         base.data.patch_size = {volume_size, volume_size, volume_size};
         base.data.patches_per_volume = 1;
@@ -232,12 +235,14 @@ int main(int argc, char** argv) {
       base.data.val = "";
       base.training.momentum = 0.9;
       base.output.dir = dir;
-      base.dist.check_replicas = "off";
+      base.dist.check_replicas = CheckReplicas::kOff;
       for (int64_t micro : micros) {
         std::stringstream amp_list(amps);
         for (std::string amp; std::getline(amp_list, amp, ',');) {
-          Result off = run(base, "off", amp, micro, iters, warmup);
-          Result all = run(base, "all", amp, micro, iters, warmup);
+          Result off =
+              run(base, Checkpointing::kOff, amp, micro, iters, warmup);
+          Result all =
+              run(base, Checkpointing::kAll, amp, micro, iters, warmup);
           if (check) {
             const double d = max_diff(off.params, all.params);
             MT_CHECK(
@@ -257,7 +262,8 @@ int main(int argc, char** argv) {
           budgeted.memory.budget =
               std::to_string((off.row.peak + all.row.peak) / 2 * 10 / 9 + 1);
           budgeted.memory.headroom = 0.1;
-          Result automatic = run(budgeted, "auto", amp, micro, iters, warmup);
+          Result automatic =
+              run(budgeted, Checkpointing::kAuto, amp, micro, iters, warmup);
           for (const Result* r : {&off, &all, &automatic}) {
             const Row& row = r->row;
             // Against checkpointing off in the same run.

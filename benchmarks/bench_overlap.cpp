@@ -120,7 +120,9 @@ int main(int argc, char** argv) {
   configure_cpu_threads(env);  // as the trainer (Note [Threads per rank])
   // Before any tensor: the device decides which memory backend counts.
   const auto place = Placement::choose(
-      device, env.local_rank(), TrainConfig().memory.allocator_conf);
+      choice_of<DeviceChoice>(device),
+      env.local_rank(),
+      TrainConfig().memory.allocator_conf);
   const int64_t features = 64;
   const std::string dir =
       (std::filesystem::temp_directory_path() / "bench_overlap").string();
@@ -146,9 +148,9 @@ int main(int argc, char** argv) {
   c.training.max_windows = warmup + windows;
   c.training.lr = 0.01;
   c.dist.bucket_mib = bucket_mib;
-  c.dist.check_replicas = "off";
-  c.dist.device = device;
-  c.dist.backend = backend;
+  c.dist.check_replicas = CheckReplicas::kOff;
+  c.dist.device = choice_of<DeviceChoice>(device);
+  c.dist.backend = choice_of<BackendChoice>(backend);
   c.output.dir = dir + "/out";
 
   const Figures off = run(c, false, warmup, *place);

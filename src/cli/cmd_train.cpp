@@ -204,12 +204,12 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
   Trainer::Options options;
   options.placement = placement.get();
   options.progress = stdout;
-  if (cfg.output.progress == "auto") {
+  if (cfg.output.progress == ProgressDisplay::kAuto) {
     options.progress_is_tty = ::isatty(::fileno(stdout)) == 1 &&
                               env.local_rank_source() == "mpi-shared-memory" &&
                               env.world_size() == 1;
   } else {
-    options.progress_is_tty = cfg.output.progress == "tty";
+    options.progress_is_tty = cfg.output.progress == ProgressDisplay::kTty;
   }
   std::unique_ptr<Trainer> trainer;
   if (!agreed(env, "start-up", [&] {
@@ -249,7 +249,7 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
     std::printf(
         "memtrain 0.1.0: %d rank(s), backend %s, local rank from %s\n",
         env.world_size(),
-        comm->backend().c_str(),
+        to_string(comm->backend()),
         env.local_rank_source().c_str());
     for (const auto& r : ranks)
       std::printf("  %s\n", r.c_str());

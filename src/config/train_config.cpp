@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include "memtrain/memory/budget.h"
 #include "memtrain/util/error.h"
@@ -55,6 +56,9 @@ struct Key {
   std::function<std::vector<std::string>*(TrainConfig&)> l;
   std::function<std::array<double, 2>*(TrainConfig&)> r;
   std::function<BudgetSpec*(TrainConfig&)> m;
+  // kChoice: the value's spelling, and parse-and-set (false: not a choice).
+  std::function<const char*(TrainConfig&)> get_choice;
+  std::function<bool(TrainConfig&, const std::string&)> set_choice;
 };
 
 Key int_key(
@@ -147,17 +151,24 @@ Key optional_string_key(
   return k;
 }
 
-Key choice_key(
-    std::string name,
-    std::function<std::string*(TrainConfig&)> at,
-    std::vector<std::string> choices,
-    std::string help) {
+// A choice key: the value is parsed once, here, into the enum E; its
+// spellings (choices.h) are the allowed values, in `--help`'s order.
+template <class At>
+Key choice_key(std::string name, At at, std::string help) {
+  using E = std::remove_pointer_t<std::invoke_result_t<At, TrainConfig&>>;
   Key k;
   k.name = std::move(name);
   k.type = Key::Type::kChoice;
   k.help = std::move(help);
-  k.choices = std::move(choices);
-  k.s = std::move(at);
+  for (const char* spelling : choice_names(E{}))
+    k.choices.emplace_back(spelling);
+  k.get_choice = [at](TrainConfig& c) { return to_string(*at(c)); };
+  k.set_choice = [at](TrainConfig& c, const std::string& text) {
+    const std::optional<E> v = parse_choice<E>(text);
+    if (v)
+      *at(c) = *v;
+    return v.has_value();
+  };
   return k;
 }
 
@@ -229,12 +240,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "model.name",
           [](TrainConfig& c) { return &c.model.name; },
-          {"mlp",
-           "cnn",
-           "resnet50",
-           "seresnext50_32x4d",
-           "unet3d",
-           "dual_encoder"},
           "model: mlp (for /features files), cnn, resnet50 or "
           "seresnext50_32x4d (for /images; the ResNets are timm's, with "
           "timm's tensor names and batch-norm), unet3d (for /volumes) or "
@@ -248,7 +253,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "model.norm",
           [](TrainConfig& c) { return &c.model.norm; },
-          {"none", "group", "instance"},
           "normalisation layers of mlp, cnn, unet3d: none, group, or "
           "instance (unet3d); no batch-norm there: it would make the "
           "update depend on the micro-batch split (the ResNets have "
@@ -296,7 +300,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "model.head",
           [](TrainConfig& c) { return &c.model.head; },
-          {"linear", "prototype", "cosine"},
           "linear: one output per class; prototype / cosine (few-shot, "
           "with data.episodes): logits = -squared distance / s x cosine "
           "to the episode's class prototypes (mean support embeddings)"),
@@ -407,7 +410,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "data.flip",
           [](TrainConfig& c) { return &c.data.flip; },
-          {"none", "w", "all"},
           "volumes: mirror training patches, each allowed axis with "
           "probability 1/2: w = the W axis (left-right in convert-nifti "
           "files), all = every axis"),
@@ -442,7 +444,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "data.augment",
           [](TrainConfig& c) { return &c.data.augment; },
-          {"auto", "none", "flip", "crop_flip"},
           "/images training samples, on the reader threads, drawn from "
           "(data.seed, epoch, sample) alone: crop_flip = random resized "
           "crop (torchvision's RandomResizedCrop, back to the stored H x W, "
@@ -466,7 +467,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "data.normalize",
           [](TrainConfig& c) { return &c.data.normalize; },
-          {"auto", "none", "imagenet"},
           "/images training and validation samples: imagenet = (x - mean) "
           "/ std per channel with ImageNet's mean (0.485, 0.456, 0.406) "
           "and std (0.229, 0.224, 0.225), after the file's scale (uint8: "
@@ -532,18 +532,15 @@ const std::vector<Key>& keys() {
       choice_key(
           "validation.blend",
           [](TrainConfig& c) { return &c.validation.blend; },
-          {"gaussian", "constant"},
           "volumes: weight of a window's voxels when windows overlap"),
       choice_key(
           "validation.offload",
           [](TrainConfig& c) { return &c.validation.offload; },
-          {"cpu", "device"},
           "volumes: where the whole-volume probability sum and weight map "
           "live; cpu keeps the device peak independent of the volume size"),
       choice_key(
           "validation.best_metric",
           [](TrainConfig& c) { return &c.validation.best_metric; },
-          {"auto", "val_dice", "val_accuracy", "val_auc", "val_loss", "none"},
           "output.dir/best.safetensors holds the weights of the epoch with "
           "the best value of this (auto: val_dice for volumes and rows of "
           "volumes, val_accuracy otherwise; val_auc: binary classifiers "
@@ -551,7 +548,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "validation.best_mode",
           [](TrainConfig& c) { return &c.validation.best_mode; },
-          {"auto", "max", "min"},
           "whether larger or smaller best_metric is better (auto: min for "
           "val_loss, max otherwise)"),
       int_key(
@@ -600,7 +596,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "training.lr_schedule",
           [](TrainConfig& c) { return &c.training.lr_schedule; },
-          {"constant", "cosine", "poly"},
           "after warmup: constant lr, cosine decay or poly decay "
           "(1 - t)^poly_power to min_lr at the last window of "
           "training.epochs"),
@@ -628,7 +623,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "training.optimizer",
           [](TrainConfig& c) { return &c.training.optimizer; },
-          {"sgd", "adamw"},
           "optimizer"),
       float_key(
           "training.momentum",
@@ -689,7 +683,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "training.nonfinite",
           [](TrainConfig& c) { return &c.training.nonfinite; },
-          {"skip", "stop"},
           "a NaN/Inf loss or gradient (any rank): skip the window's update, "
           "or stop with the last checkpoint as the resume point (fp16 runs "
           "use the loss scaler's skip); a NaN/Inf in a sample read is named "
@@ -704,13 +697,11 @@ const std::vector<Key>& keys() {
       choice_key(
           "training.gradient_checkpointing",
           [](TrainConfig& c) { return &c.training.gradient_checkpointing; },
-          {"off", "all", "auto"},
           "activation checkpointing of the model's segments; auto: the "
           "fewest segments that reach the micro-batch memory.budget allows"),
       choice_key(
           "training.contrastive_accumulation",
           [](TrainConfig& c) { return &c.training.contrastive_accumulation; },
-          {"exact", "local"},
           "dual_encoder: exact: the window's loss and update are those of "
           "one batch of the whole effective batch (embeddings gathered over "
           "micro-steps and ranks, then each micro-batch re-run with its "
@@ -719,7 +710,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "training.amp",
           [](TrainConfig& c) { return &c.training.amp; },
-          {"off", "fp16", "bf16"},
           "mixed precision: bf16 autocast, or fp16 autocast with dynamic "
           "loss scaling (fp16 needs a CUDA build)"),
       float_key(
@@ -770,7 +760,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "memory.release_cache",
           [](TrainConfig& c) { return &c.memory.release_cache; },
-          {"auto", "never"},
           "auto: release cached device blocks before validation and when "
           "cached bytes pass memory.release_threshold x budget"),
       float_key(
@@ -812,7 +801,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "memory.test_oom_in",
           [](TrainConfig& c) { return &c.memory.test_oom_in; },
-          {"micro_step", "boundary_backward"},
           "for tests only: where memory.test_oom_rank runs out -- the first "
           "micro-step, or the last micro-step's backward once a gradient "
           "bucket's all-reduce is in flight"),
@@ -825,13 +813,11 @@ const std::vector<Key>& keys() {
       choice_key(
           "dist.device",
           [](TrainConfig& c) { return &c.dist.device; },
-          {"auto", "cpu", "cuda"},
           "where each rank trains: cuda (GPU <local rank>), cpu, or auto "
           "(cuda when this build and machine have a GPU, else cpu)"),
       choice_key(
           "dist.backend",
           [](TrainConfig& c) { return &c.dist.backend; },
-          {"auto", "mpi", "nccl"},
           "collectives: nccl (CUDA tensors, CUDA builds), mpi (host "
           "tensors), or auto (nccl on a CUDA device, else mpi)"),
       float_key(
@@ -857,7 +843,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "dist.check_replicas",
           [](TrainConfig& c) { return &c.dist.check_replicas; },
-          {"off", "epoch", "window"},
           "verify that every rank holds bit-identical parameters"),
       string_key(
           "output.dir",
@@ -866,7 +851,6 @@ const std::vector<Key>& keys() {
       choice_key(
           "output.progress",
           [](TrainConfig& c) { return &c.output.progress; },
-          {"auto", "tty", "lines"},
           "progress display: tty redraws one line, lines prints a "
           "line every progress_every_s; auto picks tty only on a "
           "terminal outside mpirun/srun"),
@@ -1166,11 +1150,8 @@ void assign(
       *k.s(cfg) = node.Scalar();
       break;
     case Key::Type::kChoice:
-      if (std::find(k.choices.begin(), k.choices.end(), node.Scalar()) ==
-          k.choices.end()) {
+      if (!k.set_choice(cfg, node.Scalar()))
         fail("not a valid choice");
-      }
-      *k.s(cfg) = node.Scalar();
       break;
     case Key::Type::kBudget:
       if (node.Scalar().empty())
@@ -1290,10 +1271,15 @@ std::string value_text(const Key& k, TrainConfig& cfg) {
       out << "[" << shortest(v[0]) << ", " << shortest(v[1]) << "]";
       break;
     }
-    case Key::Type::kString:
-    case Key::Type::kChoice: {
+    case Key::Type::kString: {
       YAML::Emitter e;
       e << YAML::DoubleQuoted << *k.s(cfg);
+      out << e.c_str();
+      break;
+    }
+    case Key::Type::kChoice: {
+      YAML::Emitter e;
+      e << YAML::DoubleQuoted << k.get_choice(cfg);
       out << e.c_str();
       break;
     }
@@ -1463,12 +1449,12 @@ void TrainConfig::validate() const {
       "training.gradient_accumulation_steps, not both (the steps follow "
       "from the effective batch)");
   MT_CHECK(
-      MEMTRAIN_CUDA || training.amp != "fp16",
+      MEMTRAIN_CUDA || training.amp != Amp::kFp16,
       "config: training.amp=fp16 needs a CUDA build (fp16 autocast runs "
       "on CUDA devices); on this CPU build use training.amp=bf16");
   const bool episodic = data.episodes.n_way > 0;
   MT_CHECK(
-      episodic == (model.head != "linear"),
+      episodic == (model.head != Head::kLinear),
       "config: data.episodes.n_way=",
       data.episodes.n_way,
       " with model.head=",
@@ -1477,16 +1463,27 @@ void TrainConfig::validate() const {
       "set model.head=prototype or cosine with data.episodes.n_way >= 2, or "
       "model.head=linear with data.episodes.n_way=0");
   MT_CHECK(
-      model.name != "dual_encoder" || !episodic,
+      model.name != ModelName::kDualEncoder || !episodic,
       "config: model.name=dual_encoder trains on pairs, not episodes; set "
       "data.episodes.n_way=0 and model.head=linear");
   MT_CHECK(
-      !model.sync_bn || model.name == "resnet50" ||
-          model.name == "seresnext50_32x4d",
+      !model.sync_bn || is_resnet(model.name),
       "config: model.sync_bn: true needs a model with batch-norm (resnet50, "
       "seresnext50_32x4d); model.name=",
       model.name,
       " has none");
+  MT_CHECK(
+      model.norm != Norm::kInstance || model.name == ModelName::kUnet3d,
+      "config: model.norm=instance is unet3d's; model.name=",
+      model.name,
+      " has none or group (set model.norm=none or group)");
+  MT_CHECK(
+      model.norm == Norm::kNone || !is_resnet(model.name),
+      "config: model.name=",
+      model.name,
+      " normalises with timm's batch-norm, so model.norm=",
+      model.norm,
+      " would be ignored; set model.norm=none");
   MT_CHECK(
       !model.sync_bn || !episodic,
       "config: model.sync_bn: true is for row windows; few-shot episodes "
@@ -1496,7 +1493,7 @@ void TrainConfig::validate() const {
       !episodic || data.episodes.n_way >= 2,
       "config: data.episodes.n_way=1: an episode needs at least 2 classes");
   MT_CHECK(
-      training.optimizer == "sgd" || training.momentum == 0.0 ||
+      training.optimizer == Optimizer::kSgd || training.momentum == 0.0 ||
           training.momentum == TrainingConfig{}.momentum,
       "config: training.momentum = ",
       training.momentum,

@@ -14,7 +14,7 @@ PatchSampler::PatchSampler(
     int64_t patches_per_volume,
     double pos_fraction,
     uint64_t seed,
-    const std::string& flip)
+    Flip flip)
     : data_(data),
       patch_(patch),
       num_volumes_(data.info().num_samples),
@@ -51,12 +51,7 @@ PatchSampler::PatchSampler(
       info.ragged ? " at most" : "",
       "); use a patch no larger than the volume on every axis");
   MT_CHECK(patches_per_volume > 0, "data.patches_per_volume must be > 0");
-  MT_CHECK(
-      flip == "none" || flip == "w" || flip == "all",
-      "data.flip='",
-      flip,
-      "' is not none, w or all");
-  may_flip_ = {flip == "all", flip == "all", flip != "none"};
+  may_flip_ = {flip == Flip::kAll, flip == Flip::kAll, flip != Flip::kNone};
 }
 
 PatchRef PatchSampler::at(int64_t epoch, int64_t sample) const {

@@ -71,18 +71,11 @@ std::unique_ptr<Placement> Placement::cpu() {
 }
 
 std::unique_ptr<Placement> Placement::choose(
-    const std::string& spec,
-    int local_rank,
-    const std::string& allocator_conf) {
-  MT_CHECK(
-      spec == "auto" || spec == "cpu" || spec == "cuda",
-      "dist.device=",
-      spec,
-      ": use auto, cpu or cuda");
-  if (spec == "cpu")
+    DeviceChoice spec, int local_rank, const std::string& allocator_conf) {
+  if (spec == DeviceChoice::kCpu)
     return cpu();
   const int gpus = static_cast<int>(torch::cuda::device_count());
-  if (spec == "auto" && (!MEMTRAIN_CUDA || gpus == 0))
+  if (spec == DeviceChoice::kAuto && (!MEMTRAIN_CUDA || gpus == 0))
     return cpu();
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   MT_CHECK(

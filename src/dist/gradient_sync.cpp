@@ -203,7 +203,7 @@ void GradientSync::attach() {
 void GradientSync::arm() {
   // GPU buckets over MPI go through host copies from autograd's device
   // thread, where MPI (initialised FUNNELED) may not be called: no overlap.
-  if (!buckets_.front().flat.is_cpu() && comm_.backend() == "mpi")
+  if (!buckets_.front().flat.is_cpu() && comm_.backend() == BackendChoice::kMpi)
     return;
   // A sum that is complete when started (MPI through shared memory) would
   // only make the ranks meet once per bucket inside backward: 0.46 s vs

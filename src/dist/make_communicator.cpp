@@ -10,15 +10,12 @@
 
 namespace memtrain {
 
-std::string resolve_backend(const CommunicatorSpec& spec) {
-  MT_CHECK(
-      spec.backend == "auto" || spec.backend == "mpi" || spec.backend == "nccl",
-      "dist.backend='",
-      spec.backend,
-      "' is not a backend; use auto, mpi or nccl");
-  if (spec.backend == "auto")
-    return MEMTRAIN_CUDA && spec.cuda_device ? "nccl" : "mpi";
-  if (spec.backend == "nccl") {
+BackendChoice resolve_backend(const CommunicatorSpec& spec) {
+  if (spec.backend == BackendChoice::kAuto) {
+    return MEMTRAIN_CUDA && spec.cuda_device ? BackendChoice::kNccl
+                                             : BackendChoice::kMpi;
+  }
+  if (spec.backend == BackendChoice::kNccl) {
     MT_CHECK(
         spec.cuda_device,
         "dist.backend=nccl reduces CUDA tensors, but this rank's device is "
@@ -39,14 +36,16 @@ std::unique_ptr<Communicator> make_communicator(
   // 1. Resolve locally; 2. agree, so that no rank starts a backend (NCCL's
   // start is collective) that a peer refused or chose differently.
   enum : int { kFailed = 0, kMpi = 1, kNccl = 2 };
-  std::string backend;
+  BackendChoice backend = BackendChoice::kAuto;
   std::string error;
   try {
     backend = resolve_backend(spec);
   } catch (const Error& e) {
     error = e.what();
   }
-  const int mine = !error.empty() ? kFailed : backend == "nccl" ? kNccl : kMpi;
+  const int mine = !error.empty()                    ? kFailed
+                   : backend == BackendChoice::kNccl ? kNccl
+                                                     : kMpi;
   // One MIN over (mine, -mine): the lowest and the highest choice.
   const int choice[2] = {mine, -mine};
   int extremes[2] = {mine, -mine};
@@ -72,7 +71,7 @@ std::unique_ptr<Communicator> make_communicator(
       ": some mpi, some nccl (auto picks nccl only on ranks whose device is "
       "a GPU); give every rank a GPU, or set dist.backend=mpi");
 
-  if (backend == "mpi")
+  if (backend == BackendChoice::kMpi)
     return std::make_unique<MpiCommunicator>(comm, spec.timeout_s);
 #if MEMTRAIN_CUDA
   MT_INTERNAL_ASSERT(

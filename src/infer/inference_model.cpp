@@ -15,7 +15,7 @@ namespace memtrain {
 
 TrainedOn trained_on(const TrainConfig& cfg, const std::string& cmd) {
   MT_CHECK(
-      cfg.model.name == "unet3d",
+      cfg.model.name == ModelName::kUnet3d,
       cmd,
       ": model.name=",
       cfg.model.name,

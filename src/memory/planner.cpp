@@ -56,12 +56,13 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
   MT_INTERNAL_ASSERT(req.rank_share >= 1 && req.num_segments >= 0);
   MemoryPlan plan;
   Prober probe(fn, plan);
-  const int64_t most = req.checkpointing == "off" ? 0 : req.num_segments;
+  const int64_t most =
+      req.checkpointing == Checkpointing::kOff ? 0 : req.num_segments;
   std::ostringstream note;
 
   if (req.fixed_micro > 0) {
     plan.micro_batch = req.fixed_micro;
-    if (req.checkpointing == "auto") {
+    if (req.checkpointing == Checkpointing::kAuto) {
       const int64_t s = fewest_segments(probe, plan.micro_batch, most);
       plan.fits = s >= 0;
       plan.checkpointed_segments = s >= 0 ? s : most;
@@ -114,7 +115,7 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
     }
     // 3. Fewest segments for that micro-batch.
     plan.checkpointed_segments =
-        req.checkpointing == "auto"
+        req.checkpointing == Checkpointing::kAuto
             ? fewest_segments(probe, plan.micro_batch, most)
             : most;
     MT_INTERNAL_ASSERT(plan.checkpointed_segments >= 0);

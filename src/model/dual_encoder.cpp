@@ -56,10 +56,11 @@ std::shared_ptr<DualEncoder> make_dual_encoder(
       cfg.init_temperature > 0,
       "model.init_temperature must be > 0 (CLIP starts at 0.07)");
   ModelConfig tower = cfg;
-  tower.name = input.kind == SampleKind::kImages ? "cnn" : "mlp";
+  tower.name =
+      input.kind == SampleKind::kImages ? ModelName::kCnn : ModelName::kMlp;
   ModelInput in_a{input.kind, input.sample_shape, cfg.embed_dim, 0};
   auto a = make_model(tower, in_a);
-  tower.name = "mlp";
+  tower.name = ModelName::kMlp;
   tower.seed = cfg.seed + 1;
   ModelInput in_b{
       SampleKind::kFeatures, {input.context_features}, cfg.embed_dim, 0};

@@ -7,12 +7,12 @@ namespace memtrain {
 FewShotModel::FewShotModel(
     std::shared_ptr<Classifier> backbone, const ModelConfig& cfg)
     : backbone_(std::move(backbone)), head_(cfg.head) {
-  MT_INTERNAL_ASSERT(head_ == "prototype" || head_ == "cosine");
+  MT_INTERNAL_ASSERT(head_ != Head::kLinear);
   register_module("backbone", backbone_);
   segment_names_ = backbone_->segment_names();
   for (auto& name : segment_names_)
     name = "backbone." + name;
-  if (head_ == "cosine") {
+  if (head_ == Head::kCosine) {
     scale_ = register_parameter(
         "scale", torch::full({1}, cfg.cosine_scale, torch::kFloat32));
   }
@@ -37,7 +37,7 @@ torch::Tensor FewShotModel::episode_logits(
                                    .reshape({n, shape.n_way, shape.k_shot, d})
                                    .mean(2);                  // (n, N, D)
   const torch::Tensor q = e.slice(1, shape.support(), rows);  // (n, NQ, D)
-  if (head_ == "prototype")
+  if (head_ == Head::kPrototype)
     return -(q.unsqueeze(2) - protos.unsqueeze(1)).pow(2).sum(-1);
   namespace F = torch::nn::functional;
   const auto unit = F::NormalizeFuncOptions().dim(-1).eps(1e-12);

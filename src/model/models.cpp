@@ -99,7 +99,7 @@ class FeatureMlp : public Classifier {
   // the first at the stem: relu(input(x) + context(c)).
   FeatureMlp(
       int64_t in, int64_t context, const ModelConfig& cfg, int64_t classes) {
-    const bool norm = cfg.norm == "group";
+    const bool norm = cfg.norm == Norm::kGroup;  // instance: unet3d only
     input_ = register_module("input", torch::nn::Linear(in, cfg.hidden));
     if (context > 0) {
       context_ =
@@ -174,7 +174,7 @@ class SmallCnn : public Classifier {
       const std::vector<int64_t>& shape,
       const ModelConfig& cfg,
       int64_t classes) {
-    const bool norm = cfg.norm == "group";
+    const bool norm = cfg.norm == Norm::kGroup;  // instance: unet3d only
     const int64_t width = cfg.hidden;
     stem_ = register_module(
         "stem",
@@ -235,15 +235,12 @@ int64_t model_num_classes(
 }
 
 void check_model_fits(
-    const std::string& model,
-    SampleKind kind,
-    bool paired,
-    const std::string& source) {
-  const char* fits = paired                          ? "dual_encoder"
-                     : kind == SampleKind::kFeatures ? "mlp"
-                     : kind == SampleKind::kImages   ? "cnn"
-                                                     : "unet3d";
-  const bool image_model = model == "cnn" || is_resnet(model);
+    ModelName model, SampleKind kind, bool paired, const std::string& source) {
+  const ModelName fits = paired ? ModelName::kDualEncoder
+                         : kind == SampleKind::kFeatures ? ModelName::kMlp
+                         : kind == SampleKind::kImages   ? ModelName::kCnn
+                                                         : ModelName::kUnet3d;
+  const bool image_model = model == ModelName::kCnn || is_resnet(model);
   MT_CHECK(
       model == fits || (!paired && kind == SampleKind::kImages && image_model),
       "model.name=",
@@ -272,21 +269,26 @@ std::shared_ptr<Classifier> make_model(
   // Initialisation draws from LibTorch's default generator: seed it so that
   // every rank, at every world size, starts from the same parameters.
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
-  if (cfg.name == "mlp") {
-    return std::make_shared<FeatureMlp>(
-        input.sample_shape.at(0),
-        input.context_features,
-        cfg,
-        input.num_classes);
+  switch (cfg.name) {
+    case ModelName::kMlp:
+      return std::make_shared<FeatureMlp>(
+          input.sample_shape.at(0),
+          input.context_features,
+          cfg,
+          input.num_classes);
+    case ModelName::kCnn:
+      return std::make_shared<SmallCnn>(
+          input.sample_shape, cfg, input.num_classes);
+    case ModelName::kResnet50:
+    case ModelName::kSeresnext50:
+      return make_resnet(cfg, input.sample_shape.at(0), input.num_classes);
+    case ModelName::kUnet3d:
+      return make_unet3d(cfg, input.sample_shape.at(0), input.num_classes);
+    case ModelName::kDualEncoder:
+      break;  // refused by check_model_fits: it trains on pairs
   }
-  if (is_resnet(cfg.name)) {
-    return make_resnet(cfg, input.sample_shape.at(0), input.num_classes);
-  }
-  if (cfg.name == "cnn") {
-    return std::make_shared<SmallCnn>(
-        input.sample_shape, cfg, input.num_classes);
-  }
-  return make_unet3d(cfg, input.sample_shape.at(0), input.num_classes);
+  MT_INTERNAL_ASSERT(false, "make_model: model.name=", cfg.name);
+  return nullptr;
 }
 
 }  // namespace memtrain

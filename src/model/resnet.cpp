@@ -15,10 +15,10 @@ struct Spec {
   bool se;
 };
 
-Spec spec_of(const std::string& name) {
-  if (name == "resnet50")
+Spec spec_of(ModelName name) {
+  if (name == ModelName::kResnet50)
     return {1, 64, false};
-  MT_INTERNAL_ASSERT(name == "seresnext50_32x4d", "not a ResNet: ", name);
+  MT_INTERNAL_ASSERT(name == ModelName::kSeresnext50, "not a ResNet: ", name);
   return {32, 4, true};
 }
 
@@ -283,14 +283,10 @@ class ResNet : public Classifier {
 
 }  // namespace
 
-bool is_resnet(const std::string& name) {
-  return name == "resnet50" || name == "seresnext50_32x4d";
-}
-
 std::shared_ptr<Classifier> make_resnet(
     const ModelConfig& cfg, int64_t in_channels, int64_t num_classes) {
   return std::make_shared<ResNet>(
-      cfg.name, spec_of(cfg.name), in_channels, num_classes);
+      to_string(cfg.name), spec_of(cfg.name), in_channels, num_classes);
 }
 
 }  // namespace memtrain

@@ -9,15 +9,17 @@ namespace memtrain {
 
 namespace {
 
-// An empty AnyModule for "none".
-torch::nn::AnyModule make_norm(const std::string& kind, int64_t channels) {
-  if (kind == "instance") {
-    return torch::nn::AnyModule(torch::nn::InstanceNorm3d(
-        torch::nn::InstanceNormOptions(channels).affine(true)));
-  }
-  if (kind == "group") {
-    return torch::nn::AnyModule(torch::nn::GroupNorm(
-        torch::nn::GroupNormOptions(groups_for(channels), channels)));
+// An empty AnyModule for Norm::kNone.
+torch::nn::AnyModule make_norm(Norm kind, int64_t channels) {
+  switch (kind) {
+    case Norm::kInstance:
+      return torch::nn::AnyModule(torch::nn::InstanceNorm3d(
+          torch::nn::InstanceNormOptions(channels).affine(true)));
+    case Norm::kGroup:
+      return torch::nn::AnyModule(torch::nn::GroupNorm(
+          torch::nn::GroupNormOptions(groups_for(channels), channels)));
+    case Norm::kNone:
+      break;
   }
   return {};
 }
@@ -29,8 +31,8 @@ torch::nn::Conv3d conv3(int64_t in, int64_t out, bool bias) {
 
 // relu(norm2(conv2(relu(norm1(conv1(x))))) + shortcut(x)).
 struct ResBlockImpl : torch::nn::Module {
-  ResBlockImpl(int64_t in, int64_t out, const std::string& norm) {
-    const bool has_norm = norm != "none";
+  ResBlockImpl(int64_t in, int64_t out, Norm norm) {
+    const bool has_norm = norm != Norm::kNone;
     conv1 = register_module("conv1", conv3(in, out, !has_norm));
     norm1 = make_norm(norm, out);
     if (has_norm)
@@ -332,11 +334,6 @@ std::shared_ptr<Classifier> make_unet3d(
       "model.feature_size=",
       cfg.feature_size,
       ": must be at least 1");
-  MT_CHECK(
-      cfg.norm == "none" || cfg.norm == "group" || cfg.norm == "instance",
-      "model.norm=",
-      cfg.norm,
-      ": unet3d allows none, group or instance");
   MT_CHECK(
       in_channels >= 1 && num_classes >= 1,
       "unet3d: needs at least one input channel and one class, got ",

@@ -12,7 +12,7 @@ namespace memtrain {
 
 Budget start_on_device(const TrainConfig& cfg, const Placement& placement) {
   MT_CHECK(
-      cfg.training.amp != "fp16" || placement.is_cuda(),
+      cfg.training.amp != Amp::kFp16 || placement.is_cuda(),
       "training.amp=fp16 needs a CUDA device (fp16 autocast and the loss "
       "scaler run on GPUs), but this rank's device is ",
       placement.describe(),
@@ -51,9 +51,9 @@ at::Tensor autocast_forward(
     const at::Tensor& x,
     const at::Tensor& context) {
   compat::AutocastGuard amp(
-      training.amp != "off",
+      training.amp != Amp::kOff,
       placement.is_cuda(),
-      training.amp == "bf16" ? torch::kBFloat16 : torch::kHalf);
+      training.amp == Amp::kBf16 ? torch::kBFloat16 : torch::kHalf);
   const at::Tensor logits =
       context.defined() ? model.forward(x, context) : model.forward(x);
   return logits.to(torch::kFloat32);

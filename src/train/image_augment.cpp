@@ -4,12 +4,12 @@
 
 #include <cmath>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "memtrain/config/train_config.h"
 #include "memtrain/data/counter_rng.h"
 #include "memtrain/data/h5_dataset.h"
-#include "memtrain/model/resnet.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -175,18 +175,22 @@ ImageTransforms resolve_image_transforms(
   const bool resnet = is_resnet(cfg.model.name);
   const int64_t channels = images ? info.sample_shape.at(0) : 0;
   const std::string where = "data.train '" + info.path + "'";
-  const std::string augment = data.augment != "auto" ? data.augment
-                              : resnet && images && !episodes_or_pairs
-                                  ? "crop_flip"
-                                  : "none";
-  const std::string normalize =
-      data.normalize != "auto"                                  ? data.normalize
-      : resnet && images && channels == 3 && !episodes_or_pairs ? "imagenet"
-                                                                : "none";
-  for (const auto& [key, value] :
-       {std::pair<std::string, std::string>{"data.augment", augment},
-        {"data.normalize", normalize}}) {
-    if (value == "none")
+  const Augment augment = data.augment != Augment::kAuto ? data.augment
+                          : resnet && images && !episodes_or_pairs
+                              ? Augment::kCropFlip
+                              : Augment::kNone;
+  const Normalize normalize =
+      data.normalize != Normalize::kAuto ? data.normalize
+      : resnet && images && channels == 3 && !episodes_or_pairs
+          ? Normalize::kImagenet
+          : Normalize::kNone;
+  for (const auto& [key, value, on] :
+       {std::tuple<const char*, const char*, bool>{
+            "data.augment", to_string(augment), augment != Augment::kNone},
+        {"data.normalize",
+         to_string(normalize),
+         normalize != Normalize::kNone}}) {
+    if (!on)
       continue;
     MT_CHECK(
         images,
@@ -216,7 +220,7 @@ ImageTransforms resolve_image_transforms(
         "=none (or auto)");
   }
   MT_CHECK(
-      normalize != "imagenet" || channels == 3,
+      normalize != Normalize::kImagenet || channels == 3,
       "data.normalize=imagenet needs 3-channel (RGB) images, but the images "
       "of ",
       where,
@@ -224,11 +228,11 @@ ImageTransforms resolve_image_transforms(
       channels,
       " channel(s); set data.normalize=none (or auto)");
   ImageTransforms r;
-  r.train.crop = augment == "crop_flip";
-  r.train.flip = augment == "crop_flip" || augment == "flip";
+  r.train.crop = augment == Augment::kCropFlip;
+  r.train.flip = augment == Augment::kCropFlip || augment == Augment::kFlip;
   r.train.scale = data.crop_scale;
   r.train.ratio = data.crop_ratio;
-  r.train.normalize = normalize == "imagenet";
+  r.train.normalize = normalize == Normalize::kImagenet;
   r.train.seed = static_cast<uint64_t>(data.seed);
   r.val.normalize = r.train.normalize;
   r.val.seed = r.train.seed;

@@ -109,9 +109,9 @@ void plan_run(RunState& run) {
     } else {
       plan.micro_batch = req.fixed_micro;
       plan.checkpointed_segments =
-          req.checkpointing == "all" ? req.num_segments : 0;
+          req.checkpointing == Checkpointing::kAll ? req.num_segments : 0;
       plan.note =
-          req.checkpointing == "auto"
+          req.checkpointing == Checkpointing::kAuto
               ? "no memory.budget: checkpointing auto checkpoints nothing"
               : "no memory.budget: nothing measured";
     }

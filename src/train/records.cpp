@@ -162,21 +162,22 @@ namespace {
 using BestChoice = MetricSpec;
 
 BestChoice best_choice(const RunState& run) {
-  const std::string& m = run.cfg.validation.best_metric;
-  if (m == "none")
+  const BestMetric m = run.cfg.validation.best_metric;
+  if (m == BestMetric::kNone)
     return {};
   std::vector<MetricSpec> choices;
   for (const MetricSpec& s : run.task->metrics()) {
     if (s.better != Better::kNone)
       choices.push_back(s);
   }
-  if (m == "auto" && !choices.empty())
+  const bool auto_choice = m == BestMetric::kAuto;
+  if (auto_choice && !choices.empty())
     return {choices.front().key, choices.front().better};
-  if (m == "val_loss" || (m == "auto" && choices.empty()))
+  if (m == BestMetric::kValLoss || (auto_choice && choices.empty()))
     return {"val_loss", Better::kLower};
   std::string names;
   for (const MetricSpec& s : choices) {
-    if (s.key == m)
+    if (s.key == to_string(m))
       return s;
     names += (names.empty() ? "" : ", ") + s.key;
   }
@@ -205,9 +206,10 @@ bool improve_best(
   if (choice.key.empty())
     return false;
   const double value = v.metric(choice.key);
-  const std::string& mode = run.cfg.validation.best_mode;
+  const BestMode mode = run.cfg.validation.best_mode;
   const bool larger =
-      mode == "max" || (mode == "auto" && choice.better == Better::kHigher);
+      mode == BestMode::kMax ||
+      (mode == BestMode::kAuto && choice.better == Better::kHigher);
   const double best = counters.best_value;
   if (std::isnan(value) ||
       (!std::isnan(best) && !(larger ? value > best : value < best)))
@@ -245,9 +247,10 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
       {"effective_batch", run.shape.effective_batch},
       {"micro_batch", plan.micro_batch},
       {"accumulation_steps", plan.accumulation_steps},
-      {"gradient_checkpointing", run.cfg.training.gradient_checkpointing},
+      {"gradient_checkpointing",
+       to_string(run.cfg.training.gradient_checkpointing)},
       {"checkpointed_segments", segments},
-      {"amp", run.cfg.training.amp},
+      {"amp", to_string(run.cfg.training.amp)},
       {"predicted_peak_bytes", plan.predicted_peak},
       {"measured_peak_bytes", counters.measured_peak},
       {"note", plan.note},

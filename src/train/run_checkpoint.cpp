@@ -58,7 +58,7 @@ nlohmann::json save_run_checkpoint(
   st.epoch_loss_sum = loss_sum;
   st.world_size = m.comm.size();
   st.effective_batch = m.shape.effective_batch;
-  st.model = m.cfg.model.name;
+  st.model = to_string(m.cfg.model.name);
   st.config_yaml = m.cfg.to_yaml();
   st.loss_scale = m.scaler->scale();
   st.scaler_good_steps = m.scaler->good_steps();
@@ -137,7 +137,7 @@ ResumePoint resume_run(
   const CheckpointState& s = ck->state;
   const std::string& path = ck->path;
   MT_CHECK(
-      s.model == m.cfg.model.name,
+      s.model == to_string(m.cfg.model.name),
       "checkpoint '",
       path,
       "' is from model '",
@@ -207,7 +207,8 @@ ResumePoint resume_run(
       throw Error(
           "checkpoint '" + path +
           "': its optimizer state does not fit training.optimizer=" +
-          m.cfg.training.optimizer + " (" + e.what_without_backtrace() + ")");
+          to_string(m.cfg.training.optimizer) + " (" +
+          e.what_without_backtrace() + ")");
     }
   }
   m.scaler->restore(s.loss_scale, s.scaler_good_steps, s.scaler_skipped);

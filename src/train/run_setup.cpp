@@ -23,12 +23,15 @@ std::array<int64_t, 3> RunState::roi() const {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     const TrainingConfig& cfg, const std::vector<at::Tensor>& params) {
-  if (cfg.optimizer == "sgd") {
-    return std::make_unique<torch::optim::SGD>(
-        params,
-        torch::optim::SGDOptions(cfg.lr)
-            .momentum(cfg.momentum)
-            .weight_decay(cfg.weight_decay));
+  switch (cfg.optimizer) {
+    case Optimizer::kSgd:
+      return std::make_unique<torch::optim::SGD>(
+          params,
+          torch::optim::SGDOptions(cfg.lr)
+              .momentum(cfg.momentum)
+              .weight_decay(cfg.weight_decay));
+    case Optimizer::kAdamw:
+      break;
   }
   return std::make_unique<torch::optim::AdamW>(
       params,
@@ -90,14 +93,14 @@ void build_model(RunState& run) {
   // rank there is nothing to sum (Note [Batch-norm and data parallelism]).
   if (cfg.model.sync_bn && run.comm.size() > 1) {
     MT_CHECK(
-        !run.placement.is_cuda() || run.comm.backend() != "mpi",
+        !run.placement.is_cuda() || run.comm.backend() != BackendChoice::kMpi,
         "model.sync_bn: true on a CUDA device needs dist.backend=nccl: "
         "batch-norm's backward sums run on autograd's device thread, where "
         "MPI may not be called");
     Communicator& comm = run.comm;
     run.model->set_batch_norm_sync(
         [&comm](at::Tensor& t) { comm.all_reduce_batch_norm(t); },
-        cfg.model.name);
+        to_string(cfg.model.name));
     run.sync_bn = true;
   }
   run.optimizer = make_optimizer(cfg.training, run.trainable);
@@ -156,7 +159,7 @@ std::unique_ptr<RunState> set_up_run(
         "model"));
   }
   run->scaler = std::make_unique<LossScaler>(
-      cfg.training.amp == "fp16",
+      cfg.training.amp == Amp::kFp16,
       cfg.training.amp_init_scale,
       cfg.training.amp_growth_interval);
   // Every rank initialised the same parameters from model.seed; from here

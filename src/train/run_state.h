@@ -48,8 +48,10 @@ struct RunState {
   std::optional<H5Dataset> train_data;
   std::optional<H5Dataset> val_data;
   // NaN/Inf in the samples read (training.nonfinite).
-  FiniteCheck train_finite{"data.train", cfg.training.nonfinite == "stop"};
-  FiniteCheck val_finite{"data.val", cfg.training.nonfinite == "stop"};
+  FiniteCheck train_finite{
+      "data.train", cfg.training.nonfinite == Nonfinite::kStop};
+  FiniteCheck val_finite{
+      "data.val", cfg.training.nonfinite == Nonfinite::kStop};
   // What differs between kinds of run (tasks/task.h), chosen from the
   // config and data.train. Declared before what reads the samplers it owns.
   std::unique_ptr<Task> task;

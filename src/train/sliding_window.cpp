@@ -50,12 +50,7 @@ void check_options(const SlidingWindowOptions& opt, int64_t num_classes) {
       opt.sw_batch,
       " must be at least 1 (validation.sw_batch)");
   MT_CHECK(
-      opt.blend == "constant" || opt.blend == "gaussian",
-      "sliding window: blend=",
-      opt.blend,
-      "; allowed: constant, gaussian (validation.blend)");
-  MT_CHECK(
-      opt.blend != "gaussian" || opt.sigma_scale > 0.0,
+      opt.blend != Blend::kGaussian || opt.sigma_scale > 0.0,
       "sliding window: sigma_scale=",
       opt.sigma_scale,
       " must be positive for gaussian blending");
@@ -81,7 +76,7 @@ std::vector<int64_t> window_starts(int64_t size, int64_t roi, double overlap) {
 
 at::Tensor importance_map(const SlidingWindowOptions& opt) {
   const auto& r = opt.roi;
-  if (opt.blend == "constant")
+  if (opt.blend == Blend::kConstant)
     return torch::ones({r[0], r[1], r[2]});
   std::array<torch::Tensor, 3> axis;
   for (size_t a = 0; a < 3; ++a) {

@@ -49,7 +49,7 @@ void write_parameters(
   std::map<std::string, std::string> meta = {
       {"format", "pt"},
       {"producer", "memtrain"},
-      {"model", run.cfg.model.name},
+      {"model", to_string(run.cfg.model.name)},
       {"windows", std::to_string(windows)}};
   meta.insert(extra.begin(), extra.end());
   save_safetensors(path, host_parameters(run), meta);
@@ -235,7 +235,7 @@ bool Trainer::Impl::record_window(
       total - start.step);
   const bool stop = r.stop_requested;
   summary.window_results.push_back(std::move(r));
-  if (rs.cfg.dist.check_replicas == "window")
+  if (rs.cfg.dist.check_replicas == CheckReplicas::kWindow)
     check_replicas("after a window", &summary.checksum);
   return stop;
 }
@@ -244,9 +244,9 @@ void Trainer::Impl::finish_run(
     int64_t step, bool checked_last, TrainSummary& summary) {
   const RunState& rs = *run;
   broadcast_buffers(rs.comm, rs.buffers);  // model.safetensors: rank 0's
-  if (rs.cfg.dist.check_replicas != "off" && !checked_last) {
+  if (rs.cfg.dist.check_replicas != CheckReplicas::kOff && !checked_last) {
     check_replicas("at the end of training", &summary.checksum);
-  } else if (rs.cfg.dist.check_replicas == "off") {
+  } else if (rs.cfg.dist.check_replicas == CheckReplicas::kOff) {
     summary.checksum = parameter_checksum(rs.params);
   }
   if (!writer)
@@ -308,7 +308,7 @@ TrainSummary Trainer::run() {
           run_window(run, m.counters, plan, next ? &*next : nullptr);
       r.step = ++step;
       const bool stop = m.record_window(std::move(r), e, total, summary);
-      checked_last = run.cfg.dist.check_replicas == "window";
+      checked_last = run.cfg.dist.check_replicas == CheckReplicas::kWindow;
       if (stop) {
         // Every rank saw the request in the same all-reduce: checkpoint
         // and stop, before anything else (the grace time is short). On the
@@ -396,7 +396,7 @@ void Trainer::Impl::end_epoch(
     }
     metrics->write(vrec);
   }
-  if (r.cfg.dist.check_replicas != "off") {
+  if (r.cfg.dist.check_replicas != CheckReplicas::kOff) {
     if (!checked_last)
       check_replicas("at the end of an epoch", &summary.checksum);
     checked_last = true;

@@ -130,7 +130,7 @@ at::Tensor volume_probs(
     opt.overlap = cfg.overlap;
     opt.sw_batch = b;
     opt.blend = cfg.blend;
-    opt.offload_cpu = cfg.offload == "cpu";
+    opt.offload_cpu = cfg.offload == Offload::kCpu;
     probs = sliding_window_probs(volume, num_classes, predict, opt, placement);
   });
   return probs;

@@ -24,7 +24,7 @@ void inject_test_oom(RunState& run, RunCounters& c) {
   if (run.cfg.memory.test_oom_rank != run.comm.rank() || c.test_oom_done)
     return;
   c.test_oom_done = true;
-  if (run.cfg.memory.test_oom_in == "boundary_backward") {
+  if (run.cfg.memory.test_oom_in == TestOomIn::kBoundaryBackward) {
     run.grad_sync->inject_oom_after_launches(1);
     return;
   }
@@ -203,7 +203,7 @@ void update(
   if (!scaler.enabled() && !finite) {
     ++c.nonfinite_skips;
     MT_CHECK(
-        run.cfg.training.nonfinite == "skip" &&
+        run.cfg.training.nonfinite == Nonfinite::kSkip &&
             c.nonfinite_in_a_row <= run.cfg.training.max_nonfinite_skips,
         "non-finite loss or gradient (NaN/Inf) in epoch ",
         wp.epoch + 1,
@@ -263,7 +263,7 @@ std::vector<std::vector<int64_t>> micro_batches(
 // memory.release_threshold x the budget, and before validation (which
 // allocates differently shaped tensors). Count and time are recorded.
 void release_cache_if_due(const RunState& run, bool before_validation) {
-  if (run.cfg.memory.release_cache != "auto")
+  if (run.cfg.memory.release_cache != ReleaseCache::kAuto)
     return;
   const memory::Stats s = memory::stats();
   if (before_validation ||

@@ -36,7 +36,7 @@ void make_fewshot(const SharedDir& dir, const std::string& name) {
 
 TrainConfig fewshot_config(const std::string& train, const std::string& head) {
   TrainConfig c = base_config(train);
-  c.model.head = head;
+  c.model.head = choice_of<Head>(head);
   c.model.embed_dim = 8;
   c.data.episodes = {3, 2, 3, 16};  // 3-way 2-shot, 3 queries, 16 per epoch
   c.data.val_classes.ids = {};

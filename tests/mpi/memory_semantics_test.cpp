@@ -22,7 +22,7 @@ TrainConfig deep_config(const std::string& train) {
   c.model.hidden = 64;
   c.training.lr = 0.01;  // no norm, 4 residual blocks: keep it stable
   c.training.momentum = 0.9;
-  c.dist.check_replicas = "epoch";
+  c.dist.check_replicas = CheckReplicas::kEpoch;
   return c;
 }
 
@@ -113,7 +113,7 @@ TEST(MemorySemantics, OomInTheBoundaryBackwardKeepsTheCollectivesInStep) {
   setenv("MEMTRAIN_MPI_SHM", "0", 1);
   const RunResult clean = train(c, MPI_COMM_WORLD);
   c.memory.test_oom_rank = w - 1;
-  c.memory.test_oom_in = "boundary_backward";
+  c.memory.test_oom_in = TestOomIn::kBoundaryBackward;
   const RunResult r = train(c, MPI_COMM_WORLD);
   unsetenv("MEMTRAIN_MPI_SHM");
   const int64_t buckets = clean.summary.window_results.front().allreduce_calls;
@@ -196,8 +196,8 @@ TEST(MemorySemantics, Bf16AutocastTrains) {
   TrainConfig c = deep_config(dir.file("train.h5"));
   c.data.batch_size = 16;
   c.training.epochs = 3;
-  c.training.amp = "bf16";
-  c.training.gradient_checkpointing = "all";
+  c.training.amp = Amp::kBf16;
+  c.training.gradient_checkpointing = Checkpointing::kAll;
   const RunResult r = train(c, MPI_COMM_WORLD);
   const auto& w = r.summary.window_results;
   double first = 0, last = 0;
@@ -257,9 +257,9 @@ TEST(MemorySemantics, CacheIsReleasedOnlyByPolicy) {
   auto releases = [](const RunResult& r) {
     return r.summary.window_results.back().cache_releases;
   };
-  c.memory.release_cache = "never";
+  c.memory.release_cache = ReleaseCache::kNever;
   EXPECT_EQ(releases(train(c, MPI_COMM_WORLD)), 0);
-  c.memory.release_cache = "auto";
+  c.memory.release_cache = ReleaseCache::kAuto;
   EXPECT_EQ(releases(train(c, MPI_COMM_WORLD)), 0);
   c.memory.release_threshold = 1e-9;
   const RunResult eager = train(c, MPI_COMM_WORLD);

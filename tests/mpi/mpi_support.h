@@ -75,7 +75,7 @@ inline TrainConfig base_config(const std::string& train) {
   c.training.momentum = 0.0;
   c.training.epochs = 1;
   c.output.dir = "";
-  c.dist.check_replicas = "window";
+  c.dist.check_replicas = CheckReplicas::kWindow;
   return c;
 }
 

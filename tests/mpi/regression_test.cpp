@@ -114,7 +114,7 @@ TEST(Regression, ValidationReportsMaeAndRmseExactly) {
   c.training.effective_batch_size = 8;
   c.data.batch_size = 4;
   c.data.val_batch_size = 4;
-  c.training.optimizer = "adamw";
+  c.training.optimizer = Optimizer::kAdamw;
   c.training.lr = 0.02;
   const RunResult world = train(c, MPI_COMM_WORLD);
   const RunResult self = train(c, MPI_COMM_SELF);

@@ -171,12 +171,12 @@ TEST(TrainerSemantics, ReplicasAreBitIdentical) {
   TrainConfig c = base_config(dir.file("train.h5"));
   c.data.batch_size = 5;
   c.training.gradient_accumulation_steps = 3;
-  c.training.optimizer = "adamw";
+  c.training.optimizer = Optimizer::kAdamw;
   c.training.momentum = 0.9;
   c.training.lr = 0.01;
   c.training.grad_clip_norm = 0.5;
   c.training.epochs = 2;
-  c.dist.check_replicas = "epoch";
+  c.dist.check_replicas = CheckReplicas::kEpoch;
   const RunResult r = train(c, MPI_COMM_WORLD);
   uint64_t mine = r.summary.checksum, lo = 0, hi = 0;
   MPI_Allreduce(&mine, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);

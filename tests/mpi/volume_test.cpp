@@ -35,13 +35,13 @@ void make_volumes(const SharedDir& dir, const std::string& name) {
 
 TrainConfig volume_config(const std::string& train) {
   TrainConfig c = base_config(train);
-  c.model.name = "unet3d";
+  c.model.name = ModelName::kUnet3d;
   c.model.feature_size = 4;
   c.model.depth = 2;
-  c.model.norm = "instance";
+  c.model.norm = Norm::kInstance;
   c.data.patch_size = {8, 8, 8};
   c.data.patches_per_volume = 8;  // 24 patches: 3 windows of 8
-  c.data.flip = "all";
+  c.data.flip = Flip::kAll;
   c.training.effective_batch_size = 8;
   c.training.lr = 0.1;
   return c;

@@ -63,11 +63,11 @@ double max_diff(const Grads& a, const Grads& b) {
 
 std::shared_ptr<Classifier> mlp(int64_t depth, int64_t hidden, double dropout) {
   ModelConfig c;
-  c.name = "mlp";
+  c.name = ModelName::kMlp;
   c.depth = depth;
   c.hidden = hidden;
   c.dropout = dropout;
-  c.norm = "group";
+  c.norm = Norm::kGroup;
   return make_model(c, {SampleKind::kFeatures, {16}, 4});
 }
 
@@ -88,7 +88,7 @@ TEST(Checkpointing, GradientsEqualWithDropoutReplayed) {
 
 TEST(Checkpointing, CnnStagesGradientsEqual) {
   ModelConfig c;
-  c.name = "cnn";
+  c.name = ModelName::kCnn;
   c.hidden = 4;
   c.depth = 3;
   auto model = make_model(c, {SampleKind::kImages, {2, 16, 16}, 3});

@@ -2,6 +2,9 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
 
 #include "memtrain/config/train_config.h"
 #include "memtrain/util/error.h"
@@ -25,7 +28,7 @@ std::string error_of(
 
 TEST(TrainConfig, DefaultsAreValidAndDocumented) {
   const TrainConfig c = TrainConfig::load("", {});
-  EXPECT_EQ(c.model.name, "mlp");
+  EXPECT_EQ(c.model.name, ModelName::kMlp);
   EXPECT_EQ(c.data.batch_size, 16);
   EXPECT_EQ(c.training.gradient_accumulation_steps, 1);
   EXPECT_DOUBLE_EQ(c.dist.bucket_mib, 25.0);
@@ -45,7 +48,7 @@ TEST(TrainConfig, FileAndOverridesApplyInOrder) {
        "data.val=",
        "training.gradient_accumulation_steps=8"});
   EXPECT_DOUBLE_EQ(c.training.lr, 0.25);
-  EXPECT_EQ(c.training.optimizer, "adamw");
+  EXPECT_EQ(c.training.optimizer, Optimizer::kAdamw);
   EXPECT_EQ(c.data.batch_size, 4);
   EXPECT_EQ(c.data.val, "");
   EXPECT_EQ(c.training.gradient_accumulation_steps, 8);
@@ -224,6 +227,58 @@ TEST(TrainConfig, ResolvedYamlRoundTrips) {
   const TrainConfig back = TrainConfig::load(path, {});
   EXPECT_EQ(back.to_yaml(), c.to_yaml());
   EXPECT_EQ(back.data.train, "/x y/z.h5");
+}
+
+// A choice is parsed once, where it is set, into its enum; every spelling
+// reads back as itself (YAML, messages), in `--help`'s order.
+TEST(TrainConfig, ChoicesAreEnumsThatKeepTheirSpelling) {
+  const TrainConfig c = TrainConfig::load(
+      "",
+      {"training.amp=bf16",
+       "model.name=unet3d",
+       "model.norm=instance",
+       "data.flip=all",
+       "validation.blend=constant",
+       "dist.check_replicas=window"});
+  EXPECT_EQ(c.training.amp, Amp::kBf16);
+  EXPECT_EQ(c.model.name, ModelName::kUnet3d);
+  EXPECT_EQ(c.model.norm, Norm::kInstance);
+  EXPECT_EQ(c.data.flip, Flip::kAll);
+  EXPECT_EQ(c.validation.blend, Blend::kConstant);
+  EXPECT_EQ(c.dist.check_replicas, CheckReplicas::kWindow);
+  const std::string yaml = c.to_yaml();
+  for (const char* line :
+       {"amp: \"bf16\"",
+        "name: \"unet3d\"",
+        "flip: \"all\"",
+        "blend: \"constant\"",
+        "check_replicas: \"window\""}) {
+    EXPECT_NE(yaml.find(line), std::string::npos) << line;
+  }
+  for (const char* spelling : choice_names(Checkpointing{})) {
+    const TrainConfig t = TrainConfig::load(
+        "", {std::string("training.gradient_checkpointing=") + spelling});
+    EXPECT_STREQ(to_string(t.training.gradient_checkpointing), spelling);
+  }
+  EXPECT_EQ(parse_choice<Amp>("fp32"), std::nullopt);
+  EXPECT_THROW(choice_of<Amp>("fp32"), std::invalid_argument);
+  std::ostringstream out;
+  out << Optimizer::kAdamw << " " << ModelName::kSeresnext50;
+  EXPECT_EQ(out.str(), "adamw seresnext50_32x4d");
+}
+
+// model.norm is refused where it would be ignored: instance is unet3d's,
+// and the ResNets normalise with their own batch-norm.
+TEST(TrainConfig, NormThatAModelWouldIgnoreIsRefused) {
+  const std::string mlp = error_of("model:\n  norm: instance\n");
+  EXPECT_NE(mlp.find("model.norm=instance is unet3d's"), std::string::npos)
+      << mlp;
+  EXPECT_NE(mlp.find("model.name=mlp"), std::string::npos) << mlp;
+  const std::string resnet =
+      error_of("model:\n  name: resnet50\n  norm: group\n");
+  EXPECT_NE(resnet.find("model.norm=group would be ignored"), std::string::npos)
+      << resnet;
+  EXPECT_EQ(error_of("model:\n  name: cnn\n  norm: group\n"), "");
 }
 
 }  // namespace

@@ -73,7 +73,7 @@ TEST(Contrastive, SymmetricInfoNceIsTheHandComputation) {
 
 TEST(Contrastive, DualEncoderNamesOutputsAndLogitScale) {
   ModelConfig cfg;
-  cfg.name = "dual_encoder";
+  cfg.name = ModelName::kDualEncoder;
   cfg.hidden = 8;
   cfg.depth = 2;
   cfg.embed_dim = 6;

@@ -74,8 +74,8 @@ TEST(CudaStartup, MemoryCallsBeforeTheFirstTensor_CUDA) {
         0);
     return;
   }
-  const auto placement =
-      Placement::choose("cuda", /*local_rank=*/0, "expandable_segments:True");
+  const auto placement = Placement::choose(
+      DeviceChoice::kCuda, /*local_rank=*/0, "expandable_segments:True");
   ASSERT_TRUE(placement->is_cuda());
   EXPECT_EQ(memory::backend_name(), "cuda-caching");
   memory::release_cache();
@@ -109,7 +109,7 @@ TEST(CudaStartup, MemoryCallsBeforeTheFirstTensor_CUDA) {
 TEST(NcclCommunicatorGpu, WorldOfOne_CUDA) {
   NcclCommunicator comm(MPI_COMM_SELF, /*device=*/0);
   EXPECT_EQ(comm.size(), 1);
-  EXPECT_EQ(comm.backend(), "nccl");
+  EXPECT_EQ(comm.backend(), BackendChoice::kNccl);
   const at::Tensor expected = torch::arange(8, torch::kFloat);
   at::Tensor t = expected.to(torch::Device(torch::kCUDA, 0));
   comm.all_reduce_sum(t);

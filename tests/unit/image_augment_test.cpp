@@ -201,7 +201,7 @@ DatasetInfo images_info(int64_t channels) {
 TEST(ImageAugment, AutoRulesAndRefusals) {
   TrainConfig cfg;
   cfg.data.seed = 9;
-  cfg.model.name = "resnet50";
+  cfg.model.name = ModelName::kResnet50;
   ImageTransforms r = resolve_image_transforms(cfg, images_info(3), false);
   EXPECT_TRUE(r.train.crop && r.train.flip && r.train.normalize);
   EXPECT_TRUE(r.val.normalize && !r.val.augments());
@@ -214,14 +214,14 @@ TEST(ImageAugment, AutoRulesAndRefusals) {
   EXPECT_TRUE(r.train.crop && !r.train.normalize);
   r = resolve_image_transforms(cfg, images_info(3), true);  // episodes
   EXPECT_FALSE(r.train.active() || r.val.active());
-  cfg.model.name = "cnn";
+  cfg.model.name = ModelName::kCnn;
   r = resolve_image_transforms(cfg, images_info(3), false);
   EXPECT_FALSE(r.train.active() || r.val.active());
-  cfg.data.augment = "flip";
+  cfg.data.augment = Augment::kFlip;
   r = resolve_image_transforms(cfg, images_info(3), false);
   EXPECT_TRUE(r.train.flip && !r.train.crop && !r.train.normalize);
 
-  cfg.data.normalize = "imagenet";
+  cfg.data.normalize = Normalize::kImagenet;
   EXPECT_NE(
       test::error_of(
           [&] { resolve_image_transforms(cfg, images_info(1), false); })
@@ -231,15 +231,15 @@ TEST(ImageAugment, AutoRulesAndRefusals) {
   DatasetInfo features;
   features.path = "f.h5";
   features.sample_shape = {16};
-  cfg.data.normalize = "none";
-  cfg.data.augment = "crop_flip";
+  cfg.data.normalize = Normalize::kNone;
+  cfg.data.augment = Augment::kCropFlip;
   EXPECT_NE(
       test::error_of([&] { resolve_image_transforms(cfg, features, false); })
           .find("data.augment=crop_flip applies to /images files, but "
                 "data.train 'f.h5' holds features"),
       std::string::npos);
-  cfg.data.augment = "auto";
-  cfg.model.name = "resnet50";  // auto on features: none
+  cfg.data.augment = Augment::kAuto;
+  cfg.model.name = ModelName::kResnet50;  // auto on features: none
   EXPECT_FALSE(resolve_image_transforms(cfg, features, false).train.active());
 }
 

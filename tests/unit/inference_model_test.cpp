@@ -31,7 +31,7 @@ TrainConfig volume_config(const test::TempDir& dir) {
   make_synthetic(spec, dir.file("v.h5"));
   TrainConfig cfg;
   cfg.data.train = dir.file("v.h5");
-  cfg.model.name = "unet3d";
+  cfg.model.name = ModelName::kUnet3d;
   cfg.model.depth = 2;
   cfg.model.feature_size = 4;
   cfg.data.patch_size = {8, 8, 8};
@@ -49,7 +49,7 @@ TEST(InferenceModel, TrainedOnChecksTheConfigAgainstDataTrain) {
   EXPECT_EQ(trained_on(cfg, "predict").num_classes, 5);
 
   TrainConfig mlp = volume_config(dir);
-  mlp.model.name = "mlp";
+  mlp.model.name = ModelName::kMlp;
   EXPECT_NE(
       error_of([&] { trained_on(mlp, "predict"); })
           .find("predict: model.name=mlp; predict segments volumes with a "
@@ -92,7 +92,7 @@ TEST(InferenceModel, PredictsWithTheLoadedWeightsInEvalMode) {
 
   // Keys a training run needs and predict does not.
   cfg.data.val = dir.file("missing.h5");
-  cfg.validation.best_metric = "val_auc";
+  cfg.validation.best_metric = BestMetric::kValAuc;
   cfg.data.read_threads = 4;
   InferenceModel model(cfg, on, test::cpu_placement());
   torch::manual_seed(3);

@@ -214,7 +214,7 @@ TEST(Planner, AutoFindsLargestFittingDivisor) {
   PlanRequest req;
   req.rank_share = 64;
   req.fixed_micro = 0;
-  req.checkpointing = "off";
+  req.checkpointing = Checkpointing::kOff;
   req.num_segments = 4;
   // 1000 + 100 m <= 4000 -> m <= 30; largest divisor of 64 <= 30 is 16
   // (16 >= 30/2, so it is taken): 16 x 4 steps = 64.
@@ -230,7 +230,7 @@ TEST(Planner, KeepsLargestWhenDivisorsAreTooSmall) {
   int64_t calls = 0;
   PlanRequest req;
   req.rank_share = 37;  // prime: the only divisors are 1 and 37
-  req.checkpointing = "off";
+  req.checkpointing = Checkpointing::kOff;
   req.num_segments = 1;
   const MemoryPlan p = plan_memory(req, curve(3000, 1, &calls));
   EXPECT_EQ(p.micro_batch, 20);        // 1000 + 100 m <= 3000
@@ -241,7 +241,7 @@ TEST(Planner, AutoCheckpointingTakesFewestSegments) {
   int64_t calls = 0;
   PlanRequest req;
   req.rank_share = 32;
-  req.checkpointing = "auto";
+  req.checkpointing = Checkpointing::kAuto;
   req.num_segments = 4;
   // All 4 checkpointed: 1000 + 20 m -> m = 32 fits 2000 (1640).
   // m = 32 with s segments: 1000 + 32 (100 - 20 s) <= 2000 -> s >= 3.45.
@@ -258,7 +258,7 @@ TEST(Planner, NothingFitsIsAnError) {
   int64_t calls = 0;
   PlanRequest req;
   req.rank_share = 8;
-  req.checkpointing = "all";
+  req.checkpointing = Checkpointing::kAll;
   req.num_segments = 2;
   EXPECT_THROW(plan_memory(req, curve(500, 2, &calls)), Error);
 }

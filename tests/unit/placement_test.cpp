@@ -26,9 +26,10 @@ namespace {
 using test::error_of;
 
 TEST(Placement, CpuIsChosenForCpuAndAutoWithoutAGpu) {
-  EXPECT_EQ(Placement::choose("cpu", 0, "")->describe(), "cpu");
+  EXPECT_EQ(Placement::choose(DeviceChoice::kCpu, 0, "")->describe(), "cpu");
   if (!MEMTRAIN_CUDA || torch::cuda::device_count() == 0) {
-    const auto p = Placement::choose("auto", 3, "expandable_segments:True");
+    const auto p =
+        Placement::choose(DeviceChoice::kAuto, 3, "expandable_segments:True");
     EXPECT_FALSE(p->is_cuda());
     EXPECT_EQ(memory::backend_name(), "cpu-accounting");
   }
@@ -37,8 +38,9 @@ TEST(Placement, CpuIsChosenForCpuAndAutoWithoutAGpu) {
 TEST(Placement, CudaIsRefusedByNameWhereThereIsNone) {
   if (MEMTRAIN_CUDA && torch::cuda::device_count() > 0)
     GTEST_SKIP() << "this machine has a GPU";
-  const std::string msg = error_of(
-      [] { Placement::choose("cuda", 0, "expandable_segments:True"); });
+  const std::string msg = error_of([] {
+    Placement::choose(DeviceChoice::kCuda, 0, "expandable_segments:True");
+  });
   ASSERT_FALSE(msg.empty());
   EXPECT_NE(msg.find("dist.device=cuda"), std::string::npos) << msg;
   EXPECT_NE(msg.find("dist.device=cpu"), std::string::npos) << msg;
@@ -47,7 +49,11 @@ TEST(Placement, CudaIsRefusedByNameWhereThereIsNone) {
   } else {
     EXPECT_NE(msg.find("sees no CUDA device"), std::string::npos) << msg;
   }
-  EXPECT_FALSE(error_of([] { Placement::choose("gpu", 0, ""); }).empty());
+  // An unknown device never reaches Placement::choose: the config refuses
+  // it, naming the choices.
+  const std::string gpu =
+      error_of([] { TrainConfig::load("", {"dist.device=gpu"}); });
+  EXPECT_NE(gpu.find("one of auto, cpu, cuda"), std::string::npos) << gpu;
 }
 
 TEST(Placement, CpuCopyLandsInTheDeviceDomain) {

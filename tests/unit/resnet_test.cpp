@@ -26,7 +26,7 @@ namespace {
 std::shared_ptr<Classifier> resnet(
     const std::string& name, int64_t classes, int64_t seed = 3) {
   ModelConfig cfg;
-  cfg.name = name;
+  cfg.name = choice_of<ModelName>(name);
   cfg.seed = seed;
   return make_model(cfg, {SampleKind::kImages, {3, 64, 64}, classes, 0});
 }
@@ -218,7 +218,7 @@ TEST(ResNet, OneValuePerChannelIsNamed) {
 
 TEST(ModelState, ModelsWithoutBuffersSaveTheirParametersAsBefore) {
   ModelConfig cfg;
-  cfg.name = "cnn";
+  cfg.name = ModelName::kCnn;
   auto net = make_model(cfg, {SampleKind::kImages, {3, 8, 8}, 4, 0});
   const NamedTensors s = state_tensors(*net);
   const auto p = net->named_parameters();

@@ -154,7 +154,7 @@ TEST(LrSchedule, WarmupThenConstantCosineAndPoly) {
   EXPECT_DOUBLE_EQ(lr_at(t, 4, 20), 0.1);
   EXPECT_DOUBLE_EQ(lr_at(t, 19, 20), 0.1);  // constant
 
-  t.lr_schedule = "cosine";
+  t.lr_schedule = LrSchedule::kCosine;
   t.min_lr = 0.01;
   // After warmup, t = (s - 4) / 16: PyTorch's CosineAnnealingLR(T_max=16).
   EXPECT_DOUBLE_EQ(lr_at(t, 4, 20), 0.1);
@@ -165,7 +165,7 @@ TEST(LrSchedule, WarmupThenConstantCosineAndPoly) {
       1e-15);
   EXPECT_DOUBLE_EQ(lr_at(t, 40, 20), 0.01);  // past the end: min_lr
 
-  t.lr_schedule = "poly";
+  t.lr_schedule = LrSchedule::kPoly;
   t.min_lr = 0.0;
   t.warmup_windows = 0;
   t.poly_power = 1.0;  // linear: PolynomialLR(total_iters=10, power=1)

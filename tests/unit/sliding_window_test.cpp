@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "memtrain/config/train_config.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/unet3d.h"
 #include "memtrain/train/sliding_window.h"
@@ -19,9 +20,9 @@ namespace {
 
 std::shared_ptr<Classifier> small_unet(int64_t in, int64_t classes) {
   ModelConfig cfg;
-  cfg.name = "unet3d";
+  cfg.name = ModelName::kUnet3d;
   cfg.depth = 2;
-  cfg.norm = "instance";
+  cfg.norm = Norm::kInstance;
   cfg.feature_size = 4;
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
   auto net = make_unet3d(cfg, in, classes);
@@ -58,7 +59,7 @@ TEST(SlidingWindow, GaussianImportanceMap) {
   EXPECT_FLOAT_EQ(map.max().item<float>(), 1.0f);
   EXPECT_GE(map.min().item<float>(), 1e-3f);
   EXPECT_TRUE(torch::equal(map, map.flip({0, 1, 2})));  // centred
-  opt.blend = "constant";
+  opt.blend = Blend::kConstant;
   EXPECT_TRUE(torch::equal(importance_map(opt), torch::ones({8, 6, 5})));
 }
 
@@ -87,7 +88,7 @@ TEST(SlidingWindow, OverlappingWindowsOfPointwisePredictorBlendExactly) {
   const PatchPredictor predict = [&](const at::Tensor& x) { return conv(x); };
   const torch::Tensor volume = torch::randn({2, 12, 10, 9});
   const torch::Tensor expected = whole_volume_probs(predict, volume);
-  for (const char* blend : {"gaussian", "constant"}) {
+  for (const Blend blend : {Blend::kGaussian, Blend::kConstant}) {
     SlidingWindowOptions opt;
     opt.roi = {4, 4, 4};
     opt.overlap = 0.5;
@@ -131,11 +132,10 @@ TEST(SlidingWindow, BadInputsThrow) {
       sliding_window_probs(volume, 2, predict, opt, test::cpu_placement()),
       Error);
   opt.overlap = 0.5;
-  opt.blend = "linear";
-  EXPECT_THROW(
-      sliding_window_probs(volume, 2, predict, opt, test::cpu_placement()),
-      Error);
-  opt.blend = "constant";
+  // An unknown blend never reaches the sliding window: the config refuses
+  // it.
+  EXPECT_THROW(TrainConfig::load("", {"validation.blend=linear"}), Error);
+  opt.blend = Blend::kConstant;
   EXPECT_THROW(
       sliding_window_probs(volume, 3, predict, opt, test::cpu_placement()),
       Error);

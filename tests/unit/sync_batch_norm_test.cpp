@@ -213,7 +213,7 @@ TEST(SyncBatchNorm, OneValuePerChannelOverAllRanksIsRefused) {
 
 std::shared_ptr<Classifier> resnet50(int64_t seed = 3) {
   ModelConfig cfg;
-  cfg.name = "resnet50";
+  cfg.name = ModelName::kResnet50;
   cfg.seed = seed;
   return make_model(cfg, {SampleKind::kImages, {3, 64, 64}, 3, 0});
 }
@@ -334,7 +334,7 @@ TEST(SyncBatchNorm, EmptyMicroBatchTakesPartInEverySum) {
 
 TEST(SyncBatchNorm, ModelsWithoutBatchNormAndConfigRefuse) {
   ModelConfig cfg;
-  cfg.name = "mlp";
+  cfg.name = ModelName::kMlp;
   auto mlp = make_model(cfg, {SampleKind::kFeatures, {8}, 3, 0});
   try {
     mlp->set_batch_norm_sync(local_batch_norm_sync(), "mlp");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "memtrain/compat.h"
+#include "memtrain/config/train_config.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/unet3d.h"
 #include "memtrain/train/losses.h"
@@ -20,9 +21,9 @@
 namespace memtrain {
 namespace {
 
-ModelConfig unet_config(int64_t depth, const std::string& norm) {
+ModelConfig unet_config(int64_t depth, Norm norm) {
   ModelConfig cfg;
-  cfg.name = "unet3d";
+  cfg.name = ModelName::kUnet3d;
   cfg.depth = depth;
   cfg.norm = norm;
   cfg.feature_size = 4;
@@ -41,14 +42,14 @@ double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
 }
 
 TEST(UNet3d, OutputShapeAndSegmentOrder) {
-  auto net = build(unet_config(3, "none"), 2, 3);
+  auto net = build(unet_config(3, Norm::kNone), 2, 3);
   const torch::Tensor y = net->forward(torch::randn({2, 2, 8, 12, 4}));
   EXPECT_EQ(y.sizes(), torch::IntArrayRef({2, 3, 8, 12, 4}));
   EXPECT_EQ(
       net->segment_names(),
       (std::vector<std::string>{"enc.0", "dec.0", "enc.1", "dec.1", "enc.2"}));
   EXPECT_EQ(unet3d_divisor(3), 4);
-  auto flat = build(unet_config(1, "none"), 1, 2);
+  auto flat = build(unet_config(1, Norm::kNone), 1, 2);
   EXPECT_EQ(flat->segment_names(), std::vector<std::string>{"enc.0"});
   EXPECT_EQ(
       flat->forward(torch::randn({1, 1, 3, 5, 7})).sizes(),
@@ -56,7 +57,7 @@ TEST(UNet3d, OutputShapeAndSegmentOrder) {
 }
 
 TEST(UNet3d, ParameterNamesAndDeterministicInit) {
-  auto net = build(unet_config(2, "none"), 1, 2);
+  auto net = build(unet_config(2, Norm::kNone), 1, 2);
   std::set<std::string> names;
   for (const auto& p : net->named_parameters())
     names.insert(p.key());
@@ -78,14 +79,14 @@ TEST(UNet3d, ParameterNamesAndDeterministicInit) {
       torch::IntArrayRef({4, 8, 3, 3, 3}));
 
   // With a norm, the convolutions before it lose their bias.
-  auto normed = build(unet_config(2, "group"), 1, 2);
+  auto normed = build(unet_config(2, Norm::kGroup), 1, 2);
   const auto params = normed->named_parameters();
   EXPECT_NE(params.find("enc.0.norm1.weight"), nullptr);
   EXPECT_NE(params.find("dec.0.norm2.bias"), nullptr);
   EXPECT_EQ(params.find("enc.0.conv1.bias"), nullptr);
 
   // Same seed, same parameters.
-  auto again = build(unet_config(2, "none"), 1, 2);
+  auto again = build(unet_config(2, Norm::kNone), 1, 2);
   for (const auto& p : net->named_parameters()) {
     EXPECT_TRUE(torch::equal(p.value(), again->named_parameters()[p.key()]))
         << p.key();
@@ -96,7 +97,7 @@ TEST(UNet3d, ParameterNamesAndDeterministicInit) {
 // the upsampled tensor and the skip apart; the output is the textbook
 // U-Net's, written here from the parameters with the concatenation.
 TEST(UNet3d, DecoderEqualsTheConvolutionOfTheConcatenation) {
-  auto net = build(unet_config(2, "none"), 2, 3);
+  auto net = build(unet_config(2, Norm::kNone), 2, 3);
   const auto p = net->named_parameters();
   const auto conv =
       [&](const torch::Tensor& x, const std::string& name, int64_t pad) {
@@ -119,7 +120,7 @@ TEST(UNet3d, DecoderEqualsTheConvolutionOfTheConcatenation) {
 }
 
 TEST(UNet3d, CheckpointingChangesNeitherOutputNorGradients) {
-  auto net = build(unet_config(3, "instance"), 1, 3);
+  auto net = build(unet_config(3, Norm::kInstance), 1, 3);
   const torch::Tensor x = torch::randn({2, 1, 8, 8, 8});
   const torch::Tensor target = torch::randint(0, 3, {2, 8, 8, 8});
   std::vector<torch::Tensor> outs;
@@ -143,7 +144,7 @@ TEST(UNet3d, CheckpointingChangesNeitherOutputNorGradients) {
 // more activation memory than the one before it.
 TEST(UNet3d, CheckpointSavingsFollowSegmentOrder) {
   memory::DeviceScope device;
-  auto net = build(unet_config(3, "group"), 1, 2);
+  auto net = build(unet_config(3, Norm::kGroup), 1, 2);
   const torch::Tensor x = torch::randn({1, 1, 16, 16, 16});
   std::vector<int64_t> held;  // activation bytes after forward
   for (int64_t k = 0; k <= net->num_segments(); ++k) {
@@ -173,7 +174,7 @@ TEST(UNet3d, CheckpointSavingsFollowSegmentOrder) {
 // bound is 0.61 so that every x86-64 machine holds it, and a regression
 // of one checkpointed block's activations (several percent) still fails.
 TEST(UNet3d, CheckpointingAllCutsThePeakToAbout06) {
-  ModelConfig cfg = unet_config(3, "instance");
+  ModelConfig cfg = unet_config(3, Norm::kInstance);
   cfg.feature_size = 16;
   auto net = build(cfg, 1, 3);
   // As a training rank with two threads: with one, LibTorch runs the 1x1x1
@@ -214,7 +215,7 @@ TEST(UNet3d, CheckpointingAllCutsThePeakToAbout06) {
 }
 
 TEST(UNet3d, IndivisibleShapeThrowsNamingShapeAndDivisor) {
-  auto net = build(unet_config(3, "none"), 1, 2);
+  auto net = build(unet_config(3, Norm::kNone), 1, 2);
   try {
     net->forward(torch::randn({1, 1, 8, 6, 8}));
     FAIL() << "no error";
@@ -227,12 +228,14 @@ TEST(UNet3d, IndivisibleShapeThrowsNamingShapeAndDivisor) {
   }
   EXPECT_THROW(net->forward(torch::randn({1, 2, 8, 8, 8})), Error);
   EXPECT_THROW(net->forward(torch::randn({1, 8, 8, 8})), Error);
-  EXPECT_THROW(build(unet_config(0, "none"), 1, 2), Error);
-  EXPECT_THROW(build(unet_config(2, "batch"), 1, 2), Error);
+  EXPECT_THROW(build(unet_config(0, Norm::kNone), 1, 2), Error);
+  // An unknown norm never reaches the model: the config refuses it.
+  EXPECT_THROW(
+      TrainConfig::load("", {"model.name=unet3d", "model.norm=batch"}), Error);
 }
 
 TEST(UNet3d, InstanceAndGroupNormRun) {
-  for (const char* norm : {"instance", "group"}) {
+  for (const Norm norm : {Norm::kInstance, Norm::kGroup}) {
     auto net = build(unet_config(2, norm), 2, 3);
     const torch::Tensor y = net->forward(torch::randn({2, 2, 4, 8, 4}));
     EXPECT_EQ(y.sizes(), torch::IntArrayRef({2, 3, 4, 8, 4})) << norm;
@@ -245,7 +248,7 @@ TEST(UNet3d, InstanceAndGroupNormRun) {
 }
 
 TEST(UNet3d, RunsUnderBf16Autocast) {
-  auto net = build(unet_config(2, "group"), 1, 2);
+  auto net = build(unet_config(2, Norm::kGroup), 1, 2);
   torch::Tensor y;
   {
     compat::AutocastGuard amp(true, /*cuda=*/false, torch::kBFloat16);
@@ -257,7 +260,7 @@ TEST(UNet3d, RunsUnderBf16Autocast) {
 }
 
 TEST(UNet3d, SgdStepsReduceDiceCeLoss) {
-  auto net = build(unet_config(2, "instance"), 1, 2);
+  auto net = build(unet_config(2, Norm::kInstance), 1, 2);
   torch::manual_seed(3);
   const torch::Tensor x = torch::randn({2, 1, 8, 8, 8});
   const torch::Tensor target = (x.squeeze(1) > 0.3).to(torch::kInt64);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "memtrain/config/choices.h"
 #include "memtrain/memory/budget.h"
 
 namespace memtrain {
@@ -15,12 +16,12 @@ namespace memtrain {
 struct ModelConfig {
   // mlp (for /features) | cnn, resnet50, seresnext50_32x4d (for /images) |
   // unet3d (for /volumes) | dual_encoder (for pair files)
-  std::string name = "mlp";
+  ModelName name = ModelName::kMlp;
   int64_t hidden = 64;  // width of the MLP's hidden layer / CNN channels
   // MLP residual blocks / CNN stages / U-Net levels (checkpoint segments)
   int64_t depth = 2;
   double dropout = 0.0;       // MLP blocks
-  std::string norm = "none";  // none | group | instance (unet3d)
+  Norm norm = Norm::kNone;    // none | group | instance (unet3d)
   int64_t feature_size = 16;  // unet3d: channels of the first level
   int64_t in_channels = 0;    // unet3d: 0 = the data's C
   int64_t num_classes = 0;    // 0 = the data's num_classes; 1 = binary
@@ -28,7 +29,7 @@ struct ModelConfig {
   // Few-shot: linear (a class per output) | prototype | cosine: the
   // backbone's outputs are an embed_dim-wide embedding, scored against the
   // episode's class prototypes (src/model/fewshot_head.cpp).
-  std::string head = "linear";
+  Head head = Head::kLinear;
   int64_t embed_dim = 64;
   double cosine_scale = 10.0;  // cosine: initial value of the learnable s
   // dual_encoder: the temperature the learnable logit scale starts from.
@@ -75,7 +76,7 @@ struct DataConfig {
   std::array<int64_t, 3> patch_size{32, 32, 32};  // [D, H, W] voxels
   int64_t patches_per_volume = 8;  // training samples per volume per epoch
   double pos_fraction = 0.5;       // patches centred on a foreground voxel
-  std::string flip = "none";       // none | w | all: random mirroring
+  Flip flip = Flip::kNone;         // none | w | all: random mirroring
   double intensity_scale = 0.0;    // 0: the file's /volumes scale attribute
   double intensity_shift = 0.0;    // used when intensity_scale != 0
   int64_t prefetch = 2;      // micro-batches read ahead (0: read in place)
@@ -84,10 +85,10 @@ struct DataConfig {
   // crop_flip (auto: crop_flip for the ResNets, none otherwise), the
   // random resized crop's area and aspect ranges, and auto | none |
   // imagenet normalisation (auto: imagenet for the ResNets on 3 channels).
-  std::string augment = "auto";
+  Augment augment = Augment::kAuto;
   std::array<double, 2> crop_scale{0.08, 1.0};
   std::array<double, 2> crop_ratio{0.75, 4.0 / 3.0};
-  std::string normalize = "auto";
+  Normalize normalize = Normalize::kAuto;
   EpisodeConfig episodes;
   ClassChoice val_classes;
 };
@@ -96,15 +97,15 @@ struct ValidationConfig {
   int64_t every_epochs = 1;  // validate after every n-th epoch (and the last)
   std::array<int64_t, 3> roi{0, 0, 0};  // sliding window; 0: data.patch_size
   double overlap = 0.25;
-  int64_t sw_batch = 4;            // windows per device batch
-  std::string blend = "gaussian";  // constant | gaussian
-  std::string offload = "cpu";     // cpu | device: where sums live
+  int64_t sw_batch = 4;             // windows per device batch
+  Blend blend = Blend::kGaussian;   // gaussian | constant
+  Offload offload = Offload::kCpu;  // cpu | device: where sums live
   // best.safetensors: the validation metric that ranks epochs (auto:
   // val_dice for volumes, val_accuracy otherwise; none: no best file) and
   // its direction (auto: min for val_loss, max otherwise).
-  std::string best_metric = "auto";  // auto | val_dice | val_accuracy |
-                                     // val_auc | val_loss | none
-  std::string best_mode = "auto";    // auto | max | min
+  // auto | val_dice | val_accuracy | val_auc | val_loss | none
+  BestMetric best_metric = BestMetric::kAuto;
+  BestMode best_mode = BestMode::kAuto;  // auto | max | min
   int64_t episodes = 600;  // few-shot: validation episodes (fixed by seed)
   // Rows that belong to volumes: each rank writes its volumes' prediction
   // grids to output.dir/val/epoch-EEE/volume-<id>.h5 (data/FORMAT.md).
@@ -119,12 +120,12 @@ struct TrainingConfig {
   // The learning rate of window s (counted over the whole run, epochs x
   // windows per epoch): linear warmup over warmup_windows, then constant,
   // cosine or poly decay to min_lr (src/train/lr_schedule.cpp).
-  std::string lr_schedule = "constant";  // constant | cosine | poly
+  LrSchedule lr_schedule = LrSchedule::kConstant;  // constant | cosine | poly
   int64_t warmup_windows = 0;
   double min_lr = 0.0;
   double poly_power = 0.9;
-  std::string optimizer = "sgd";  // sgd | adamw
-  double momentum = 0.9;          // sgd only
+  Optimizer optimizer = Optimizer::kSgd;  // sgd | adamw
+  double momentum = 0.9;                  // sgd only
   double weight_decay = 0.0;
   double grad_clip_norm = 0.0;  // 0 = no clipping
   // Classifiers of rows: cross-entropy's label smoothing, or for a binary
@@ -133,13 +134,14 @@ struct TrainingConfig {
   int64_t effective_batch_size = 0;  // 0: ranks x accumulation x micro
   int64_t checkpoint_every = 0;      // windows between checkpoints (0: epochs)
   int64_t keep_checkpoints = 2;      // newest checkpoints kept
-  std::string nonfinite = "skip";    // skip | stop (non-fp16 runs)
-  int64_t max_nonfinite_skips = 10;  // consecutive skips before stopping
-  std::string gradient_checkpointing = "off";  // off | all | auto
+  Nonfinite nonfinite = Nonfinite::kSkip;  // skip | stop (non-fp16 runs)
+  int64_t max_nonfinite_skips = 10;        // consecutive skips before stopping
+  Checkpointing gradient_checkpointing = Checkpointing::kOff;  // off|all|auto
   // dual_encoder: exact (one batch of the whole window) | local (each
   // micro-batch its own batch).
-  std::string contrastive_accumulation = "exact";
-  std::string amp = "off";             // off | fp16 | bf16
+  ContrastiveAccumulation contrastive_accumulation =
+      ContrastiveAccumulation::kExact;
+  Amp amp = Amp::kOff;                 // off | fp16 | bf16
   double amp_init_scale = 65536.0;     // fp16 loss scale to start from
   int64_t amp_growth_interval = 2000;  // finite steps before the scale grows
   // Dropout and other random draws: each rank draws from its own stream
@@ -154,13 +156,14 @@ struct MemoryConfig {
   BudgetSpec budget;            // profile, size, or none (parsed when set)
   double headroom = 0.1;        // fraction of the budget the planner keeps free
   int64_t max_oom_retries = 4;  // halvings of the micro-batch per window
-  std::string release_cache = "auto";  // auto | never
-  double release_threshold = 0.25;     // auto: release when cached > this x cap
-  double leak_warn_mib = 8.0;          // growth per epoch that counts as a leak
-  int64_t leak_epochs = 3;             // ... for this many epochs in a row
+  ReleaseCache release_cache = ReleaseCache::kAuto;  // auto | never
+  double release_threshold = 0.25;  // auto: release when cached > this x cap
+  double leak_warn_mib = 8.0;       // growth per epoch that counts as a leak
+  int64_t leak_epochs = 3;          // ... for this many epochs in a row
   int64_t test_leak_kib_per_window = 0;  // tests only: leak this much
   int64_t test_oom_rank = -1;            // tests only: this rank runs out once
-  std::string test_oom_in = "micro_step";  // ... micro_step | boundary_backward
+  // ... micro_step | boundary_backward
+  TestOomIn test_oom_in = TestOomIn::kMicroStep;
   // CUDA caching allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax),
   // applied before the first CUDA allocation.
   std::string allocator_conf = "expandable_segments:True";
@@ -168,15 +171,15 @@ struct MemoryConfig {
 
 struct DistConfig {
   // auto: cuda:<local rank> when LibTorch sees a GPU, else cpu.
-  std::string device = "auto";  // auto | cpu | cuda
+  DeviceChoice device = DeviceChoice::kAuto;  // auto | cpu | cuda
   // auto: nccl for CUDA tensors on a CUDA build, mpi otherwise.
-  std::string backend = "auto";  // auto | mpi | nccl
-  double timeout_s = 600.0;      // a collective taking longer ends the job
-  double bucket_mib = 25.0;      // gradient bucket size
+  BackendChoice backend = BackendChoice::kAuto;  // auto | mpi | nccl
+  double timeout_s = 600.0;  // a collective taking longer ends the job
+  double bucket_mib = 25.0;  // gradient bucket size
   // Start a bucket\'s all-reduce in the last micro-step\'s backward, as soon
   // as its gradients are final.
   bool overlap = true;
-  std::string check_replicas = "epoch";  // off | epoch | window
+  CheckReplicas check_replicas = CheckReplicas::kEpoch;  // off|epoch|window
 };
 
 struct OutputConfig {
@@ -184,7 +187,7 @@ struct OutputConfig {
   // auto: redraw in place only on a terminal outside mpirun/srun (Open MPI
   // gives every rank a pty, so isatty() cannot tell a log file from a
   // terminal there); lines: a full line every progress_every_s seconds.
-  std::string progress = "auto";  // auto | tty | lines
+  ProgressDisplay progress = ProgressDisplay::kAuto;  // auto | tty | lines
   double progress_every_s = 5.0;
   // Rank 0 writes output.dir/initial.safetensors, the parameters the first
   // window starts from (after a resume: the checkpoint's), before it runs.

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string>
 
+#include "memtrain/config/choices.h"
+
 namespace memtrain {
 
 class H5Dataset;
@@ -35,7 +37,7 @@ class PatchSampler {
       int64_t patches_per_volume,
       double pos_fraction,
       uint64_t seed,
-      const std::string& flip = "none");
+      Flip flip = Flip::kNone);
 
   int64_t num_samples() const {
     return num_volumes_ * per_volume_;

@@ -16,6 +16,8 @@
 #include <memory>
 #include <string>
 
+#include "memtrain/config/choices.h"
+
 namespace memtrain {
 
 // The generators a training step draws from: the CPU's and, on a CUDA
@@ -31,16 +33,14 @@ class Placement {
  public:
   virtual ~Placement() = default;
 
-  // dist.device: "cpu", "cuda" (GPU <local_rank> modulo the GPUs visible)
-  // or "auto" (cuda when this build has CUDA and LibTorch sees a GPU, else
+  // dist.device: cpu, cuda (GPU <local_rank> modulo the GPUs visible)
+  // or auto (cuda when this build has CUDA and LibTorch sees a GPU, else
   // cpu). Activates the device-memory backend (CPU accounting allocator,
   // or the CUDA caching allocator with `allocator_conf`): call it once,
   // before the process's first tensor. Throws memtrain::Error naming the
   // build and what it found when cuda is asked for where there is none.
   static std::unique_ptr<Placement> choose(
-      const std::string& spec,
-      int local_rank,
-      const std::string& allocator_conf);
+      DeviceChoice spec, int local_rank, const std::string& allocator_conf);
 
   // A CPU placement with the accounting allocator (tests, benchmarks).
   static std::unique_ptr<Placement> cpu();

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "memtrain/config/choices.h"
 #include "memtrain/util/error.h"
 
 namespace at {
@@ -94,8 +95,8 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // "mpi" or "nccl", for logs.
-  virtual std::string backend() const = 0;
+  // kMpi or kNccl (never kAuto): what dist.backend resolved to.
+  virtual BackendChoice backend() const = 0;
 
   // Starts reducing `t` element-wise over all ranks with `op`, in place, and
   // returns without waiting for it; the result is in `t` after the work's

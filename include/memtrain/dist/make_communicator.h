@@ -7,22 +7,23 @@
 #include <memory>
 #include <string>
 
+#include "memtrain/config/choices.h"
 #include "memtrain/dist/communicator.h"
 
 namespace memtrain {
 
 struct CommunicatorSpec {
-  std::string backend = "auto";  // dist.backend: auto | mpi | nccl
-  bool cuda_device = false;      // this rank's device is a CUDA GPU
-  int device_index = -1;         // its index (CUDA devices only)
-  double timeout_s = 0;          // dist.timeout_s (0: wait forever)
+  BackendChoice backend = BackendChoice::kAuto;  // dist.backend
+  bool cuda_device = false;  // this rank's device is a CUDA GPU
+  int device_index = -1;     // its index (CUDA devices only)
+  double timeout_s = 0;      // dist.timeout_s (0: wait forever)
 };
 
-// "mpi" or "nccl". auto: nccl for a CUDA device on a CUDA build
+// kMpi or kNccl. auto: nccl for a CUDA device on a CUDA build
 // (MEMTRAIN_CUDA=1), mpi otherwise. Local. Throws memtrain::Error (a usage
 // error) naming what is wrong and how to fix it: nccl with a CPU device,
-// nccl on a build without CUDA, an unknown backend.
-std::string resolve_backend(const CommunicatorSpec& spec);
+// nccl on a build without CUDA.
+BackendChoice resolve_backend(const CommunicatorSpec& spec);
 
 // Collective over `comm`, blocking (within spec.timeout_s): every rank
 // calls it. Resolves the backend on every rank, then agrees on it before

@@ -28,8 +28,8 @@ class MpiCommunicator final : public Communicator {
   int size() const override {
     return size_;
   }
-  std::string backend() const override {
-    return "mpi";
+  BackendChoice backend() const override {
+    return BackendChoice::kMpi;
   }
   // MPI_Iallreduce in pieces of at most INT_MAX elements (MPI counts are
   // int), all issued at once; the work's wait() polls them all. A float32

@@ -42,8 +42,8 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override;
   int size() const override;
-  std::string backend() const override {
-    return "nccl";
+  BackendChoice backend() const override {
+    return BackendChoice::kNccl;
   }
   // CUDA tensors on `device`; float32/float64/float16/bfloat16/int32/int64.
   // The returned work refers to this communicator: it must not outlive it.

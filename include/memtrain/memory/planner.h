@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "memtrain/config/choices.h"
+
 namespace memtrain {
 
 struct ProbeResult {
@@ -25,7 +27,7 @@ using ProbeFn = std::function<ProbeResult(int64_t, int64_t)>;
 struct PlanRequest {
   int64_t rank_share = 1;   // samples per rank per window: ceil(E / world)
   int64_t fixed_micro = 0;  // 0: auto (search); else this micro-batch
-  std::string checkpointing = "off";  // off | all | auto
+  Checkpointing checkpointing = Checkpointing::kOff;  // off | all | auto
   int64_t num_segments = 0;
 };
 

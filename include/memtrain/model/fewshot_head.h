@@ -27,7 +27,7 @@ class FewShotModel : public Classifier {
   torch::Tensor forward(torch::Tensor x) override;
   void set_checkpointed(int64_t count) override;
 
-  const std::string& head_kind() const {
+  Head head_kind() const {
     return head_;
   }
   // Logits (n, n_way * n_query, n_way) of the n episodes whose embeddings
@@ -37,7 +37,7 @@ class FewShotModel : public Classifier {
 
  private:
   std::shared_ptr<Classifier> backbone_;
-  std::string head_;
+  Head head_;
   torch::Tensor scale_;  // cosine only
 };
 

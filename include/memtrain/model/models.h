@@ -97,10 +97,7 @@ int64_t model_num_classes(
 // DatasetInfo::paired); `source` names the file
 // in the message.
 void check_model_fits(
-    const std::string& model,
-    SampleKind kind,
-    bool paired,
-    const std::string& source);
+    ModelName model, SampleKind kind, bool paired, const std::string& source);
 
 // Builds `cfg.name` for `input`, initialised from `cfg.seed` alone (the same
 // parameters on every rank and at every world size). Throws memtrain::Error

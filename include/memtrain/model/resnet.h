@@ -45,9 +45,6 @@
 
 namespace memtrain {
 
-// Whether `name` is one of the ResNets above.
-bool is_resnet(const std::string& name);
-
 // Builds cfg.name (resnet50 or seresnext50_32x4d) for images of
 // `in_channels` channels, initialised from cfg.seed as timm initialises
 // (convs Kaiming-normal fan-out, batch-norm 1 and 0, the last batch-norm

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "memtrain/config/choices.h"
+
 namespace memtrain {
 
 class Placement;
@@ -20,7 +22,7 @@ struct SlidingWindowOptions {
   std::array<int64_t, 3> roi{64, 64, 64};  // window (rd, rh, rw)
   double overlap = 0.25;                   // [0, 1)
   int64_t sw_batch = 4;                    // patches per device batch
-  std::string blend = "gaussian";          // constant | gaussian
+  Blend blend = Blend::kGaussian;          // gaussian | constant
   double sigma_scale = 0.125;              // gaussian sigma = sigma_scale * roi
   bool offload_cpu = true;                 // aggregation buffers in host memory
 };

@@ -78,7 +78,7 @@ class EpisodeTask : public Task {
       const RunState& run, const std::string& dir) const override;
 
   std::string describe_outputs(const RunState& run) const override {
-    return run.cfg.model.head + " head on a " +
+    return to_string(run.cfg.model.head) + std::string(" head on a ") +
            std::to_string(run.cfg.model.embed_dim) + "-wide embedding";
   }
 

@@ -81,7 +81,9 @@ Batch keep(const Batch& b) {
 class PairTask : public Task {
  public:
   explicit PairTask(const TrainConfig& cfg)
-      : exact_(cfg.training.contrastive_accumulation == "exact") {}
+      : exact_(
+            cfg.training.contrastive_accumulation ==
+            ContrastiveAccumulation::kExact) {}
 
   void set_up(RunState& run) override {
     open_val_data(run);
@@ -134,7 +136,7 @@ class PairTask : public Task {
   std::string describe_outputs(const RunState& run) const override {
     return std::to_string(run.cfg.model.embed_dim) +
            "-wide embeddings, contrastive accumulation " +
-           run.cfg.training.contrastive_accumulation;
+           to_string(run.cfg.training.contrastive_accumulation);
   }
 
  private:

@@ -101,11 +101,12 @@ class VolumeTask : public Task {
     nlohmann::json per_class = nlohmann::json::array();
     for (double d : v.dice_per_class)
       per_class.push_back(number_or_null(d));
-    r.details = nlohmann::json({{"val_dice_per_class", per_class},
-                                {"val_volumes", v.volumes},
-                                {"val_sw_batch", v.sw_batch},
-                                {"val_offload", run.cfg.validation.offload}})
-                    .dump();
+    r.details =
+        nlohmann::json({{"val_dice_per_class", per_class},
+                        {"val_volumes", v.volumes},
+                        {"val_sw_batch", v.sw_batch},
+                        {"val_offload", to_string(run.cfg.validation.offload)}})
+            .dump();
     return r;
   }
 
