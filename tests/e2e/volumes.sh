@@ -153,7 +153,11 @@ for np in 1 2; do
     --data.train=mask-range.h5 --data.patch_size=8
   # Names the key (data.train), not the file; see the report.
   expect_error $np "model.name=unet3d cannot train on features (data.train 'features.h5')" --data.train=features.h5
+  # model.norm=none: instance norm is unet3d's (the config refuses it
+  # for mlp before any file is opened).
   expect_error $np "model.name=mlp cannot train on volumes (data.train 'train.h5'" \
+    --data.train=train.h5 --model.name=mlp --model.norm=none
+  expect_error $np "model.norm=instance is unet3d's; model.name=mlp" \
     --data.train=train.h5 --model.name=mlp
   expect_error $np "data.patch_size=[18, 18, 18]" --data.train=train.h5 --data.patch_size=18
 done
