@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "memtrain/train/metrics.h"
+#include "memtrain/train/records/metrics.h"
 
 namespace memtrain::bench {
 

@@ -34,7 +34,7 @@
 #include "memtrain/dist/environment.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/memory/device_memory.h"
-#include "memtrain/train/trainer.h"
+#include "memtrain/train/loop/trainer.h"
 #include "memtrain/util/error.h"
 
 using namespace memtrain;

@@ -33,7 +33,7 @@
 #include "memtrain/dist/make_communicator.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/memory/device_memory.h"
-#include "memtrain/train/trainer.h"
+#include "memtrain/train/loop/trainer.h"
 #include "memtrain/util/error.h"
 
 using namespace memtrain;

@@ -48,8 +48,8 @@
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/data/patch_sampler.h"
 #include "memtrain/data/synthetic.h"
-#include "memtrain/train/batch_loader.h"
-#include "memtrain/train/prefetcher.h"
+#include "memtrain/input/batch_loader.h"
+#include "memtrain/input/prefetcher.h"
 #include "memtrain/util/error.h"
 
 using namespace memtrain;

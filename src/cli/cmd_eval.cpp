@@ -6,7 +6,7 @@
 #include "agreed.h"
 #include "commands.h"
 #include "memtrain/dist/environment.h"
-#include "memtrain/train/trainer.h"
+#include "memtrain/train/loop/trainer.h"
 #include "memtrain/util/error.h"
 #include "weights_run.h"
 

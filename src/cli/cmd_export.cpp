@@ -4,8 +4,8 @@
 #include <map>
 
 #include "commands.h"
-#include "memtrain/train/checkpoint.h"
-#include "memtrain/train/safetensors.h"
+#include "memtrain/train/run_files/checkpoint.h"
+#include "memtrain/train/run_files/safetensors.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain::cli {

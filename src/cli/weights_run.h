@@ -9,7 +9,7 @@
 #include "memtrain/device/placement.h"
 #include "memtrain/dist/communicator.h"
 #include "memtrain/dist/environment.h"
-#include "memtrain/train/trainer.h"
+#include "memtrain/train/loop/trainer.h"
 
 namespace memtrain::cli {
 

@@ -5,10 +5,10 @@
 #include "memtrain/device/placement.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/models.h"
-#include "memtrain/train/device_setup.h"
-#include "memtrain/train/model_state.h"
-#include "memtrain/train/validator.h"
-#include "memtrain/train/volume_model.h"
+#include "memtrain/train/eval/validator.h"
+#include "memtrain/train/eval/volume_model.h"
+#include "memtrain/train/loop/device_setup.h"
+#include "memtrain/train/run_files/model_state.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

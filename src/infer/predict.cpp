@@ -8,8 +8,8 @@
 
 #include "memtrain/data/nifti_volume.h"
 #include "memtrain/data/orientation.h"
-#include "memtrain/data/seg_metrics.h"
 #include "memtrain/infer/inference_model.h"
+#include "memtrain/train/eval/seg_metrics.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

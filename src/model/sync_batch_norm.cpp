@@ -41,7 +41,7 @@ namespace memtrain {
 // order of the graph, which is the same on every rank; they are float64 and
 // small, so never on the shared-memory path (float32, >= 64 KiB).
 //
-// What the pairing of collectives needs (src/train/window.cpp,
+// What the pairing of collectives needs (src/train/loop/window.cpp,
 // planning.cpp): every rank runs the same number of micro-steps in every
 // window (each rank's share cut into ceil(ceil(n / W) / m) near-equal
 // micro-batches; a rank whose share of a short last window is empty runs

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "memtrain/train/checkpoint.h"
-#include "memtrain/train/stop_request.h"
+#include "memtrain/train/loop/stop_request.h"
+#include "memtrain/train/run_files/checkpoint.h"
 #include "memtrain/util/error.h"
 #include "mpi_support.h"
 

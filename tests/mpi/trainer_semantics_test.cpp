@@ -17,8 +17,8 @@
 #include "memtrain/device/placement.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/model/models.h"
-#include "memtrain/train/trainer.h"
-#include "memtrain/train/window_totals.h"
+#include "memtrain/train/loop/trainer.h"
+#include "memtrain/train/loop/window_totals.h"
 #include "mpi_support.h"
 
 namespace memtrain {

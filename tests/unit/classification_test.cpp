@@ -8,8 +8,8 @@
 
 #include <cmath>
 
-#include "memtrain/train/losses.h"
-#include "memtrain/train/roc_auc.h"
+#include "memtrain/train/eval/roc_auc.h"
+#include "memtrain/train/tasks/losses.h"
 
 namespace memtrain {
 namespace {

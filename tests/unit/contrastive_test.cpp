@@ -9,7 +9,7 @@
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/data/synthetic.h"
 #include "memtrain/model/dual_encoder.h"
-#include "memtrain/train/losses.h"
+#include "memtrain/train/tasks/losses.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

@@ -11,7 +11,7 @@
 
 #include "memtrain/config/train_config.h"
 #include "memtrain/data/h5_dataset.h"
-#include "memtrain/train/image_augment.h"
+#include "memtrain/input/image_augment.h"
 #include "test_support.h"
 
 namespace memtrain {

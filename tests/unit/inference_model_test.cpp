@@ -9,10 +9,10 @@
 #include "memtrain/device/placement.h"
 #include "memtrain/infer/inference_model.h"
 #include "memtrain/model/models.h"
-#include "memtrain/train/model_state.h"
-#include "memtrain/train/safetensors.h"
-#include "memtrain/train/validator.h"
-#include "memtrain/train/volume_model.h"
+#include "memtrain/train/eval/validator.h"
+#include "memtrain/train/eval/volume_model.h"
+#include "memtrain/train/run_files/model_state.h"
+#include "memtrain/train/run_files/safetensors.h"
 #include "test_support.h"
 
 namespace memtrain {

@@ -11,9 +11,9 @@
 #include <sstream>
 #include <string>
 
-#include "memtrain/train/metrics.h"
-#include "memtrain/train/overlay.h"
-#include "memtrain/train/run_plot.h"
+#include "memtrain/train/eval/overlay.h"
+#include "memtrain/train/records/metrics.h"
+#include "memtrain/train/records/run_plot.h"
 #include "memtrain/util/png.h"
 #include "memtrain/util/tb_events.h"
 #include "test_support.h"

@@ -15,8 +15,8 @@
 #include "memtrain/data/window_shape.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/memory/device_memory.h"
-#include "memtrain/train/oom_guard.h"
-#include "memtrain/train/window_totals.h"
+#include "memtrain/train/loop/oom_guard.h"
+#include "memtrain/train/loop/window_totals.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

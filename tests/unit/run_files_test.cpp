@@ -13,9 +13,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "memtrain/train/checkpoint.h"
-#include "memtrain/train/lr_schedule.h"
-#include "memtrain/train/output_dir.h"
+#include "memtrain/train/loop/lr_schedule.h"
+#include "memtrain/train/run_files/checkpoint.h"
+#include "memtrain/train/run_files/output_dir.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "memtrain/train/safetensors.h"
+#include "memtrain/train/run_files/safetensors.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

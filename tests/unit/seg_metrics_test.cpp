@@ -8,7 +8,7 @@
 #include <random>
 
 #include "memtrain/data/nifti_volume.h"
-#include "memtrain/data/seg_metrics.h"
+#include "memtrain/train/eval/seg_metrics.h"
 
 namespace memtrain {
 namespace {

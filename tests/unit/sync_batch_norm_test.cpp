@@ -20,7 +20,7 @@
 #include "memtrain/data/window_shape.h"
 #include "memtrain/model/models.h"
 #include "memtrain/model/sync_batch_norm.h"
-#include "memtrain/train/model_state.h"
+#include "memtrain/train/run_files/model_state.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

@@ -13,8 +13,8 @@
 #include "memtrain/data/inspect.h"
 #include "memtrain/data/patch_sampler.h"
 #include "memtrain/data/synthetic.h"
-#include "memtrain/train/batch_loader.h"
-#include "memtrain/train/prefetcher.h"
+#include "memtrain/input/batch_loader.h"
+#include "memtrain/input/prefetcher.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

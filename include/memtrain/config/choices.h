@@ -74,7 +74,7 @@ enum class DeviceChoice { kAuto, kCpu, kCuda };
 enum class BackendChoice { kAuto, kMpi, kNccl };
 // dist.check_replicas
 enum class CheckReplicas { kOff, kEpoch, kWindow };
-// output.progress (not `Progress`: train/progress.h has one)
+// output.progress (not `Progress`: train/records/progress.h has one)
 enum class ProgressDisplay { kAuto, kTty, kLines };
 
 // choice_names(E{})[i] spells the value i of E, in `--help`'s order.

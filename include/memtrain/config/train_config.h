@@ -39,7 +39,8 @@ struct ModelConfig {
   // unexpected or shape-mismatched tensor is a start-up error.
   std::string pretrained;
   bool pretrained_strict = true;
-  // Name prefixes of parameters that do not train (train/model_state.h).
+  // Name prefixes of parameters that do not train
+  // (train/run_files/model_state.h).
   std::vector<std::string> freeze;
   // Batch-norm statistics over every rank's concurrent micro-batch
   // (model/sync_batch_norm.h; the ResNets only).
@@ -81,7 +82,7 @@ struct DataConfig {
   double intensity_shift = 0.0;    // used when intensity_scale != 0
   int64_t prefetch = 2;      // micro-batches read ahead (0: read in place)
   int64_t read_threads = 2;  // background reader threads
-  // Images (/images rows; train/image_augment.h): auto | none | flip |
+  // Images (/images rows; input/image_augment.h): auto | none | flip |
   // crop_flip (auto: crop_flip for the ResNets, none otherwise), the
   // random resized crop's area and aspect ranges, and auto | none |
   // imagenet normalisation (auto: imagenet for the ResNets on 3 channels).
@@ -119,7 +120,7 @@ struct TrainingConfig {
   double lr = 0.05;
   // The learning rate of window s (counted over the whole run, epochs x
   // windows per epoch): linear warmup over warmup_windows, then constant,
-  // cosine or poly decay to min_lr (src/train/lr_schedule.cpp).
+  // cosine or poly decay to min_lr (src/train/loop/lr_schedule.cpp).
   LrSchedule lr_schedule = LrSchedule::kConstant;  // constant | cosine | poly
   int64_t warmup_windows = 0;
   double min_lr = 0.0;

@@ -3,7 +3,7 @@
 // of (key, k), so a sample's random choices depend on what identifies the
 // sample (a seed, the epoch, its index) and never on the thread, the rank or
 // the order in which samples are read. Used by PatchSampler (volume
-// patches) and the image augmentation (train/image_augment.h). Also the
+// patches) and the image augmentation (input/image_augment.h). Also the
 // seeded train/val split of the converters (convert-images,
 // convert-dataset): split_key and val_count.
 

@@ -10,13 +10,14 @@
 #include <sstream>
 
 #include "memtrain/data/episodes.h"
+#include "memtrain/input/episode_source.h"
 #include "memtrain/model/fewshot_head.h"
-#include "memtrain/train/episode_source.h"
-#include "memtrain/train/oom_guard.h"
+#include "memtrain/train/loop/oom_guard.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
-#include "task.h"
+#include "train/eval/validate.h"
+#include "train/tasks/task.h"
 
 namespace memtrain {
 namespace {

@@ -11,9 +11,10 @@
 
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/dual_encoder.h"
-#include "memtrain/train/losses.h"
+#include "memtrain/train/tasks/losses.h"
 #include "memtrain/util/error.h"
-#include "task.h"
+#include "train/eval/validate.h"
+#include "train/tasks/task.h"
 
 namespace memtrain {
 

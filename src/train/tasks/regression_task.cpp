@@ -10,7 +10,8 @@
 #include <cmath>
 
 #include "memtrain/util/error.h"
-#include "task.h"
+#include "train/eval/validate.h"
+#include "train/tasks/task.h"
 
 namespace memtrain {
 namespace {

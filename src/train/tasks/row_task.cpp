@@ -11,13 +11,14 @@
 
 #include "memtrain/data/volume_rows.h"
 #include "memtrain/memory/device_memory.h"
-#include "memtrain/train/losses.h"
-#include "memtrain/train/metrics.h"
-#include "memtrain/train/roc_auc.h"
+#include "memtrain/train/eval/roc_auc.h"
+#include "memtrain/train/records/metrics.h"
+#include "memtrain/train/tasks/losses.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
-#include "task.h"
-#include "volume_rows.h"
+#include "train/eval/validate.h"
+#include "train/tasks/task.h"
+#include "train/tasks/volume_rows.h"
 
 namespace memtrain {
 namespace {

@@ -1,4 +1,4 @@
-#include "task.h"
+#include "train/tasks/task.h"
 
 #include <torch/torch.h>
 

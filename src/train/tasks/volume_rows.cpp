@@ -9,12 +9,13 @@
 #include <cstdio>
 #include <limits>
 
-#include "memtrain/data/seg_metrics.h"
 #include "memtrain/data/volume_rows.h"
 #include "memtrain/memory/device_memory.h"
-#include "memtrain/train/oom_guard.h"
+#include "memtrain/train/eval/seg_metrics.h"
+#include "memtrain/train/loop/oom_guard.h"
 #include "memtrain/util/error.h"
-#include "volume_rows.h"
+#include "train/eval/validate.h"
+#include "train/tasks/volume_rows.h"
 
 namespace memtrain {
 namespace {

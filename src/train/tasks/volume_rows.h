@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "memtrain/train/losses.h"
-#include "task.h"
+#include "memtrain/train/tasks/losses.h"
+#include "train/tasks/task.h"
 
 namespace memtrain {
 

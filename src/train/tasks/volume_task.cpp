@@ -9,13 +9,13 @@
 #include <cmath>
 
 #include "memtrain/data/patch_sampler.h"
-#include "memtrain/train/losses.h"
-#include "memtrain/train/metrics.h"
-#include "memtrain/train/validator.h"
-#include "memtrain/train/volume_model.h"
+#include "memtrain/train/eval/validator.h"
+#include "memtrain/train/eval/volume_model.h"
+#include "memtrain/train/records/metrics.h"
+#include "memtrain/train/tasks/losses.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
-#include "task.h"
+#include "train/tasks/task.h"
 
 namespace memtrain {
 namespace {

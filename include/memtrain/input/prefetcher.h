@@ -1,0 +1,82 @@
+#pragma once
+// Prefetcher: reads micro-batches ahead on background threads into reusable
+// host buffers (page-locked on CUDA), so that the training step does not
+// wait on the disk. See Note [Prefetching] in prefetcher.cpp.
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "memtrain/input/batch_loader.h"
+
+namespace memtrain {
+
+class Prefetcher {
+ public:
+  // `depth`: micro-batches read ahead (0: none; load() reads in place).
+  // `threads`: background readers (with depth > 0). `pinned`: page-lock
+  // the host buffers (Placement::pinned_host_buffers()).
+  Prefetcher(
+      const SampleSource& source,
+      int64_t depth,
+      int64_t threads,
+      bool pinned = false);
+  ~Prefetcher();
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
+
+  // The micro-batches the next load() calls will ask for, in order. If the
+  // queue already starts with exactly these, nothing changes; otherwise
+  // what was expected is dropped and these are queued.
+  void expect(int64_t epoch, const std::vector<std::vector<int64_t>>& batches);
+  // Appends to what is expected (the next window's micro-batches, queued
+  // while this window's gradient is being all-reduced).
+  void expect_more(
+      int64_t epoch, const std::vector<std::vector<int64_t>>& batches);
+
+  // The batch of samples `ids` of `epoch`, in host memory: the queue's
+  // front when it is that batch (waiting for it if needed), else read now
+  // on this thread (and the queue is dropped: the order has changed, e.g.
+  // an out-of-memory replay at another micro-batch). A read error on a
+  // background thread is rethrown here.
+  Batch load(int64_t epoch, const std::vector<int64_t>& ids);
+
+  // Gives a batch's host buffers back for reuse once copied to the device.
+  void recycle(Batch batch);
+
+  // Seconds spent blocked inside load() since the last call.
+  double take_wait_seconds();
+  // Batches load() had to read itself (not prefetched) since construction.
+  int64_t misses() const {
+    return misses_;
+  }
+
+ private:
+  struct Request;
+  void worker();
+  Batch take_buffer(int64_t n);
+  void drop_queue_locked();
+  void enqueue_locked(
+      int64_t epoch, const std::vector<std::vector<int64_t>>& batches);
+  // A batch read on the calling thread, into a reused host buffer.
+  Batch read_now(int64_t epoch, const std::vector<int64_t>& ids);
+
+  const SampleSource& source_;
+  const int64_t depth_;
+  const bool pinned_;
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::deque<std::shared_ptr<Request>> queue_;
+  std::vector<Batch> free_;  // reusable host buffers
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+  double wait_s_ = 0.0;
+  int64_t misses_ = 0;
+};
+
+}  // namespace memtrain

@@ -1,0 +1,86 @@
+#pragma once
+// Validator: whole-volume validation of a segmentation model. Each rank
+// takes its share of the validation volumes (volume v goes to rank
+// v mod world), one volume at a time: the volume is read into host memory,
+// a sliding window runs batches of windows on the device, and the
+// probability sum and weight map of the whole volume stay in host memory
+// (validation.offload=cpu), so the device peak does not depend on the
+// volume's size. Dice and loss are reduced over ranks.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memtrain/config/train_config.h"
+#include "memtrain/train/eval/sliding_window.h"
+
+namespace memtrain {
+
+class Communicator;
+class H5Dataset;
+class Placement;
+
+struct VolumeValResult {
+  // Mean over volumes of (cross-entropy + 1 - mean soft Dice) of the
+  // aggregated probabilities, as the training loss but on whole volumes.
+  double loss = 0.0;
+  // Hard Dice (argmax) per class, the mean over the volumes in which the
+  // class occurs (in the mask or the prediction); NaN when it never does.
+  std::vector<double> dice_per_class;
+  double dice = 0.0;        // mean of dice_per_class over classes 1..K-1
+  int64_t volumes = 0;      // over all ranks
+  int64_t sw_batch = 0;     // this rank's windows per batch at the end
+  int64_t oom_retries = 0;  // sw_batch halvings on this rank
+};
+
+// The whole-volume probabilities (K, D, H, W), host memory, of `volume`
+// ((C, D, H, W) float32, host memory) by sliding window on `placement`'s
+// device (validation.overlap, blend and offload from `cfg`, windows of
+// `roi`, *sw_batch at a time). On running out of device memory it halves
+// *sw_batch and runs the volume again, adding to *retries; `where` names
+// the volume in messages. Validation and `memtrain predict` use it.
+at::Tensor volume_probs(
+    const at::Tensor& volume,
+    int64_t num_classes,
+    const PatchPredictor& predict,
+    const ValidationConfig& cfg,
+    const std::array<int64_t, 3>& roi,
+    int64_t* sw_batch,
+    int rank,
+    const std::string& where,
+    int64_t* retries,
+    const Placement& placement);
+
+class Validator {
+ public:
+  // `roi` is the resolved window (validation.roi, or the training patch).
+  Validator(
+      const H5Dataset& data,
+      const ValidationConfig& cfg,
+      const std::array<int64_t, 3>& roi,
+      int64_t num_classes,
+      Communicator& comm,
+      const Placement& placement);
+
+  // Collective. `predict` maps a device batch of windows to logits. With an
+  // `overlay_dir`, each rank writes there the overlay PNG of every volume it
+  // validated (Note [Validation overlays]).
+  VolumeValResult run(
+      const PatchPredictor& predict, const std::string& overlay_dir = "");
+
+  int64_t sw_batch() const {
+    return sw_batch_;
+  }
+
+ private:
+  const H5Dataset& data_;
+  ValidationConfig cfg_;
+  std::array<int64_t, 3> roi_;
+  int64_t num_classes_;
+  Communicator& comm_;
+  const Placement& placement_;
+  int64_t sw_batch_;
+};
+
+}  // namespace memtrain

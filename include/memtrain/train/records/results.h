@@ -1,0 +1,107 @@
+#pragma once
+// What a training run reports: each window's figures (WindowResult), each
+// validation's (ValResult: the loss and the task's named metrics), and the
+// run's summary (TrainSummary). The records area writes them
+// (metrics.jsonl, metrics.csv, TensorBoard); Trainer::run() returns them.
+// No LibTorch here.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace memtrain {
+
+struct WindowResult {
+  int64_t epoch = 0;
+  int64_t window = 0;       // within the epoch
+  int64_t step = 0;         // windows run so far in this run, this one included
+  double loss = 0.0;        // mean loss over the window's global samples
+  int64_t samples = 0;      // global samples in the window
+  int64_t micro_steps = 0;  // micro-batches this rank ran
+  int64_t allreduce_calls = 0;  // collectives in this window
+  int64_t allreduce_bytes = 0;  // bytes all-reduced in this window
+  // Exact contrastive windows: the all-gather of the window's embeddings
+  // (Note [Exact contrastive accumulation]).
+  int64_t allgather_calls = 0;
+  int64_t allgather_bytes = 0;
+  // model.sync_bn: batch-norm's all-reduces (forward and backward, every
+  // micro-step), not counted in allreduce_*.
+  int64_t syncbn_calls = 0;
+  int64_t syncbn_bytes = 0;
+  double seconds = 0.0;
+  double data_wait_s = 0.0;
+  int64_t micro_batch = 0;     // this rank's micro-batch when the window ended
+  int64_t oom_retries = 0;     // this rank's window replays after OOM
+  int64_t cache_releases = 0;  // cached-block releases so far in this run
+  bool skipped = false;  // non-finite loss or gradients: no optimizer step
+  bool stop_requested = false;  // a rank got SIGTERM/SIGUSR1/SIGINT
+  double loss_scale = 1.0;
+  double lr = 0.0;  // the learning rate of this window's update
+  // What every rank saw, from the window's all-reduce (window_totals.h):
+  // the largest value over ranks and the lowest rank that had it. Device
+  // bytes at the boundary, and peaks since the previous boundary (the
+  // previous window's optimizer step, then this window's micro-steps).
+  int64_t mem_allocated = 0;
+  int64_t mem_reserved = 0;
+  int mem_reserved_rank = 0;
+  int64_t mem_peak = 0;
+  int mem_peak_rank = 0;
+  int64_t mem_peak_reserved = 0;
+  int64_t oom_retries_max = 0;
+  int oom_retries_rank = 0;
+  int64_t oom_retries_total = 0;
+  // Seconds: the micro-steps (forward, backward, data waits included), and
+  // the wait for the boundary's collectives after backward ended.
+  double compute_s = 0.0;
+  double comm_exposed_s = 0.0;
+  // Gradient buckets whose all-reduce started during backward (overlap).
+  int64_t buckets_early = 0;
+  // Device bytes allocated at the start of each micro-step (the last try).
+  std::vector<int64_t> micro_step_start_bytes;
+};
+
+// Which way a validation metric improves. validation.best_metric chooses
+// among those with a direction.
+enum class Better { kHigher, kLower, kNone };
+
+// One named figure of a validation (Note [Tasks]): the epoch and
+// validation records' field `key` (null when NaN), the metrics.csv column
+// `key`, the TensorBoard tag val/<key without "val_">, and `text` on the
+// progress line (empty: none).
+struct ValMetric {
+  std::string key;
+  double value = 0.0;
+  Better better = Better::kNone;
+  std::string text;
+};
+
+struct ValResult {
+  int64_t epoch = 0;
+  double loss = 0.0;
+  int64_t samples = 0;      // samples, volumes or episodes
+  int64_t oom_retries = 0;  // validation batch halvings on this rank
+  int64_t batch = 0;  // this rank's validation batch (sw_batch) at the end
+  int64_t device_peak = 0;  // device-domain peak bytes of the validation
+  double seconds = 0.0;
+  // The task's metrics besides the loss, in its order.
+  std::vector<ValMetric> metrics;
+  // The validation record's task-specific fields (per class, per volume,
+  // counts): a JSON object's text, or "" for none.
+  std::string details;
+  // The value of metric `key` (val_loss included). Throws memtrain::Error
+  // when this validation does not report it.
+  double metric(const std::string& key) const;
+};
+
+struct TrainSummary {
+  int64_t windows = 0;
+  int64_t oom_retries = 0;
+  int64_t skipped_steps = 0;
+  bool stopped = false;  // ended early on a stop request (checkpoint written)
+  std::vector<std::string> leak_warnings;
+  std::vector<WindowResult> window_results;
+  std::vector<ValResult> validations;  // one per validation
+  uint64_t checksum = 0;               // of this rank's final parameters
+};
+
+}  // namespace memtrain

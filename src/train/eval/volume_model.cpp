@@ -1,0 +1,67 @@
+#include "memtrain/train/eval/volume_model.h"
+
+#include "memtrain/data/h5_dataset.h"
+#include "memtrain/model/unet3d.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+
+std::array<int64_t, 3> validation_roi(const TrainConfig& cfg) {
+  std::array<int64_t, 3> r = cfg.validation.roi;
+  for (int i = 0; i < 3; ++i) {
+    if (r[i] == 0)
+      r[i] = cfg.data.patch_size[i];
+  }
+  return r;
+}
+
+void check_volume_model(const TrainConfig& cfg, const DatasetInfo& ti) {
+  MT_CHECK(
+      cfg.model.in_channels == 0 || cfg.model.in_channels == ti.sample_shape[0],
+      "model.in_channels=",
+      cfg.model.in_channels,
+      " but the volumes of data.train '",
+      ti.path,
+      "' have ",
+      ti.sample_shape[0],
+      " channel(s); set it to ",
+      ti.sample_shape[0],
+      " or 0 (from the data)");
+  // The U-Net halves the patch depth-1 times: check the training patch
+  // and the validation window now, not after an epoch.
+  const int64_t div = unet3d_divisor(cfg.model.depth);
+  const std::array<int64_t, 3> window = validation_roi(cfg);
+  for (int i = 0; i < 3; ++i) {
+    MT_CHECK(
+        cfg.data.patch_size[i] % div == 0 && window[i] % div == 0,
+        "data.patch_size=[",
+        cfg.data.patch_size[0],
+        ", ",
+        cfg.data.patch_size[1],
+        ", ",
+        cfg.data.patch_size[2],
+        "] and validation.roi=[",
+        window[0],
+        ", ",
+        window[1],
+        ", ",
+        window[2],
+        "] must be multiples of ",
+        div,
+        " on every axis: model.depth=",
+        cfg.model.depth,
+        " halves them ",
+        cfg.model.depth - 1,
+        " time(s)");
+  }
+}
+
+ModelInput volume_model_input(
+    const TrainConfig& cfg, const DatasetInfo& ti, int64_t num_classes) {
+  std::vector<int64_t> shape = {ti.sample_shape.at(0)};
+  const auto& p = cfg.data.patch_size;
+  shape.insert(shape.end(), p.begin(), p.end());
+  return {ti.kind, shape, num_classes, ti.context_features};
+}
+
+}  // namespace memtrain

@@ -1,0 +1,138 @@
+#include <torch/torch.h>
+
+#include "memtrain/compat.h"
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/util/error.h"
+#include "train/loop/run_state.h"
+
+namespace memtrain {
+namespace {
+
+// Two forward/backward/optimizer steps at `micro_batch` with `segments`
+// checkpointed, against the usable budget, on the same samples on every
+// rank; everything is put back as it was. See Note [Planning].
+ProbeResult probe(RunState& run, int64_t micro_batch, int64_t segments) {
+  const int64_t usable = run.budget.usable();
+  // Parameters and buffers (batch-norm statistics move in the probes' steps).
+  std::vector<at::Tensor> state = run.params;
+  state.insert(state.end(), run.buffers.begin(), run.buffers.end());
+  std::vector<at::Tensor> saved;
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : state)
+      saved.push_back(run.placement.to_host(p.detach()));
+  }
+  std::vector<int64_t> indices(micro_batch);
+  for (int64_t i = 0; i < micro_batch; ++i) {
+    indices[i] = i % run.sampler->num_samples();
+  }
+  run.model->set_checkpointed(segments);
+  memory::set_cap(usable);
+  memory::release_cache();
+  memory::reset_peak();
+  bool ran = true;
+  {
+    memory::DeviceScope device;
+    auto opt = make_optimizer(run.cfg.training, run.trainable);
+    try {
+      // Two steps: the second runs with the optimizer state the first
+      // created, which is what every later window looks like.
+      for (int step = 0; step < 2; ++step) {
+        run.grad_sync->attach();
+        micro_step(run, 0, indices, 1.0 / static_cast<double>(micro_batch));
+        opt->step();
+      }
+    } catch (const c10::OutOfMemoryError&) {
+      ran = false;
+    }
+    compat::zero_grad_to_none(*opt);
+  }
+  const int64_t peak = memory::stats().peak_reserved;
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < state.size(); ++i)
+      state[i].copy_(saved[i]);
+  }
+  memory::release_cache();
+  memory::set_cap(run.budget.allocator_cap());
+  return {ran && (usable <= 0 || peak <= usable), peak};
+}
+
+// model.sync_bn: probes run on each rank's own terms (one rank's OOM must
+// not leave its peers in a batch-norm all-reduce): local statistics,
+// through the same code and so the same memory, for as long as it lives.
+class LocalBatchNorm {
+ public:
+  explicit LocalBatchNorm(Classifier& model)
+      : model_(model), saved_(model.batch_norm_sync()) {
+    if (saved_)
+      model_.set_batch_norm_sync(local_batch_norm_sync(), "");
+  }
+  ~LocalBatchNorm() {
+    if (saved_)
+      model_.set_batch_norm_sync(saved_, "");
+  }
+  LocalBatchNorm(const LocalBatchNorm&) = delete;
+  LocalBatchNorm& operator=(const LocalBatchNorm&) = delete;
+
+ private:
+  Classifier& model_;
+  BatchNormSync saved_;
+};
+
+}  // namespace
+
+void plan_run(RunState& run) {
+  PlanRequest req;
+  req.rank_share = run.shape.rank_share;
+  // kAuto (0) means search; a fixed micro-batch larger than the rank's share
+  // of a window is the share (a micro-batch never spans windows).
+  req.fixed_micro = run.cfg.data.batch_size == kAuto
+                        ? kAuto
+                        : std::min(run.cfg.data.batch_size, req.rank_share);
+  req.checkpointing = run.cfg.training.gradient_checkpointing;
+  req.num_segments = run.model->num_segments();
+
+  // Plan locally (every rank probes the same samples), then agree: the
+  // smallest micro-batch and the most checkpointing any rank needs.
+  std::string error;
+  // Probes run forward passes, which draw from the generators (dropout):
+  // put them back, so that planning does not change what training computes.
+  const RngState rng = run.placement.rng_state();
+  MemoryPlan& plan = run.plan;
+  try {
+    const LocalBatchNorm local(*run.model);
+    if (run.budget.limited()) {
+      plan = plan_memory(req, [&](int64_t micro, int64_t segments) {
+        return probe(run, micro, segments);
+      });
+    } else {
+      plan.micro_batch = req.fixed_micro;
+      plan.checkpointed_segments =
+          req.checkpointing == Checkpointing::kAll ? req.num_segments : 0;
+      plan.note =
+          req.checkpointing == Checkpointing::kAuto
+              ? "no memory.budget: checkpointing auto checkpoints nothing"
+              : "no memory.budget: nothing measured";
+    }
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  run.placement.set_rng_state(rng);
+  run.loader->take_wait_seconds();  // probe reads are not window data waits
+  if (!all_ranks_ok(run.comm, error.empty())) {
+    if (error.empty())
+      throw PeerError("memory planning failed on another rank");
+    throw Error(error);
+  }
+  auto agreed = torch::tensor(
+      {-plan.micro_batch, plan.checkpointed_segments}, torch::kInt64);
+  run.comm.all_reduce(agreed, ReduceOp::kMax);
+  plan.micro_batch = -agreed[0].item<int64_t>();
+  plan.checkpointed_segments = agreed[1].item<int64_t>();
+  run.shape = run.shape.with_micro(plan.micro_batch);
+  plan.accumulation_steps = run.shape.accumulation_steps;
+  run.model->set_checkpointed(plan.checkpointed_segments);
+}
+
+}  // namespace memtrain

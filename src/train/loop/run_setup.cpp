@@ -1,0 +1,171 @@
+#include <torch/torch.h>
+
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/train/eval/volume_model.h"
+#include "memtrain/train/loop/device_setup.h"
+#include "memtrain/train/loop/window_totals.h"
+#include "memtrain/train/run_files/model_state.h"
+#include "memtrain/util/error.h"
+#include "memtrain/util/rank_log.h"
+#include "train/loop/run_state.h"
+#include "train/tasks/task.h"
+
+namespace memtrain {
+
+RunState::RunState(const TrainConfig& c, Communicator& cm, const Placement& p)
+    : cfg(c), comm(cm), placement(p) {}
+
+RunState::~RunState() = default;
+
+std::array<int64_t, 3> RunState::roi() const {
+  return validation_roi(cfg);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+    const TrainingConfig& cfg, const std::vector<at::Tensor>& params) {
+  switch (cfg.optimizer) {
+    case Optimizer::kSgd:
+      return std::make_unique<torch::optim::SGD>(
+          params,
+          torch::optim::SGDOptions(cfg.lr)
+              .momentum(cfg.momentum)
+              .weight_decay(cfg.weight_decay));
+    case Optimizer::kAdamw:
+      break;
+  }
+  return std::make_unique<torch::optim::AdamW>(
+      params,
+      torch::optim::AdamWOptions(cfg.lr).weight_decay(cfg.weight_decay));
+}
+
+namespace {
+
+// data.train opened and checked, the task chosen and set up (Note
+// [Tasks]): it opens data.val, checks the config against the data and
+// builds the sample source.
+void open_data(RunState& run) {
+  OpenOptions opts;
+  opts.intensity_scale = run.cfg.data.intensity_scale;
+  opts.intensity_shift = run.cfg.data.intensity_shift;
+  run.train_data.emplace(
+      H5Dataset::open(run.cfg.data.train, "data.train", opts));
+  const DatasetInfo& ti = run.train_data->info();
+  if (!ti.checksummed) {
+    log_event(
+        "warning: data.train: " + run.train_data->checksum_warning(),
+        /*echo=*/run.comm.rank() == 0);
+  }
+  check_model_fits(
+      run.cfg.model.name, ti.kind, ti.paired, "data.train '" + ti.path + "'");
+  run.task = make_task(run.cfg, ti);
+  run.task->set_up(run);
+  MT_CHECK(
+      !run.cfg.validation.dump_predictions || run.task->dumps_predictions(),
+      "validation.dump_predictions=true needs data.val with rows that belong "
+      "to volumes (/volume_ids and /voxel_index, data/FORMAT.md); data.val ",
+      run.cfg.data.val.empty() ? std::string("is not set")
+                               : "'" + run.cfg.data.val + "' has none");
+}
+
+void build_model(RunState& run) {
+  const TrainConfig& cfg = run.cfg;
+  // Parameters, gradient buckets and (later) optimizer state are device
+  // memory: create them inside the device scope, on the device.
+  memory::DeviceScope device;
+  run.model = run.task->make_model(run);
+  run.model->to(run.placement.device());
+  run.model->train();
+  // Frozen parameters get no gradient, no optimizer state and no place in
+  // the gradient buckets.
+  run.frozen = freeze_parameters(*run.model, cfg.model.freeze);
+  run.params = run.model->parameters();
+  for (const auto& p : run.params) {
+    if (p.requires_grad())
+      run.trainable.push_back(p);
+  }
+  MT_CHECK(
+      !run.trainable.empty(),
+      "model.freeze freezes every parameter of model.name=",
+      cfg.model.name,
+      ": nothing would train");
+  run.buffers = run.model->buffers();
+  // model.sync_bn: batch-norm's statistics summed over the ranks; with one
+  // rank there is nothing to sum (Note [Batch-norm and data parallelism]).
+  if (cfg.model.sync_bn && run.comm.size() > 1) {
+    MT_CHECK(
+        !run.placement.is_cuda() || run.comm.backend() != BackendChoice::kMpi,
+        "model.sync_bn: true on a CUDA device needs dist.backend=nccl: "
+        "batch-norm's backward sums run on autograd's device thread, where "
+        "MPI may not be called");
+    Communicator& comm = run.comm;
+    run.model->set_batch_norm_sync(
+        [&comm](at::Tensor& t) { comm.all_reduce_batch_norm(t); },
+        to_string(cfg.model.name));
+    run.sync_bn = true;
+  }
+  run.optimizer = make_optimizer(cfg.training, run.trainable);
+  run.sampler = std::make_unique<ShardedSampler>(
+      run.task->samples_per_epoch(run),
+      run.shape.effective_batch,
+      run.comm.rank(),
+      run.comm.size(),
+      static_cast<uint64_t>(cfg.data.seed),
+      cfg.data.drop_last);
+  MT_INTERNAL_ASSERT(run.sampler->max_rank_share() == run.shape.rank_share);
+  run.grad_sync = std::make_unique<GradientSync>(
+      run.comm,
+      run.trainable,
+      static_cast<int64_t>(cfg.dist.bucket_mib * 1024.0 * 1024.0),
+      WindowTotals::size(run.comm.size()));
+  run.loader = std::make_unique<Prefetcher>(
+      *run.source,
+      cfg.data.prefetch,
+      cfg.data.read_threads,
+      run.placement.pinned_host_buffers());
+}
+
+}  // namespace
+
+std::unique_ptr<RunState> set_up_run(
+    const TrainConfig& cfg, Communicator& comm, const Placement& placement) {
+  auto run = std::make_unique<RunState>(cfg, comm, placement);
+  run->budget = start_on_device(cfg, placement);
+  run->shape = WindowShape::from_config(cfg, comm.size());
+  open_data(*run);
+  try {
+    build_model(*run);
+  } catch (const c10::OutOfMemoryError&) {
+    const memory::Stats st = memory::stats();
+    if (!run->budget.limited()) {
+      // No budget: the device itself ran out.
+      throw Error(detail::concat(
+          "the model itself does not fit in the memory of ",
+          placement.describe(),
+          ": its parameters and gradient buckets ran out with ",
+          format_bytes(double(st.reserved)),
+          " allocated (no memory.budget is set); use a smaller model "
+          "(model.hidden, model.depth) or a device "
+          "with more memory"));
+    }
+    throw Error(detail::concat(
+        "memory.budget=",
+        cfg.memory.budget.text(),
+        " (",
+        format_bytes(static_cast<double>(run->budget.bytes)),
+        ") is too small for the model itself: its parameters and gradient "
+        "buckets need more than that (",
+        format_bytes(double(st.reserved)),
+        " allocated when it ran out); raise memory.budget or use a smaller "
+        "model"));
+  }
+  run->scaler = std::make_unique<LossScaler>(
+      cfg.training.amp == Amp::kFp16,
+      cfg.training.amp_init_scale,
+      cfg.training.amp_growth_interval);
+  // Every rank initialised the same parameters from model.seed; from here
+  // on each rank draws (dropout) from a stream of its own.
+  placement.seed_rng(static_cast<uint64_t>(cfg.training.seed), comm.rank());
+  return run;
+}
+
+}  // namespace memtrain
