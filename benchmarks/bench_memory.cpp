@@ -80,7 +80,7 @@ Result run(
   Result r;
   r.row.model = to_string(c.model.name);
   r.row.ckpt = to_string(ckpt);
-  r.row.amp = amp;
+  r.row.amp = to_string(c.training.amp);
   r.row.micro = micro;
   r.row.segments = t.checkpointed_segments();
   double secs = 0;

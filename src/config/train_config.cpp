@@ -542,9 +542,10 @@ const std::vector<Key>& keys() {
           "validation.best_metric",
           [](TrainConfig& c) { return &c.validation.best_metric; },
           "output.dir/best.safetensors holds the weights of the epoch with "
-          "the best value of this (auto: val_dice for volumes and rows of "
-          "volumes, val_accuracy otherwise; val_auc: binary classifiers "
-          "only; none: no best file)"),
+          "the best value of this (auto: the task's first metric: val_dice "
+          "for volumes and rows of volumes, val_mae for regression, "
+          "val_accuracy otherwise; val_auc: binary classifiers only; none: "
+          "no best file)"),
       choice_key(
           "validation.best_mode",
           [](TrainConfig& c) { return &c.validation.best_mode; },

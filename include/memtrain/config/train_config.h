@@ -101,9 +101,9 @@ struct ValidationConfig {
   int64_t sw_batch = 4;             // windows per device batch
   Blend blend = Blend::kGaussian;   // gaussian | constant
   Offload offload = Offload::kCpu;  // cpu | device: where sums live
-  // best.safetensors: the validation metric that ranks epochs (auto:
-  // val_dice for volumes, val_accuracy otherwise; none: no best file) and
-  // its direction (auto: min for val_loss, max otherwise).
+  // best.safetensors: the validation metric that ranks epochs (auto: the
+  // task's first metric with a direction; none: no best file) and its
+  // direction (auto: min for val_loss, max otherwise).
   // auto | val_dice | val_accuracy | val_auc | val_loss | none
   BestMetric best_metric = BestMetric::kAuto;
   BestMode best_mode = BestMode::kAuto;  // auto | max | min

@@ -14,12 +14,13 @@ namespace memtrain {
 
 // Note [Tasks]
 // A kind of run -- classifiers of rows, segmentation of volumes, few-shot
-// episodes, contrastive pairs -- is one Task: its set-up checks and sample
-// source, its model, samples per epoch, loss sum, window (when it is not K
-// independent micro-steps), after-update hook, validation and the metrics
-// it returns, and its lines of the banner. The table below chooses it; the
-// loop, the records and the run files only ask the task. Adding a task is
-// its file and a row of the table.
+// episodes, contrastive pairs, regression of rows -- is one Task: its set-up
+// checks and sample source, its model, samples per epoch, loss sum, window
+// (when it is not K independent micro-steps), after-update hook, validation and
+// the metrics it returns, and its lines of the banner. The table below chooses
+// it; the loop, the records and the run files only ask the task. Adding a task
+// is its file, a row of the table and its maker's declaration in task.h
+// (ARCHITECTURE.md, Note [Tasks], has the whole list).
 
 namespace {
 

@@ -112,7 +112,8 @@ struct RowShare {
   std::vector<int64_t> rows;
 };
 RowShare val_rows_of_rank(const RunState& run);
-// A number of a record; NaN (nothing to score) is written as null.
+// A number of a record; NaN (nothing to score) is written as null
+// (records/records.cpp).
 nlohmann::json number_or_null(double d);
 // A metric of a validation (NaN is written as null); on the progress line
 // as `words`, the value, then `more` ("val accuracy 0.75"); empty words:
