@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <sstream>
-#include <tuple>
 #include <utility>
 
 #include "memtrain/config/train_config.h"
@@ -184,14 +183,8 @@ ImageTransforms resolve_image_transforms(
       : resnet && images && channels == 3 && !episodes_or_pairs
           ? Normalize::kImagenet
           : Normalize::kNone;
-  for (const auto& [key, value, on] :
-       {std::tuple<const char*, const char*, bool>{
-            "data.augment", to_string(augment), augment != Augment::kNone},
-        {"data.normalize",
-         to_string(normalize),
-         normalize != Normalize::kNone}}) {
-    if (!on)
-      continue;
+  // A transform that is on must have images trained as rows to act on.
+  const auto check_applies = [&](const char* key, const char* value) {
     MT_CHECK(
         images,
         key,
@@ -218,7 +211,11 @@ ImageTransforms resolve_image_transforms(
         ", which are not augmented or normalised; set ",
         key,
         "=none (or auto)");
-  }
+  };
+  if (augment != Augment::kNone)
+    check_applies("data.augment", to_string(augment));
+  if (normalize != Normalize::kNone)
+    check_applies("data.normalize", to_string(normalize));
   MT_CHECK(
       normalize != Normalize::kImagenet || channels == 3,
       "data.normalize=imagenet needs 3-channel (RGB) images, but the images "
