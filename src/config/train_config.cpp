@@ -538,19 +538,21 @@ const std::vector<Key>& keys() {
           [](TrainConfig& c) { return &c.validation.offload; },
           "volumes: where the whole-volume probability sum and weight map "
           "live; cpu keeps the device peak independent of the volume size"),
-      choice_key(
+      string_key(
           "validation.best_metric",
           [](TrainConfig& c) { return &c.validation.best_metric; },
           "output.dir/best.safetensors holds the weights of the epoch with "
-          "the best value of this (auto: the task's first metric: val_dice "
+          "the best value of this: auto (the task's first metric: val_dice "
           "for volumes and rows of volumes, val_mae for regression, "
-          "val_accuracy otherwise; val_auc: binary classifiers only; none: "
-          "no best file)"),
+          "val_accuracy otherwise), none (no best file), val_loss, or a "
+          "metric the task reports (val_auc: binary classifiers; val_rmse: "
+          "regression); the run names its metrics when it refuses one"),
       choice_key(
           "validation.best_mode",
           [](TrainConfig& c) { return &c.validation.best_mode; },
-          "whether larger or smaller best_metric is better (auto: min for "
-          "val_loss, max otherwise)"),
+          "whether larger or smaller best_metric is better (auto: the "
+          "metric's own direction: min for val_loss, val_mae and val_rmse, "
+          "max otherwise)"),
       int_key(
           "validation.episodes",
           [](TrainConfig& c) { return &c.validation.episodes; },
@@ -1493,6 +1495,23 @@ void TrainConfig::validate() const {
   MT_CHECK(
       !episodic || data.episodes.n_way >= 2,
       "config: data.episodes.n_way=1: an episode needs at least 2 classes");
+  // Which metrics a run reports is the task's to say (Note [Tasks]); the
+  // run checks the key against them when it starts. Here: the shape.
+  const std::string& best = validation.best_metric;
+  MT_CHECK(
+      best == "auto" || best == "none" ||
+          (best.rfind("val_", 0) == 0 && best.size() > 4 &&
+           std::all_of(
+               best.begin(),
+               best.end(),
+               [](char c) {
+                 return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                        c == '_';
+               })),
+      "config: validation.best_metric = '",
+      best,
+      "' is not a metric's key: give auto, none, val_loss or a metric of the "
+      "run's task (val_dice, val_accuracy, val_auc, val_mae, ...)");
   MT_CHECK(
       training.optimizer == Optimizer::kSgd || training.momentum == 0.0 ||
           training.momentum == TrainingConfig{}.momentum,

@@ -5,7 +5,7 @@
 #    val_rmse (val_loss = RMSE squared), metrics.csv their columns with
 #    the same values, the progress line both; best.safetensors is chosen by
 #    val_mae (auto: the task's first metric, lower is better); the RMSE
-#    falls.
+#    falls. 2b: validation.best_metric=val_rmse ranks by the RMSE.
 # 3. memtrain eval of model.safetensors at 1 and 2 ranks reports the last
 #    validation's MAE and RMSE.
 # 4. Choices of other tasks are refused with exit 2: model.num_classes=1,
@@ -63,6 +63,25 @@ assert meta["best_metric"] == "val_mae", meta
 assert float(meta["best_value"]) == best, (meta, best)
 print("fit: val_mae", [round(v["val_mae"], 4) for v in val],
       "val_rmse", [round(x, 4) for x in rmse], "best epoch", meta["epoch"])
+PYEOF
+
+# 2b. A metric that only this task reports ranks epochs when named:
+#     best.safetensors follows val_rmse (lower is better) at one rank.
+rc=0
+timeout 300 "$MPIEXEC" --oversubscribe -np 1 "$MEMTRAIN" train "${common[@]}" \
+  --training.epochs=2 --validation.best_metric=val_rmse --output.dir=rmse \
+  >rmse.log 2>&1 || rc=$?
+[ "$rc" = 0 ] || { tail -30 rmse.log; fail "rmse: exit status $rc"; }
+"$PY" - <<'PYEOF' || fail "rmse: best.safetensors"
+import json, struct
+val = [j for j in map(json.loads, open("rmse/metrics.jsonl")) if j["type"] == "validation"]
+assert [v["val_metrics"] for v in val] == [[{"key": "val_mae", "better": "lower"},
+    {"key": "val_rmse", "better": "lower"}]] * 2, val[0].get("val_metrics")
+raw = open("rmse/best.safetensors", "rb").read()
+meta = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])["__metadata__"]
+best = min(v["val_rmse"] for v in val)
+assert meta["best_metric"] == "val_rmse" and float(meta["best_value"]) == best, (meta, best)
+print("rmse: best val_rmse", best, "epoch", meta["epoch"])
 PYEOF
 
 # 3. eval of the final weights = the last validation.

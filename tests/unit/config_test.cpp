@@ -275,5 +275,27 @@ TEST(TrainConfig, NormThatAModelWouldIgnoreIsRefused) {
   EXPECT_EQ(error_of("model:\n  name: cnn\n  norm: group\n"), "");
 }
 
+// validation.best_metric names a metric the task reports, so it is a key,
+// not a list fixed here: the config checks its shape, the run checks it
+// against its task (tests/e2e/regression.sh, augment.sh).
+TEST(TrainConfig, BestMetricIsAMetricKey) {
+  for (const char* ok : {"auto", "none", "val_loss", "val_rmse", "val_x2"}) {
+    EXPECT_EQ(
+        TrainConfig::load("", {std::string("validation.best_metric=") + ok})
+            .validation.best_metric,
+        ok);
+  }
+  for (const char* bad : {"dice", "val_", "val_Dice", "val dice"}) {
+    const std::string e =
+        error_of("", {std::string("validation.best_metric=") + bad});
+    EXPECT_NE(
+        e.find(
+            std::string("validation.best_metric = '") + bad +
+            "' is not a metric's key"),
+        std::string::npos)
+        << e;
+  }
+}
+
 }  // namespace
 }  // namespace memtrain

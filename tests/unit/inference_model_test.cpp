@@ -92,7 +92,7 @@ TEST(InferenceModel, PredictsWithTheLoadedWeightsInEvalMode) {
 
   // Keys a training run needs and predict does not.
   cfg.data.val = dir.file("missing.h5");
-  cfg.validation.best_metric = BestMetric::kValAuc;
+  cfg.validation.best_metric = "val_auc";
   cfg.data.read_threads = 4;
   InferenceModel model(cfg, on, test::cpu_placement());
   torch::manual_seed(3);

@@ -260,5 +260,46 @@ TEST(RunPlot, SkippedWindowIsAGapAndANewlineIsRefused) {
       std::string::npos);
 }
 
+// The validation panel draws the task's first metric that has a direction,
+// as the validation record's val_metrics lists them (Note [Tasks]); a file
+// written before that list existed draws val_dice or val_accuracy.
+TEST(RunPlot, ValidationPanelFollowsTheTasksMetricList) {
+  test::TempDir dir("plot");
+  std::ofstream(dir.file("metrics.jsonl"))
+      << R"({"type":"window","step":1,"loss":0.5,"mem_peak":1048576})"
+         "\n"
+      << R"({"type":"validation","epoch":0,"val_loss":0.5,"val_mae":0.25,)"
+         R"("val_rmse":0.75,"val_metrics":[{"key":"val_mae","better":)"
+         R"("lower"},{"key":"val_rmse","better":"lower"}]})"
+         "\n"
+      << R"({"type":"validation","epoch":1,"val_loss":0.25,"val_mae":0.125,)"
+         R"("val_rmse":0.5,"val_metrics":[{"key":"val_mae","better":)"
+         R"("lower"},{"key":"val_rmse","better":"lower"}]})"
+         "\n";
+  const RunCurves c = load_run_curves(dir.path());
+  EXPECT_EQ(c.val_metric, "val_mae");
+  EXPECT_EQ(c.val_better, "lower");
+  ASSERT_EQ(c.val.size(), 2u);
+  EXPECT_EQ(c.val[1][0], 2.0);  // epoch 1..
+  EXPECT_EQ(c.val[1][1], 0.125);
+  const std::string script = plot_script({c}, dir.file("p.png"));
+  EXPECT_NE(
+      script.find("set ylabel 'val_mae (lower is better)'"), std::string::npos)
+      << script;
+  EXPECT_NE(
+      script.find("$val0 << EOD\n1 0.25\n2 0.125\nEOD\n"), std::string::npos)
+      << script;
+
+  test::TempDir old("plot-old");
+  std::ofstream(old.file("metrics.jsonl"))
+      << R"({"type":"window","step":1,"loss":0.5,"mem_peak":1048576})"
+         "\n"
+      << R"({"type":"validation","epoch":0,"val_loss":0.5,"val_accuracy":0.5})"
+         "\n";
+  const RunCurves o = load_run_curves(old.path());
+  EXPECT_EQ(o.val_metric, "val_accuracy");
+  EXPECT_EQ(o.val_better, "higher");
+}
+
 }  // namespace
 }  // namespace memtrain

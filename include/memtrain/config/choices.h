@@ -41,15 +41,6 @@ enum class Normalize { kAuto, kNone, kImagenet };
 enum class Blend { kGaussian, kConstant };
 // validation.offload
 enum class Offload { kCpu, kDevice };
-// validation.best_metric
-enum class BestMetric {
-  kAuto,
-  kValDice,
-  kValAccuracy,
-  kValAuc,
-  kValLoss,
-  kNone
-};
 // validation.best_mode
 enum class BestMode { kAuto, kMax, kMin };
 // training.lr_schedule
@@ -107,9 +98,6 @@ constexpr std::array<const char*, 2> choice_names(Blend) {
 }
 constexpr std::array<const char*, 2> choice_names(Offload) {
   return {{"cpu", "device"}};
-}
-constexpr std::array<const char*, 6> choice_names(BestMetric) {
-  return {{"auto", "val_dice", "val_accuracy", "val_auc", "val_loss", "none"}};
 }
 constexpr std::array<const char*, 3> choice_names(BestMode) {
   return {{"auto", "max", "min"}};

@@ -101,11 +101,11 @@ struct ValidationConfig {
   int64_t sw_batch = 4;             // windows per device batch
   Blend blend = Blend::kGaussian;   // gaussian | constant
   Offload offload = Offload::kCpu;  // cpu | device: where sums live
-  // best.safetensors: the validation metric that ranks epochs (auto: the
-  // task's first metric with a direction; none: no best file) and its
-  // direction (auto: min for val_loss, max otherwise).
-  // auto | val_dice | val_accuracy | val_auc | val_loss | none
-  BestMetric best_metric = BestMetric::kAuto;
+  // best.safetensors: the validation metric that ranks epochs, a key of
+  // the task's metrics or val_loss (auto: the task's first metric with a
+  // direction; none: no best file), checked against the run's task when it
+  // starts, and its direction (auto: the metric's own).
+  std::string best_metric = "auto";
   BestMode best_mode = BestMode::kAuto;  // auto | max | min
   int64_t episodes = 600;  // few-shot: validation episodes (fixed by seed)
   // Rows that belong to volumes: each rank writes its volumes' prediction

@@ -143,13 +143,17 @@ nlohmann::json validation_record(
       {"val_oom_retries", v.oom_retries}};
   std::ostringstream out;
   out << ", val loss " << v.loss;
-  // The task's metrics, in its order (Note [Tasks]).
+  // The task's metrics, in its order (Note [Tasks]); val_metrics lists
+  // them with their direction, for readers of the file (progress.png).
+  nlohmann::json order = nlohmann::json::array();
   for (const ValMetric& m : v.metrics) {
     rec[m.key] = number_or_null(m.value);
     vrec[m.key] = number_or_null(m.value);
+    order.push_back({{"key", m.key}, {"better", to_string(m.better)}});
     if (!m.text.empty())
       out << ", " << m.text;
   }
+  vrec["val_metrics"] = std::move(order);
   if (!v.details.empty())
     vrec.update(nlohmann::json::parse(v.details));
   line += out.str();
@@ -162,22 +166,22 @@ namespace {
 using BestChoice = MetricSpec;
 
 BestChoice best_choice(const RunState& run) {
-  const BestMetric m = run.cfg.validation.best_metric;
-  if (m == BestMetric::kNone)
+  const std::string& m = run.cfg.validation.best_metric;
+  if (m == "none")
     return {};
   std::vector<MetricSpec> choices;
   for (const MetricSpec& s : run.task->metrics()) {
     if (s.better != Better::kNone)
       choices.push_back(s);
   }
-  const bool auto_choice = m == BestMetric::kAuto;
+  const bool auto_choice = m == "auto";
   if (auto_choice && !choices.empty())
     return {choices.front().key, choices.front().better};
-  if (m == BestMetric::kValLoss || (auto_choice && choices.empty()))
+  if (m == "val_loss" || (auto_choice && choices.empty()))
     return {"val_loss", Better::kLower};
   std::string names;
   for (const MetricSpec& s : choices) {
-    if (s.key == to_string(m))
+    if (s.key == m)
       return s;
     names += (names.empty() ? "" : ", ") + s.key;
   }

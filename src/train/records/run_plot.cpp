@@ -56,6 +56,30 @@ double number_or_nan(const nlohmann::json& j, const char* key) {
   return it != j.end() && it->is_number() ? it->get<double>() : NAN;
 }
 
+// The metric a validation record is drawn by: the first of the task's
+// val_metrics that has a direction (Note [Tasks]), else val_loss. Records
+// written before val_metrics existed: val_dice or val_accuracy.
+std::string first_ranked_metric(const nlohmann::json& j, std::string* better) {
+  const auto list = j.find("val_metrics");
+  if (list != j.end() && list->is_array()) {
+    for (const auto& m : *list) {
+      const std::string b = m.value("better", "none");
+      if (b != "none" && m.contains("key") && m["key"].is_string()) {
+        *better = b;
+        return m["key"].get<std::string>();
+      }
+    }
+  } else {
+    *better = "higher";
+    for (const char* old : {"val_dice", "val_accuracy"}) {
+      if (j.contains(old))
+        return old;
+    }
+  }
+  *better = "lower";
+  return "val_loss";
+}
+
 void data_block(
     std::ostringstream& out,
     const std::string& name,
@@ -92,14 +116,10 @@ RunCurves load_run_curves(const std::string& dir) {
           c.loss.push_back({step, number_or_nan(j, "loss")});
           c.mem_peak.push_back({step, number_or_nan(j, "mem_peak") / kMiB});
         } else if (type == "validation") {
-          for (const char* metric : {"val_dice", "val_accuracy"}) {
-            if (j.contains(metric)) {
-              c.val_metric = metric;
-              c.val.push_back(
-                  {j.value("epoch", 0.0) + 1, number_or_nan(j, metric)});
-              break;
-            }
-          }
+          c.val_metric = first_ranked_metric(j, &c.val_better);
+          c.val.push_back(
+              {j.value("epoch", 0.0) + 1,
+               number_or_nan(j, c.val_metric.c_str())});
         }
       });
   MT_CHECK(
@@ -142,9 +162,11 @@ std::string plot_script(
           << " lt " << r + 1 << " title " << quoted(runs[r].label);
     }
   };
-  std::string metric = runs.empty() ? "" : runs[0].val_metric;
-  for (const auto& r : runs)
-    metric = r.val_metric.empty() ? metric : r.val_metric;
+  std::string metric;
+  for (const auto& r : runs) {
+    if (!r.val_metric.empty())
+      metric = r.val_metric + " (" + r.val_better + " is better)";
+  }
   out << "set multiplot layout 3,1\nset grid\nset key outside right\n"
          "set title 'loss per window'\nset xlabel 'step (window)'\n"
          "set ylabel 'loss'\n";

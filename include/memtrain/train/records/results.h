@@ -64,6 +64,13 @@ struct WindowResult {
 // among those with a direction.
 enum class Better { kHigher, kLower, kNone };
 
+// "higher", "lower", "none": the validation record's val_metrics[].better.
+inline const char* to_string(Better b) {
+  return b == Better::kHigher  ? "higher"
+         : b == Better::kLower ? "lower"
+                               : "none";
+}
+
 // One named figure of a validation (Note [Tasks]): the epoch and
 // validation records' field `key` (null when NaN), the metrics.csv column
 // `key`, the TensorBoard tag val/<key without "val_">, and `text` on the

@@ -2,9 +2,9 @@
 // The curves of runs drawn by gnuplot into a PNG: output.dir/progress.png
 // (rank 0, at each epoch's end) and `memtrain plot` (several runs) share
 // this one drawing. Three panels: loss per window against the step, the
-// validation metric (val_dice for volumes, else val_accuracy) against the
-// epoch, and the window's memory peak against the step with the budget as
-// a dashed line. No LibTorch.
+// validation metric (the task's first metric with a direction, named in the
+// validation record's val_metrics) against the epoch, and the window's memory
+// peak against the step with the budget as a dashed line. No LibTorch.
 
 #include <array>
 #include <string>
@@ -20,7 +20,8 @@ struct RunCurves {
   std::vector<std::array<double, 2>> loss;      // (step, window loss)
   std::vector<std::array<double, 2>> mem_peak;  // (step, MiB)
   std::vector<std::array<double, 2>> val;       // (epoch 1.., metric)
-  std::string val_metric;                       // val_dice | val_accuracy
+  std::string val_metric;                       // "": no validation
+  std::string val_better;                       // higher | lower
   double budget_mib = 0.0;                      // 0: no budget
 };
 
