@@ -28,6 +28,11 @@ static_assert(
     !MEMTRAIN_CUDA || MEMTRAIN_TORCH_AT_LEAST(2, 4),
     "MEMTRAIN_CUDA builds need LibTorch >= 2.4 (the torch wheel)");
 
+// LibTorch's fused AdamW and SGD kernels (at::_fused_adamw_,
+// at::_fused_sgd_, for CPU and CUDA tensors): in the CUDA build's LibTorch,
+// not in 1.13 (src/train/loop/optimizers.cpp).
+#define MEMTRAIN_HAVE_FUSED_OPTIMIZERS MEMTRAIN_TORCH_AT_LEAST(2, 4)
+
 namespace torch::optim {
 class Optimizer;
 }

@@ -3,6 +3,7 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/eval/volume_model.h"
 #include "memtrain/train/loop/device_setup.h"
+#include "memtrain/train/loop/optimizers.h"
 #include "memtrain/train/loop/window_totals.h"
 #include "memtrain/train/run_files/model_state.h"
 #include "memtrain/util/error.h"
@@ -21,21 +22,26 @@ std::array<int64_t, 3> RunState::roi() const {
   return validation_roi(cfg);
 }
 
+// Note [Multi-tensor optimizers]: foreach, or fused for CUDA parameters.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     const TrainingConfig& cfg, const std::vector<at::Tensor>& params) {
+  const StepKernel kernel = step_kernel_for(
+      params.empty() ? c10::Device(c10::kCPU) : params.front().device());
   switch (cfg.optimizer) {
     case Optimizer::kSgd:
-      return std::make_unique<torch::optim::SGD>(
+      return std::make_unique<MultiTensorSGD>(
           params,
           torch::optim::SGDOptions(cfg.lr)
               .momentum(cfg.momentum)
-              .weight_decay(cfg.weight_decay));
+              .weight_decay(cfg.weight_decay),
+          kernel);
     case Optimizer::kAdamw:
       break;
   }
-  return std::make_unique<torch::optim::AdamW>(
+  return std::make_unique<MultiTensorAdamW>(
       params,
-      torch::optim::AdamWOptions(cfg.lr).weight_decay(cfg.weight_decay));
+      torch::optim::AdamWOptions(cfg.lr).weight_decay(cfg.weight_decay),
+      kernel);
 }
 
 namespace {

@@ -1,0 +1,71 @@
+#pragma once
+// training.optimizer's SGD and AdamW, stepping every parameter of a group
+// at once (Note [Multi-tensor optimizers] in src/train/loop/optimizers.cpp).
+// They are LibTorch's own classes with step() replaced: the same options,
+// the same per-parameter state (SGDParamState, AdamWParamState) and so the
+// same archive, byte for byte: checkpoints written before them resume.
+// step() spends the gradients: it keeps its intermediates in them.
+
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include <vector>
+
+namespace memtrain {
+
+// How a step runs: _foreach_* operations (a few kernels per group: every
+// LibTorch), or LibTorch's fused kernels (one pass over each parameter:
+// LibTorch >= 2.4, the CUDA build's).
+enum class StepKernel { kForeach, kFused };
+
+// Whether this build's LibTorch has the fused kernels.
+bool have_fused_kernels();
+
+// The kernel a run's optimizer uses: fused for CUDA parameters where the
+// build has it, else foreach.
+StepKernel step_kernel_for(const c10::Device& device);
+
+// LibTorch's optimizer Base (with its Options) whose step() runs over a
+// whole group at once with `kernel`.
+template <class Base, class Options>
+class MultiTensor : public Base {
+ public:
+  MultiTensor(
+      const std::vector<at::Tensor>& params,
+      const Options& options,
+      StepKernel kernel);
+  at::Tensor step(typename Base::LossClosure closure = nullptr) override;
+  StepKernel kernel() const {
+    return kernel_;
+  }
+
+ private:
+  // One group's step: its parameters that have a gradient, and those.
+  void step_group(
+      const Options& o,
+      std::vector<at::Tensor>& params,
+      std::vector<at::Tensor>& grads);
+  StepKernel kernel_;
+};
+
+using MultiTensorSGD = MultiTensor<torch::optim::SGD, torch::optim::SGDOptions>;
+using MultiTensorAdamW =
+    MultiTensor<torch::optim::AdamW, torch::optim::AdamWOptions>;
+
+template <>
+void MultiTensorSGD::step_group(
+    const torch::optim::SGDOptions& o,
+    std::vector<at::Tensor>& params,
+    std::vector<at::Tensor>& grads);
+template <>
+void MultiTensorAdamW::step_group(
+    const torch::optim::AdamWOptions& o,
+    std::vector<at::Tensor>& params,
+    std::vector<at::Tensor>& grads);
+
+extern template class MultiTensor<torch::optim::SGD, torch::optim::SGDOptions>;
+extern template class MultiTensor<
+    torch::optim::AdamW,
+    torch::optim::AdamWOptions>;
+
+}  // namespace memtrain
