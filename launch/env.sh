@@ -12,6 +12,23 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy
 # Threads per rank: memtrain sets LibTorch's and OpenBLAS's thread counts
 # from the rank's CPU affinity mask (Note [Threads per rank]); an exported
 # OMP_NUM_THREADS can only lower them. Nothing to set here.
+# Cores per rank: memtrain_binding N sets MEMTRAIN_BINDING to mpirun's
+# arguments that bind each of N ranks on this machine to floor(CPUs / N)
+# CPUs of its own (hardware threads; Open MPI's --map-by slot:PE=n), so its
+# reader threads, autograd's device thread and LibTorch's pool run on its
+# share and memtrain sizes the pool by it. Open MPI's default binds a rank
+# to one core. More ranks than CPUs (small tests): no binding; memtrain
+# shares the CPUs out among the ranks.
+#   memtrain_binding 2; mpirun -np 2 "${MEMTRAIN_BINDING[@]}" build/memtrain ...
+memtrain_binding() {
+  # nproc: the CPUs this shell may run on (OMP_NUM_THREADS would lower it).
+  local per=$(($(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) / $1))
+  if [ "$per" -ge 1 ]; then
+    MEMTRAIN_BINDING=(--use-hwthread-cpus --map-by "slot:PE=$per" --bind-to hwthread)
+  else
+    MEMTRAIN_BINDING=(--bind-to none)
+  fi
+}
 # HDF5 file locking fails on many Lustre/NFS mounts; reads are read-only.
 export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}
 # Debug knobs, ready to enable:

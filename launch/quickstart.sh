@@ -19,9 +19,8 @@ start=$SECONDS
 bash launch/run.sh -np 2 --config launch/configs/quickstart.yaml \
   --output.dir=$out --output.overwrite=true "$@"
 rm -rf "$out/predict"
-np=2
-[ "$np" -le "$(nproc)" ] && bind=(--bind-to core) || bind=(--bind-to none)
-mpirun -np $np "${bind[@]}" build/memtrain predict \
+memtrain_binding 2
+mpirun -np 2 "${MEMTRAIN_BINDING[@]}" build/memtrain predict \
   --config launch/configs/quickstart.yaml --weights "$out/best.safetensors" \
   --input "$templates/ch2.nii.gz" --labels "$templates/ch2bet.nii.gz" \
   --label-map '>0:1' --out "$out/predict"

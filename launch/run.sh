@@ -14,7 +14,6 @@ fi
 binary=${MEMTRAIN_BIN:-$here/../build/memtrain}
 [ -x "$binary" ] || { echo "run.sh: $binary not built (bash launch/build.sh)" >&2; exit 2; }
 source "$here/env.sh"
-# Ranks bound to cores so they do not migrate or collide; with more ranks
-# than cores (small tests) binding would fail, so none.
-if [ "$np" -le "$(nproc)" ]; then bind=(--bind-to core --map-by slot); else bind=(--bind-to none); fi
-exec mpirun -np "$np" "${bind[@]}" "$binary" train "$@"
+# Each rank bound to its share of the CPUs (env.sh, memtrain_binding).
+memtrain_binding "$np"
+exec mpirun -np "$np" "${MEMTRAIN_BINDING[@]}" "$binary" train "$@"

@@ -92,6 +92,11 @@ for case in "3 0 requeue" "0 0 -" "1 1 -"; do
   fi
 done
 echo "train.sbatch: status 3 requeues job 12345; 0 and 1 do not"
+# srun gets the job's CPUs per task (since SLURM 22.05 it does not inherit
+# them from sbatch: one CPU a task).
+: >stub.log
+expect_rc 0 env STUB_RC=0 SLURM_CPUS_PER_TASK=3 bash "$ROOT/launch/slurm/train.sbatch" cfg.yaml
+grep -q -- "^srun --mpi=pmix --cpus-per-task=3 " stub.log || { cat stub.log; fail "srun without --cpus-per-task"; }
 
 STUB_RC=exec expect_rc 0 bash "$ROOT/launch/slurm/train.sbatch" cfg.yaml
 [ -f slurm_out/model.safetensors ] || fail "train.sbatch did not train"
@@ -103,4 +108,29 @@ STUB_RC=exec SLURM_NTASKS=2 MEMTRAIN_SCALING_DIR=scaling \
 [ "$(wc -l <scaling/bench_scaling.csv)" = 3 ] || { cat scaling/bench_scaling.csv; fail "bench_scaling.csv"; }
 grep -q -- "^srun --mpi=pmix --ntasks=2 " stub.log || { cat stub.log; fail "scaling srun args"; }
 echo "scaling.sbatch: $(cut -d, -f1-3 scaling/bench_scaling.csv | tr '\n' ' ')"
+# launch/run.sh: each rank bound to floor(CPUs / N) CPUs of its own, as
+# many threads (environment.json); more than one where the machine has them.
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+for np in 1 2; do
+  expect_rc 0 env -u OMP_NUM_THREADS -u SLURM_CPUS_PER_TASK -u SLURM_JOB_ID \
+    bash "$ROOT/launch/run.sh" -np $np --config cfg.yaml --output.dir=run$np
+  "$PY" - run$np/environment.json $np "$cpus" <<'PYEOF' || fail "run.sh -np $np: CPUs per rank"
+import json, sys
+env = json.load(open(sys.argv[1]))
+np_, cpus = int(sys.argv[2]), int(sys.argv[3])
+want = max(1, cpus // np_)
+def count(spec):  # "0-3,6" -> 5
+    return sum(int(b or a) - int(a) + 1
+               for a, _, b in (p.partition("-") for p in spec.split(",")))
+masks = []
+for r in env["ranks"]:
+    assert count(r["cpus"]) == want, (r["rank"], r["cpus"], want)
+    assert r["threads"] == want, (r["rank"], r["threads"], r["threads_from"], want)
+    masks.append(r["cpus"])
+assert len(masks) == np_, masks
+if cpus >= np_:
+    assert len(set(masks)) == np_, f"ranks share CPUs: {masks}"
+print(f"run.sh -np {np_}: each rank {want} CPU(s) of {cpus} and {want} thread(s): {masks}")
+PYEOF
+done
 echo "e2e launch: ok"
