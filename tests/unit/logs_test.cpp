@@ -234,18 +234,24 @@ TEST(MetricsLog, CsvRowsCarryTheEpochOnItsLastWindowAndRebuildOnResume) {
       rows12 + "3,1,3,0.5,0.5,,8,,,,,,,,,,1024,,,,,0.25,,,,,\n");
 }
 
+// DIR/metrics.jsonl of these records, one a line.
+void write_records(
+    const test::TempDir& dir, const std::vector<std::string>& records) {
+  std::ofstream out(dir.file("metrics.jsonl"));
+  for (const std::string& r : records)
+    out << r << "\n";
+}
+
 // A skipped window's loss is null in metrics.jsonl: the plot reads it as a
 // gap (a blank line in gnuplot's data block), not a JSON type error; a path
 // with a newline is refused before it could end a gnuplot command.
 TEST(RunPlot, SkippedWindowIsAGapAndANewlineIsRefused) {
   test::TempDir dir("plot");
-  std::ofstream(dir.file("metrics.jsonl"))
-      << R"({"type":"window","step":1,"loss":0.5,"mem_peak":1048576})"
-         "\n"
-      << R"({"type":"window","step":2,"loss":null,"mem_peak":1048576})"
-         "\n"
-      << R"({"type":"window","step":3,"loss":0.25,"mem_peak":2097152})"
-         "\n";
+  write_records(
+      dir,
+      {R"({"type":"window","step":1,"loss":0.5,"mem_peak":1048576})",
+       R"({"type":"window","step":2,"loss":null,"mem_peak":1048576})",
+       R"({"type":"window","step":3,"loss":0.25,"mem_peak":2097152})"});
   const RunCurves c = load_run_curves(dir.path());
   ASSERT_EQ(c.loss.size(), 3u);
   EXPECT_TRUE(std::isnan(c.loss[1][1]));
@@ -265,17 +271,18 @@ TEST(RunPlot, SkippedWindowIsAGapAndANewlineIsRefused) {
 // written before that list existed draws val_dice or val_accuracy.
 TEST(RunPlot, ValidationPanelFollowsTheTasksMetricList) {
   test::TempDir dir("plot");
-  std::ofstream(dir.file("metrics.jsonl"))
-      << R"({"type":"window","step":1,"loss":0.5,"mem_peak":1048576})"
-         "\n"
-      << R"({"type":"validation","epoch":0,"val_loss":0.5,"val_mae":0.25,)"
-         R"("val_rmse":0.75,"val_metrics":[{"key":"val_mae","better":)"
-         R"("lower"},{"key":"val_rmse","better":"lower"}]})"
-         "\n"
-      << R"({"type":"validation","epoch":1,"val_loss":0.25,"val_mae":0.125,)"
-         R"("val_rmse":0.5,"val_metrics":[{"key":"val_mae","better":)"
-         R"("lower"},{"key":"val_rmse","better":"lower"}]})"
-         "\n";
+  const std::string order =
+      R"("val_metrics":[{"key":"val_mae","better":"lower"},)"
+      R"({"key":"val_rmse","better":"lower"}]})";
+  write_records(
+      dir,
+      {R"({"type":"window","step":1,"loss":0.5,"mem_peak":1048576})",
+       R"({"type":"validation","epoch":0,"val_loss":0.5,"val_mae":0.25,)"
+       R"("val_rmse":0.75,)" +
+           order,
+       R"({"type":"validation","epoch":1,"val_loss":0.25,"val_mae":0.125,)"
+       R"("val_rmse":0.5,)" +
+           order});
   const RunCurves c = load_run_curves(dir.path());
   EXPECT_EQ(c.val_metric, "val_mae");
   EXPECT_EQ(c.val_better, "lower");
@@ -291,11 +298,10 @@ TEST(RunPlot, ValidationPanelFollowsTheTasksMetricList) {
       << script;
 
   test::TempDir old("plot-old");
-  std::ofstream(old.file("metrics.jsonl"))
-      << R"({"type":"window","step":1,"loss":0.5,"mem_peak":1048576})"
-         "\n"
-      << R"({"type":"validation","epoch":0,"val_loss":0.5,"val_accuracy":0.5})"
-         "\n";
+  write_records(
+      old,
+      {R"({"type":"window","step":1,"loss":0.5,"mem_peak":1048576})",
+       R"({"type":"validation","epoch":0,"val_loss":0.5,"val_accuracy":0.5})"});
   const RunCurves o = load_run_curves(old.path());
   EXPECT_EQ(o.val_metric, "val_accuracy");
   EXPECT_EQ(o.val_better, "higher");
