@@ -16,9 +16,9 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy
 # arguments that bind each of N ranks on this machine to floor(CPUs / N)
 # CPUs of its own (hardware threads; Open MPI's --map-by slot:PE=n), so its
 # reader threads, autograd's device thread and LibTorch's pool run on its
-# share and memtrain sizes the pool by it. Open MPI's default binds a rank
-# to one core. More ranks than CPUs (small tests): no binding; memtrain
-# shares the CPUs out among the ranks.
+# share and memtrain sizes the pool by it. Open MPI's default binds each
+# rank to one core (2 ranks or fewer; to a socket above). More ranks than
+# CPUs (small tests): no binding; memtrain shares the CPUs out among them.
 #   memtrain_binding 2; mpirun -np 2 "${MEMTRAIN_BINDING[@]}" build/memtrain ...
 memtrain_binding() {
   # nproc: the CPUs this shell may run on (OMP_NUM_THREADS would lower it).
