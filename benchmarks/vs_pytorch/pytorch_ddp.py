@@ -19,14 +19,19 @@ What is the same as memtrain, and where memtrain defines it:
   n the window's global sample count; DDP's average divides by world, so
   the gradient is memtrain's sum(loss)/n summed over ranks (Note [Window
   weighting]); powers of two scale exactly;
-- optimizer: torch.optim.SGD (momentum, weight decay) or AdamW, as
-  memtrain's LibTorch optimizers; no gradient clipping.
+- optimizer: torch.optim.SGD (momentum, weight decay) or AdamW with
+  foreach=True, as memtrain's multi-tensor optimizers (Note [Multi-tensor
+  optimizers]); no gradient clipping.
+
+Reading: as memtrain's prefetcher reads ahead on a thread of its own, a
+DataLoader worker process (--workers 1, the default) reads the micro-batches
+of the coming windows with h5py, up to a window ahead (pinned memory on
+CUDA); --workers 0 reads on the training thread inside the window.
 
 Timing: time.perf_counter() on rank 0 from the start of a window (before
-its first batch is read) to after optimizer.step() and zero_grad(); the
-batches are read from the HDF5 file with h5py inside the window, on the
-training thread (memtrain's window_s also includes its reads: what its
-background reader has not finished is waited for inside the window).
+its first batch is taken) to after optimizer.step() and zero_grad(): what
+the worker has not read yet is waited for inside the window, as memtrain's
+window_s waits for its reader.
 """
 
 import argparse
@@ -365,6 +370,9 @@ class Data:
         else:
             self.num_samples = self.x.shape[0]
 
+    def close(self):
+        self.f.close()
+
     def _norm(self, x):
         x = x.astype(np.float32)
         if self.normalise:
@@ -389,6 +397,24 @@ class Data:
             xs.append(self._norm(self.x[(v, slice(None)) + sl]))
             ys.append(self.y[(v,) + sl].astype(np.int64))
         return torch.from_numpy(np.stack(xs)), torch.from_numpy(np.stack(ys))
+
+
+class MicroBatches(torch.utils.data.Dataset):
+    """Item k: the k-th micro-batch (epoch, ids) of the run, read from the
+    HDF5 file opened in the process that reads it (a DataLoader worker opens
+    its own: h5py files do not cross a fork)."""
+
+    def __init__(self, args, plan):
+        self.args, self.plan, self.data = args, plan, None
+
+    def __len__(self):
+        return len(self.plan)
+
+    def __getitem__(self, k):
+        if self.data is None:
+            a = self.args
+            self.data = Data(a.data, a.model, a.patch, a.patches_per_volume, a.data_seed)
+        return self.data.load(*self.plan[k])
 
 
 # -------------------------------------------------------------------- main
@@ -425,6 +451,7 @@ def main():
     ap.add_argument("--threads", type=int, required=True, help="intra-op threads per rank")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--bucket-mib", type=float, default=25.0)
+    ap.add_argument("--workers", type=int, default=1, help="DataLoader reader processes (0: read in the window)")
     ap.add_argument("--out", required=True, help="results JSON (rank 0)")
     ap.add_argument("--save", default="", help="final parameters, safetensors (rank 0)")
     a = ap.parse_args()
@@ -472,33 +499,51 @@ def main():
         gradient_as_bucket_view=True,
     )
     if a.optimizer == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=a.weight_decay)
+        opt = torch.optim.SGD(
+            model.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=a.weight_decay, foreach=True
+        )
     else:
-        opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+        opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay, foreach=True)
 
     B = world * a.accum * a.micro
     if data.num_samples < B:
         sys.exit(f"pytorch_ddp.py: {a.data} has {data.num_samples} samples, fewer than one window of {B}")
     per_epoch = (data.num_samples + B - 1) // B
+    num_samples = data.num_samples
+    data.close()
+    # This rank's micro-batches of every window, in order, and the window's
+    # global sample count.
+    windows, plan = [], []
     perms = {}
-    window_s, local_loss = [], []
     for step in range(a.windows):
         epoch, w = divmod(step, per_epoch)
         if epoch not in perms:
-            perms = {epoch: permutation(data.num_samples, a.data_seed, epoch)}
-        ids = perms[epoch][w * B : min((w + 1) * B, data.num_samples)]
+            perms = {epoch: permutation(num_samples, a.data_seed, epoch)}
+        ids = perms[epoch][w * B : min((w + 1) * B, num_samples)]
         n = len(ids)
         share = ids[n * rank // world : n * (rank + 1) // world]
         micro = [share[s : s + a.micro] for s in range(0, len(share), a.micro)]
+        windows.append((n, len(micro)))
+        plan += [(epoch, mb) for mb in micro]
+    loader = torch.utils.data.DataLoader(
+        MicroBatches(a, plan),
+        batch_size=None,
+        num_workers=a.workers,
+        pin_memory=a.device == "cuda",
+        **({"prefetch_factor": max(2, a.accum)} if a.workers > 0 else {}),
+    )
+    batches = iter(loader)
+    window_s, local_loss = [], []
+    for n, steps in windows:
         weight = world / n  # DDP divides by world: Note [Window weighting]
         if a.device == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         loss_sum = 0.0
-        for k, mb in enumerate(micro):
-            ctx = ddp.no_sync() if k + 1 < len(micro) else contextlib.nullcontext()
+        for k in range(steps):
+            ctx = ddp.no_sync() if k + 1 < steps else contextlib.nullcontext()
             with ctx:
-                x, y = data.load(epoch, mb)
+                x, y = next(batches)
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 loss = loss_fn(ddp(x), y)
                 (loss * weight).backward()
@@ -522,7 +567,7 @@ def main():
     dist.all_reduce(mem, op=dist.ReduceOp.MAX)
     rss, peak = mem[0].cpu(), int(mem[1].item())
     if rank == 0:
-        n_of = lambda s: min(B, data.num_samples - (s % per_epoch) * B)
+        n_of = lambda s: min(B, num_samples - (s % per_epoch) * B)
         res = {
             "side": "pytorch",
             "torch": torch.__version__,
