@@ -32,6 +32,11 @@ static_assert(
 // at::_fused_sgd_, for CPU and CUDA tensors): in the CUDA build's LibTorch,
 // not in 1.13 (src/train/loop/optimizers.cpp).
 #define MEMTRAIN_HAVE_FUSED_OPTIMIZERS MEMTRAIN_TORCH_AT_LEAST(2, 4)
+// at::_foreach_mul_(list, tensor): every tensor of a list times a 0-d
+// tensor, without reading it. 1.13 has none, and there the call would
+// compile as list-times-list (a tensor converts to a list of one) and fail
+// when run.
+#define MEMTRAIN_HAVE_FOREACH_MUL_BY_TENSOR MEMTRAIN_TORCH_AT_LEAST(2, 4)
 
 namespace torch::optim {
 class Optimizer;

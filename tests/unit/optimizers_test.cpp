@@ -190,6 +190,39 @@ TEST(MultiTensorOptimizers, ArchivesResumeBothWays) {
   }
 }
 
+// training.grad_clip_norm: the same scaled gradients and total norm as
+// LibTorch's clip_grad_norm_ (to float32 rounding: the norms are taken by
+// another kernel), with and without clipping; a parameter without a
+// gradient is left out of both.
+TEST(MultiTensorOptimizers, ClipEqualsLibTorchs) {
+  for (const double max_norm : {0.5, 1e3}) {
+    Model a(3), b(3);
+    a.set_grads(0);
+    b.set_grads(0);
+    a.params[1].mutable_grad() = at::Tensor();
+    b.params[1].mutable_grad() = at::Tensor();
+    const double want = torch::nn::utils::clip_grad_norm_(a.params, max_norm);
+    const at::Tensor got = clip_gradients(b.params, max_norm);
+    EXPECT_NEAR(got.item<double>(), want, 1e-6 * want) << max_norm;
+    for (size_t i = 0; i < a.params.size(); ++i) {
+      if (i == 1)
+        continue;
+      const double d =
+          (a.params[i].grad() - b.params[i].grad()).abs().max().item<double>();
+      EXPECT_LE(d, 1e-6) << max_norm << " parameter " << i;
+    }
+    if (max_norm > want) {  // no clipping: the gradients are untouched
+      for (size_t i = 0; i < a.params.size(); ++i) {
+        if (i != 1) {
+          EXPECT_TRUE(torch::equal(a.params[i].grad(), b.params[i].grad()));
+        }
+      }
+    }
+  }
+  Model none(3);
+  EXPECT_FALSE(clip_gradients(none.params, 1.0).defined());
+}
+
 // The kernel a run gets: fused only for CUDA parameters, only where the
 // build's LibTorch has it.
 TEST(MultiTensorOptimizers, KernelChoice) {

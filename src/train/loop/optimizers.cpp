@@ -280,6 +280,30 @@ void MultiTensorAdamW::step_group(
   at::_foreach_addcdiv_(params, avg, denom, step_size);
 }
 
+at::Tensor clip_gradients(
+    const std::vector<at::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params) {
+    if (p.grad().defined())
+      grads.push_back(p.grad());
+  }
+  if (grads.empty())
+    return {};
+  const std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
+  const at::Tensor total =
+      norms.size() == 1 ? norms[0] : at::stack(norms).norm(2);
+  const at::Tensor coef =
+      at::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+#if MEMTRAIN_HAVE_FOREACH_MUL_BY_TENSOR
+  at::_foreach_mul_(grads, coef);
+#else
+  for (auto& g : grads)
+    g.mul_(coef);
+#endif
+  return total;
+}
+
 template class MultiTensor<optim::SGD, optim::SGDOptions>;
 template class MultiTensor<optim::AdamW, optim::AdamWOptions>;
 

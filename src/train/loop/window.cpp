@@ -7,6 +7,7 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/loop/lr_schedule.h"
 #include "memtrain/train/loop/oom_guard.h"
+#include "memtrain/train/loop/optimizers.h"
 #include "memtrain/train/loop/stop_request.h"
 #include "memtrain/train/loop/window_totals.h"
 #include "memtrain/util/clock.h"
@@ -182,10 +183,8 @@ void update(
                                        : std::isfinite(t.loss_sum) &&
                                              run.grad_sync->all_finite();
   if (finite) {
-    if (run.cfg.training.grad_clip_norm > 0) {
-      torch::nn::utils::clip_grad_norm_(
-          run.trainable, run.cfg.training.grad_clip_norm);
-    }
+    if (run.cfg.training.grad_clip_norm > 0)
+      clip_gradients(run.trainable, run.cfg.training.grad_clip_norm);
     run.optimizer->step();
     run.task->after_update();
   }

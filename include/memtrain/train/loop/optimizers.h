@@ -25,6 +25,15 @@ bool have_fused_kernels();
 // build has it, else foreach.
 StepKernel step_kernel_for(const c10::Device& device);
 
+// training.grad_clip_norm: scales the gradients of `params` so that their
+// total 2-norm is at most max_norm (coefficient max_norm / (norm + 1e-6),
+// at most 1), as torch::nn::utils::clip_grad_norm_ does, without reading
+// the norm on the host: _foreach_norm, and the coefficient applied on the
+// device. Returns the total norm, a 0-d tensor on the gradients' device
+// (undefined when no parameter has a gradient).
+at::Tensor clip_gradients(
+    const std::vector<at::Tensor>& params, double max_norm);
+
 // LibTorch's optimizer Base (with its Options) whose step() runs over a
 // whole group at once with `kernel`.
 template <class Base, class Options>
