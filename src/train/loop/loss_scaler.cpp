@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "memtrain/train/loop/optimizers.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -26,11 +27,7 @@ bool LossScaler::unscale_and_check(const std::vector<at::Tensor>& params) {
   if (!enabled_)
     return true;
   torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> grads;
-  for (const auto& p : params) {
-    if (p.grad().defined())
-      grads.push_back(p.grad());
-  }
+  std::vector<at::Tensor> grads = gradients_of(params);
   if (grads.empty())
     return true;
   const double inv = 1.0 / scale_;

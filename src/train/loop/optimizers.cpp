@@ -280,14 +280,19 @@ void MultiTensorAdamW::step_group(
   at::_foreach_addcdiv_(params, avg, denom, step_size);
 }
 
-at::Tensor clip_gradients(
-    const std::vector<at::Tensor>& params, double max_norm) {
-  torch::NoGradGuard no_grad;
+std::vector<at::Tensor> gradients_of(const std::vector<at::Tensor>& params) {
   std::vector<at::Tensor> grads;
   for (const auto& p : params) {
     if (p.grad().defined())
       grads.push_back(p.grad());
   }
+  return grads;
+}
+
+at::Tensor clip_gradients(
+    const std::vector<at::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads = gradients_of(params);
   if (grads.empty())
     return {};
   const std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);

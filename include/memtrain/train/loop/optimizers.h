@@ -25,6 +25,9 @@ bool have_fused_kernels();
 // build has it, else foreach.
 StepKernel step_kernel_for(const c10::Device& device);
 
+// The gradients of `params` that are defined, in order.
+std::vector<at::Tensor> gradients_of(const std::vector<at::Tensor>& params);
+
 // training.grad_clip_norm: scales the gradients of `params` so that their
 // total 2-norm is at most max_norm (coefficient max_norm / (norm + 1e-6),
 // at most 1), as torch::nn::utils::clip_grad_norm_ does, without reading
