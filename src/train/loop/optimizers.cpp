@@ -14,12 +14,12 @@
 namespace memtrain {
 
 // Note [Multi-tensor optimizers]
-// LibTorch's C++ SGD and AdamW loop over parameters, a few kernels each:
-// about 300 tensors x 4-6 kernels a step for SE-ResNeXt50, each kernel
-// launched from the host. These step a whole parameter group at once:
-// _foreach_* operations (one launch per operation and group on CUDA,
-// LibTorch >= 1.13), or, for CUDA parameters where LibTorch has them
-// (>= 2.4), the fused kernels that PyTorch's `fused=True` runs (one pass).
+// LibTorch's C++ SGD and AdamW loop over parameters, several operations
+// for each (issue 29 counts about 300 parameter tensors for SE-ResNeXt50).
+// These step a whole parameter group at once: _foreach_* operations
+// (LibTorch >= 1.13), or, for CUDA parameters where LibTorch has them
+// (>= 2.4), the fused kernels that PyTorch's `fused=True` runs. Neither
+// has run on a GPU yet.
 // Their arithmetic is LibTorch's per-parameter step's, term for term (SGD:
 // d = g + wd p; b = m b + (1 - dampening) d, b = d at the first step;
 // d = d + m b (Nesterov) or b; p -= lr d. AdamW: p *= 1 - lr wd;

@@ -13,9 +13,9 @@
 
 namespace memtrain {
 
-// How a step runs: _foreach_* operations (a few kernels per group: every
-// LibTorch), or LibTorch's fused kernels (one pass over each parameter:
-// LibTorch >= 2.4, the CUDA build's).
+// How a step runs: _foreach_* operations over the whole group (every
+// LibTorch), or LibTorch's fused SGD/AdamW kernels (LibTorch >= 2.4, the
+// CUDA build's).
 enum class StepKernel { kForeach, kFused };
 
 // Whether this build's LibTorch has the fused kernels.
@@ -47,9 +47,6 @@ class MultiTensor : public Base {
       const Options& options,
       StepKernel kernel);
   at::Tensor step(typename Base::LossClosure closure = nullptr) override;
-  StepKernel kernel() const {
-    return kernel_;
-  }
 
  private:
   // One group's step: its parameters that have a gradient, and those.
