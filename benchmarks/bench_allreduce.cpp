@@ -224,10 +224,9 @@ std::vector<BucketRow> sweep_buckets(
       row.iters = std::clamp<int64_t>((256 << 20) / row.grad_bytes, 3, 200);
       auto flat = torch::zeros(
           {row.grad_bytes / 4}, torch::dtype(torch::kFloat32).device(s.device));
-      std::vector<float> extras;
       auto bucketed = [&] {
         sync.attach();
-        sync.sync(extras);
+        sync.sync(at::Tensor());
       };
       auto one = [&] { s.comm->all_reduce_sum(flat); };
       auto raw = [&] { s.raw(flat.data_ptr<float>(), flat.numel()); };

@@ -6,8 +6,12 @@
 #include <nccl.h>
 #include <torch/torch.h>
 
+#include <functional>
+#include <memory>
 #include <sstream>
+#include <vector>
 
+#include "memtrain/device/host_sync.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/util/error.h"
@@ -15,11 +19,36 @@
 namespace memtrain {
 namespace {
 
+// Note [Window clock], on CUDA: timing events on the current stream.
+class CudaClock final : public DeviceClock {
+ public:
+  explicit CudaClock(c10::DeviceIndex device) : device_(device) {
+    mark();
+  }
+  void mark() override {
+    marks_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+    marks_.back()->record(c10::cuda::getCurrentCUDAStream(device_));
+  }
+  std::vector<double> finish() override {
+    count_host_sync();
+    marks_.back()->synchronize();
+    std::vector<double> out;
+    for (const auto& m : marks_)
+      out.push_back(marks_.front()->elapsed_time(*m) / 1000.0);
+    return out;
+  }
+
+ private:
+  c10::DeviceIndex device_;
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> marks_;
+};
+
 // A CUDA device: batches come from page-locked host buffers over a copy
 // stream of their own. The compute (current) stream waits for a copy
-// through an event, never through a host sync; the host waits only for
-// the copy itself before it hands the buffer back for reuse, which the
-// GPU overlaps with the kernels already queued on the compute stream.
+// through an event, never through a host sync; the prefetcher waits for
+// the copies (copies_done(), on a reader thread) before it reads into a
+// buffer again, which the GPU overlaps with the kernels already queued on
+// the compute stream.
 class CudaPlacement final : public Placement {
  public:
   explicit CudaPlacement(int index)
@@ -49,24 +78,38 @@ class CudaPlacement final : public Placement {
     const c10::cuda::CUDAStream compute =
         c10::cuda::getCurrentCUDAStream(device().index());
     at::Tensor out;
-    at::cuda::CUDAEvent copied;
+    auto copied = std::make_shared<at::cuda::CUDAEvent>();
     {
       // The result is allocated for, and first used on, the compute
       // stream: record it there so the caching allocator does not hand
       // its block to another stream while the copy writes it.
       c10::cuda::CUDAStreamGuard on_copy(copy_stream_);
       out = host.to(device(), /*non_blocking=*/host.is_pinned(), /*copy=*/true);
-      copied.record(copy_stream_);
+      copied->record(copy_stream_);
     }
     c10::cuda::CUDACachingAllocator::recordStream(
         out.storage().data_ptr(), compute);
-    copied.block(compute);  // the compute stream waits, the host does not
-    copied.synchronize();   // the host buffer may be reused on return
+    copied->block(compute);  // the compute stream waits, the host does not
+    last_copy_ = std::move(copied);
     return out;
+  }
+
+  std::function<void()> copies_done() const override {
+    // The copy stream runs its copies in order: the last one's event
+    // completes after all of them.
+    std::shared_ptr<at::cuda::CUDAEvent> last = last_copy_;
+    if (!last)
+      return {};
+    return [last] { last->synchronize(); };
+  }
+
+  std::unique_ptr<DeviceClock> start_clock() const override {
+    return std::make_unique<CudaClock>(device().index());
   }
 
  private:
   c10::cuda::CUDAStream copy_stream_;
+  mutable std::shared_ptr<at::cuda::CUDAEvent> last_copy_;
 };
 
 }  // namespace

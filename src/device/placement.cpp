@@ -3,9 +3,11 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 
+#include "memtrain/device/host_sync.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/util/error.h"
 
@@ -30,6 +32,27 @@ uint64_t rank_seed(uint64_t seed, int rank) {
 }
 
 namespace {
+
+// Note [Window clock], on the CPU: the host's clock.
+class HostClock final : public DeviceClock {
+ public:
+  HostClock() {
+    mark();
+  }
+  void mark() override {
+    marks_.push_back(std::chrono::steady_clock::now());
+  }
+  std::vector<double> finish() override {
+    count_host_sync();
+    std::vector<double> out;
+    for (const auto& m : marks_)
+      out.push_back(std::chrono::duration<double>(m - marks_.front()).count());
+    return out;
+  }
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> marks_;
+};
 
 class CpuPlacement final : public Placement {
  public:
@@ -102,7 +125,12 @@ std::unique_ptr<Placement> Placement::choose(
 #endif
 }
 
+std::unique_ptr<DeviceClock> Placement::start_clock() const {
+  return std::make_unique<HostClock>();
+}
+
 at::Tensor Placement::to_host(const at::Tensor& t) const {
+  count_host_sync();
   memory::HostScope host;
   return t.to(c10::Device(c10::kCPU), /*non_blocking=*/false, /*copy=*/true);
 }

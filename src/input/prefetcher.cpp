@@ -53,28 +53,34 @@ Prefetcher::~Prefetcher() {
 }
 
 Batch Prefetcher::take_buffer(int64_t n) {
+  FreeBuffer f;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < free_.size(); ++i) {
-      if (free_[i].y.size(0) == n) {
-        Batch b = std::move(free_[i]);
+      if (free_[i].batch.y.size(0) == n) {
+        f = std::move(free_[i]);
         free_.erase(free_.begin() + static_cast<int64_t>(i));
-        return b;
+        break;
       }
     }
+  }
+  if (f.batch.y.defined()) {
+    if (f.copied)
+      f.copied();  // the device's copy out of it is done
+    return std::move(f.batch);
   }
   memory::HostScope host;
   return source_.allocate(n, pinned_);
 }
 
-void Prefetcher::recycle(Batch batch) {
+void Prefetcher::recycle(Batch batch, std::function<void()> copied) {
   if (!batch.x.defined() || batch.x.use_count() != 1 ||
       batch.y.use_count() != 1) {
     return;  // still referenced elsewhere: not ours to reuse
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (static_cast<int64_t>(free_.size()) < depth_ + 2)
-    free_.push_back(std::move(batch));
+    free_.push_back({std::move(batch), std::move(copied)});
 }
 
 void Prefetcher::worker() {

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "memtrain/device/host_sync.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -102,15 +103,22 @@ struct SyncBatchNormFunction
       stats.narrow(0, 1 + C, C).copy_((var + mean * mean) * count);
     }
     s->sync(stats);
-    const double n = stats[0].item<double>();
-    MT_CHECK(
-        n > 1,
-        "batch-norm in training mode needs more than one value per channel, "
-        "but the micro-batches (of every rank, with model.sync_bn) hold ",
-        n,
-        " (input size ",
-        x.sizes(),
-        " on this rank); use a larger data.batch_size or larger images");
+    // The count stays on the device (Note [One host read per window]):
+    // with more than one value here the sum has more; only a rank with at
+    // most one reads it to check.
+    const at::Tensor n = stats.narrow(0, 0, 1);
+    if (local <= 1) {
+      const double total = read_to_host(n)[0];
+      MT_CHECK(
+          total > 1,
+          "batch-norm in training mode needs more than one value per "
+          "channel, but the micro-batches (of every rank, with "
+          "model.sync_bn) hold ",
+          total,
+          " (input size ",
+          x.sizes(),
+          " on this rank); use a larger data.batch_size or larger images");
+    }
     const at::Tensor mean64 = stats.narrow(0, 1, C) / n;
     const at::Tensor var64 =
         (stats.narrow(0, 1 + C, C) / n - mean64 * mean64).clamp_min(0.0);
@@ -132,7 +140,7 @@ struct SyncBatchNormFunction
     ctx->save_for_backward({x, weight});
     ctx->saved_data["mean"] = mean;
     ctx->saved_data["invstd"] = invstd;
-    ctx->saved_data["n"] = n;
+    ctx->saved_data["n"] = n;  // (1,), float64, on the device
     ctx->saved_data["state"] = c10::IValue::make_capsule(s);
     return torch::addcmul(beta.view(shape), x, alpha.view(shape));
   }
@@ -145,7 +153,7 @@ struct SyncBatchNormFunction
     const at::Tensor& weight = saved[1];
     const at::Tensor mean = ctx->saved_data["mean"].toTensor();
     const at::Tensor invstd = ctx->saved_data["invstd"].toTensor();
-    const double n = ctx->saved_data["n"].toDouble();
+    const at::Tensor n = ctx->saved_data["n"].toTensor();
     auto s = c10::static_intrusive_pointer_cast<SyncState>(
         ctx->saved_data["state"].toCapsule());
     const int64_t C = x.size(1);

@@ -85,6 +85,7 @@ TEST(MemorySemantics, OomOnOneRankIsSeenByEveryRank) {
   EXPECT_EQ(first.oom_retries_total, 1);
   EXPECT_EQ(first.oom_retries, rank == w - 1 ? 1 : 0) << "this rank's own";
   EXPECT_EQ(first.micro_batch, rank == w - 1 ? 4 : 8);
+  EXPECT_EQ(first.host_syncs, 2) << "a replayed window reads no more";
   for (const auto& win : r.summary.window_results) {
     EXPECT_GT(win.mem_peak, 0);
     EXPECT_GE(win.mem_peak_reserved, win.mem_peak);

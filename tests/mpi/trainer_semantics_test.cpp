@@ -138,6 +138,36 @@ TEST(TrainerSemantics, OneAllReducePerWindowWhateverTheAccumulation) {
   EXPECT_EQ(bytes.front(), bytes.back());
 }
 
+// Note [One host read per window]: the totals' read and the window's end,
+// whatever the accumulation steps, with clipping or without; the window's
+// phases add up to no more than its time.
+TEST(TrainerSemantics, TwoHostSyncsPerWindowWhateverTheAccumulation) {
+  SharedDir dir("syncs");
+  make_features(dir, "train.h5", 256);
+  for (int64_t k : {1, 2, 4}) {
+    for (double clip : {0.0, 1.0}) {
+      TrainConfig c = base_config(dir.file("train.h5"));
+      c.data.batch_size = 4;
+      c.training.gradient_accumulation_steps = k;
+      c.training.grad_clip_norm = clip;
+      c.training.max_windows = 3;
+      c.training.lr = 0.01;
+      const RunResult r = train(c, MPI_COMM_WORLD);
+      ASSERT_EQ(r.summary.window_results.size(), 3u);
+      for (const auto& win : r.summary.window_results) {
+        EXPECT_EQ(win.micro_steps, k);
+        EXPECT_EQ(win.host_syncs, 2)
+            << "accumulation " << k << ", clip " << clip;
+        EXPECT_GT(win.compute_s, 0.0);
+        EXPECT_GE(win.comm_exposed_s, 0.0);
+        EXPECT_GT(win.optimizer_s, 0.0);
+        EXPECT_LE(
+            win.compute_s + win.comm_exposed_s + win.optimizer_s, win.seconds);
+      }
+    }
+  }
+}
+
 // Semantics 3: the same number of windows on every rank, whatever the shard
 // sizes; nobody hangs on a short last window.
 TEST(TrainerSemantics, EveryRankRunsTheSameWindows) {

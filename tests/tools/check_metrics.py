@@ -12,6 +12,7 @@ import safetensors_read  # noqa: E402
 WINDOW_KEYS = ["epoch", "window", "loss", "lr", "micro_batch", "accum_steps",
                "effective_batch", "samples_per_s", "allreduce_calls",
                "allreduce_bytes", "t_compute_s", "t_comm_exposed_s",
+               "t_optimizer_s", "host_syncs",
                "t_data_s", "mem_peak", "mem_peak_rank", "mem_reserved",
                "mem_reserved_rank", "oom_retries", "oom_retries_rank",
                "oom_retries_total"]
@@ -32,6 +33,9 @@ def main():
     for w in windows:
         missing = [k for k in WINDOW_KEYS if k not in w]
         assert not missing, f"window record lacks {missing}: {w}"
+        # Note [One host read per window]: the totals' read and the
+        # window's end, whatever the accumulation steps.
+        assert w["host_syncs"] == 2, f"host_syncs {w['host_syncs']}: {w}"
     assert len(epoch_rows) == epochs, f"{len(epoch_rows)} epoch records"
     for e in epoch_rows:
         assert "val_loss" in e and "val_accuracy" in e, e

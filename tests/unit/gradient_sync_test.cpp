@@ -22,14 +22,35 @@ TEST(GradientSync, BucketsFollowSizeAndCarryExtras) {
   for (auto& p : params)
     p.mutable_grad() = torch::full_like(p, 2.0);
   params[2].mutable_grad() = torch::Tensor();  // no gradient: zeros
-  std::vector<float> extras = {1.5f, 3.0f};
-  sync.sync(extras);
+  const at::Tensor extras = sync.sync(torch::tensor({1.5f, 3.0f}));
   EXPECT_EQ(comm.stats().allreduce_calls, 3);
   EXPECT_EQ(comm.stats().allreduce_bytes, (145 + 2) * 4);
-  EXPECT_FLOAT_EQ(extras[0], 1.5f);
-  EXPECT_FLOAT_EQ(extras[1], 3.0f);
+  EXPECT_TRUE(torch::equal(extras, torch::tensor({1.5f, 3.0f})));
   EXPECT_TRUE(torch::equal(params[1].grad(), torch::full({30}, 2.0)));
   EXPECT_TRUE(torch::equal(params[2].grad(), torch::zeros({5})));
+}
+
+// The summed gradients' inf/NaN check sets a device flag (no host read:
+// Note [One host read per window]), for a NaN or an inf in any bucket.
+TEST(GradientSync, NonfiniteSumsSetTheFlag) {
+  MpiCommunicator comm(MPI_COMM_SELF);
+  std::vector<at::Tensor> params = {torch::zeros({3000}), torch::zeros({10})};
+  GradientSync sync(comm, params, 1000 * 4, 0);
+  ASSERT_GE(sync.num_buckets(), 2);
+  for (float bad : {0.0f, NAN, INFINITY, -INFINITY}) {
+    for (size_t at : {size_t{0}, size_t{1}}) {
+      sync.attach();
+      params[0].mutable_grad().fill_(1.0);
+      params[1].mutable_grad().fill_(2.0);
+      params[at].mutable_grad()[at == 0 ? 2500 : 7] = bad;
+      sync.sync(at::Tensor());
+      const at::Tensor found = torch::zeros({1});
+      sync.flag_nonfinite(found);
+      EXPECT_EQ(found.item<float>(), bad == 0.0f ? 0.0f : 1.0f)
+          << bad << " in parameter " << at;
+      EXPECT_EQ(params[0].grad()[0].item<float>(), 1.0f) << "unchanged";
+    }
+  }
 }
 
 TEST(GradientSync, BackwardAloneMovesNothing) {
@@ -41,8 +62,7 @@ TEST(GradientSync, BackwardAloneMovesNothing) {
     EXPECT_EQ(comm.stats().allreduce_calls, 0);
     EXPECT_EQ(comm.stats().allreduce_bytes, 0);
   }
-  std::vector<float> extras = {0.f, 0.f};
-  sync.sync(extras);
+  sync.sync(torch::zeros({2}));
   EXPECT_EQ(comm.stats().allreduce_calls, 1);
   EXPECT_EQ(comm.stats().allreduce_bytes, (32 + 2) * 4);
 }
@@ -81,11 +101,10 @@ TEST(GradientSync, ArmedBackwardLaunchesBucketsEarly) {
       sync.arm();
     net->forward(x).pow(2).sum().backward();
     EXPECT_EQ(comm.stats().allreduce_calls, armed ? sync.num_buckets() - 1 : 0);
-    std::vector<float> extras = {1.f, 2.f};
-    sync.sync(extras);
+    const at::Tensor extras = sync.sync(torch::tensor({1.f, 2.f}));
     EXPECT_EQ(comm.stats().allreduce_calls, sync.num_buckets());
     EXPECT_EQ(sync.launched_early(), armed ? sync.num_buckets() - 1 : 0);
-    EXPECT_EQ(extras, (std::vector<float>{1.f, 2.f}));
+    EXPECT_TRUE(torch::equal(extras, torch::tensor({1.f, 2.f})));
     const auto params = net->parameters();
     for (size_t i = 0; i < params.size(); ++i)
       EXPECT_TRUE(torch::allclose(params[i].grad(), expected[i])) << i;

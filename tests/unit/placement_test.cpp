@@ -116,8 +116,8 @@ TEST(WindowTotals, EveryRanksFiguresSurviveTheFloatSum) {
       {30, 1000, 5, 75, 2}};
   std::vector<float> sum(static_cast<size_t>(WindowTotals::size(world)), 0);
   for (int r = 0; r < world; ++r) {
-    const auto mine =
-        WindowTotals::pack(1.5 * (r + 1), 4, r == 2, mem[r], r, world);
+    auto mine = WindowTotals::pack(4, r == 2, mem[r], r, world);
+    mine[WindowTotals::kLossSlot] = static_cast<float>(1.5 * (r + 1));
     for (size_t i = 0; i < sum.size(); ++i)
       sum[i] += mine[i];
   }

@@ -13,8 +13,10 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "memtrain/config/choices.h"
 
@@ -27,6 +29,22 @@ namespace memtrain {
 struct RngState {
   at::Tensor cpu;
   at::Tensor device;
+};
+
+// Note [Window clock]
+// Times of a window as the device ran it. mark() notes the point the
+// device's queue has reached: on the CPU, where work is done when it is
+// issued, the host's clock now; on CUDA an event recorded on the current
+// stream, which completes when the device gets there. finish() waits for
+// the last mark (a host sync, counted: Note [One host read per window])
+// and returns each mark's seconds after the first. So work the host
+// queued asynchronously is billed to the phase that queued it (the
+// optimizer step to t_optimizer_s, not to the next window's compute).
+class DeviceClock {
+ public:
+  virtual ~DeviceClock() = default;
+  virtual void mark() = 0;
+  virtual std::vector<double> finish() = 0;
 };
 
 class Placement {
@@ -61,11 +79,24 @@ class Placement {
 
   // The host-to-device copy of a batch tensor. CPU: a copy into the device
   // memory domain (memory::DeviceScope), as a transfer to a GPU would
-  // allocate there. CUDA: a non-blocking copy on the placement's copy
-  // stream, which the current stream then waits for through an event; it
-  // returns once the copy is done with `host`, so the caller may reuse the
-  // host buffer at once. Either way the result is this device's.
+  // allocate there. CUDA: a non-blocking copy (from page-locked memory) on
+  // the placement's copy stream, which the current stream then waits for
+  // through an event; the host does not wait. Either way the result is
+  // this device's. `host` must not be written again before copies_done()
+  // has returned (freeing it is safe: LibTorch's pinned-memory cache waits
+  // for the copy itself).
   virtual at::Tensor to_device(const at::Tensor& host) const = 0;
+  // Blocks until the copies to_device() has issued so far are done with
+  // their host tensors: the prefetcher calls it on a reader thread before
+  // it reads into a recycled buffer. Empty on the CPU (copies are done on
+  // return).
+  virtual std::function<void()> copies_done() const {
+    return {};
+  }
+
+  // A clock of the device's queue (Note [Window clock]), started: its
+  // first mark is now.
+  virtual std::unique_ptr<DeviceClock> start_clock() const;
 
   // A device tensor's copy in host memory (memory::HostScope), for sums
   // kept on the host; blocks until it is there.

@@ -57,19 +57,23 @@ class GradientSync {
   // same order on every rank. Collective once a bucket is ready.
   void arm();
 
-  // Collective, blocking. Launches the buckets not launched yet (in bucket
-  // order, the last with `extras`), waits for every bucket, and replaces
-  // every parameter's gradient by the sum over ranks (a missing gradient
-  // counts as zeros; afterwards every parameter has one, a view into the
-  // bucket, valid until the next attach) and `extras` (size num_extras) by
-  // their sums. Callers weight the loss so that the sum is the mean they
-  // want (see Note [Window weighting] in micro_step.cpp).
-  void sync(std::vector<float>& extras);
+  // Collective. Launches the buckets not launched yet (in bucket order,
+  // the last with `extras`: a float32 tensor of num_extras values on any
+  // device, undefined when num_extras is 0), waits for every bucket (on
+  // CUDA the current stream waits, not the host), and replaces every
+  // parameter's gradient by the sum over ranks (a missing gradient counts
+  // as zeros; afterwards every parameter has one, a view into the bucket,
+  // valid until the next attach). Returns the extras' sums, a float32
+  // tensor on the buckets' device (undefined without extras); no host
+  // read. Callers weight the loss so that the sum is the mean they want
+  // (see Note [Window weighting] in micro_step.cpp).
+  at::Tensor sync(const at::Tensor& extras);
 
-  // After sync(): true when every summed gradient is finite. Identical on
-  // every rank (the sums are), and an inf or NaN on any rank is one in the
-  // sum, so no further collective is needed to agree on it.
-  bool all_finite() const;
+  // After sync(): adds 1 to `found` (float32 (1,), on the buckets' device)
+  // when a summed gradient is inf or NaN, on the device (flag_nonfinite).
+  // Identical on every rank (the sums are), and an inf or NaN on any rank
+  // is one in the sum, so no further collective is needed to agree on it.
+  void flag_nonfinite(const at::Tensor& found) const;
 
   int64_t num_buckets() const {
     return static_cast<int64_t>(buckets_.size());

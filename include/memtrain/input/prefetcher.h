@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -45,8 +46,11 @@ class Prefetcher {
   // background thread is rethrown here.
   Batch load(int64_t epoch, const std::vector<int64_t>& ids);
 
-  // Gives a batch's host buffers back for reuse once copied to the device.
-  void recycle(Batch batch);
+  // Gives a batch's host buffers back for reuse. `copied` (empty: nothing
+  // to wait for) blocks until the copies out of them are done
+  // (Placement::copies_done()); it runs before the buffers are read into
+  // again, on the thread that reads.
+  void recycle(Batch batch, std::function<void()> copied = {});
 
   // Seconds spent blocked inside load() since the last call.
   double take_wait_seconds();
@@ -57,6 +61,10 @@ class Prefetcher {
 
  private:
   struct Request;
+  struct FreeBuffer {
+    Batch batch;
+    std::function<void()> copied;
+  };
   void worker();
   Batch take_buffer(int64_t n);
   void drop_queue_locked();
@@ -72,7 +80,7 @@ class Prefetcher {
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
   std::deque<std::shared_ptr<Request>> queue_;
-  std::vector<Batch> free_;  // reusable host buffers
+  std::vector<FreeBuffer> free_;  // reusable host buffers
   bool stop_ = false;
   std::vector<std::thread> threads_;
   double wait_s_ = 0.0;

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "memtrain/device/host_sync.h"
 #include "memtrain/train/loop/optimizers.h"
 #include "memtrain/util/error.h"
 
@@ -23,32 +24,12 @@ LossScaler::LossScaler(
       backoff_factor > 0 && backoff_factor < 1);
 }
 
-bool LossScaler::unscale_and_check(const std::vector<at::Tensor>& params) {
+void LossScaler::unscale(
+    const std::vector<at::Tensor>& params, const at::Tensor& found) {
   if (!enabled_)
-    return true;
-  torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> grads = gradients_of(params);
-  if (grads.empty())
-    return true;
-  const double inv = 1.0 / scale_;
-  if (grads.front().is_cuda()) {
-    // One fused pass on the GPU (GradScaler's own kernel): unscale and
-    // flag any inf/NaN, with one host sync for the verdict.
-    const auto opts = grads.front().options().dtype(torch::kFloat32);
-    at::Tensor found_inf = torch::zeros({1}, opts);
-    const at::Tensor inv_scale = torch::full({1}, inv, opts);
-    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale);
-    return found_inf.item<float>() == 0.0f;
-  }
-  // CPU: LibTorch 1.13 has the fused kernel for CUDA only; these ops run
-  // everywhere.
-  bool finite = true;
-  for (auto& g : grads) {
-    if (finite && !torch::isfinite(g).all().item<bool>())
-      finite = false;
-    g.mul_(inv);
-  }
-  return finite;
+    return;
+  // GradScaler's own fused kernel on CUDA (one pass: unscale and flag).
+  flag_nonfinite(gradients_of(params), 1.0 / scale_, found);
 }
 
 void LossScaler::update(bool finite) {

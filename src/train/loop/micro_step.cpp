@@ -30,7 +30,7 @@ Batch load_batch(
     host = from.load(epoch, ids);
   }
   Batch device = to_device(run, host);
-  from.recycle(std::move(host));
+  from.recycle(std::move(host), run.placement.copies_done());
   return device;
 }
 
@@ -52,11 +52,17 @@ at::Tensor forward(
 // Everything it creates (batch, context features, logits, loss, graph) is
 // freed when it returns; the context tensors as soon as the forward has
 // used them (the graph keeps what backward needs).
-double micro_step(
+at::Tensor zero_loss_sum(const RunState& run) {
+  return torch::zeros(
+      {1}, torch::dtype(torch::kFloat64).device(run.placement.device()));
+}
+
+void micro_step(
     RunState& run,
     int64_t epoch,
     const std::vector<int64_t>& indices,
-    double weight) {
+    double weight,
+    const at::Tensor& loss_sum) {
   Batch batch = load_batch(run, *run.loader, epoch, indices);
   at::Tensor logits = forward(run, batch.x, batch.context);
   batch.context.reset();
@@ -65,7 +71,8 @@ double micro_step(
   logits.reset();  // the graph keeps what backward needs
   // See Note [Window weighting].
   (loss * (weight * run.scaler->scale())).backward();
-  return loss.item<double>();
+  torch::NoGradGuard no_grad;
+  at::Tensor(loss_sum).add_(loss.detach().to(torch::kFloat64).reshape({1}));
 }
 
 }  // namespace memtrain

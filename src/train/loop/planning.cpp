@@ -39,7 +39,12 @@ ProbeResult probe(RunState& run, int64_t micro_batch, int64_t segments) {
       // created, which is what every later window looks like.
       for (int step = 0; step < 2; ++step) {
         run.grad_sync->attach();
-        micro_step(run, 0, indices, 1.0 / static_cast<double>(micro_batch));
+        micro_step(
+            run,
+            0,
+            indices,
+            1.0 / static_cast<double>(micro_batch),
+            zero_loss_sum(run));
         opt->step();
       }
     } catch (const c10::OutOfMemoryError&) {

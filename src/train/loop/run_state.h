@@ -125,13 +125,18 @@ Batch to_device(const RunState& run, const Batch& host);
 // float32 logits.
 at::Tensor forward(
     RunState& run, const at::Tensor& x, const at::Tensor& context);
-// Read, forward, backward of the weighted, scaled loss; returns the
-// unweighted loss sum. Everything it creates is freed when it returns.
-double micro_step(
+// Read, forward, backward of the weighted, scaled loss; adds the unweighted
+// loss sum to `loss_sum` (a float64 (1,) tensor on the device: no host read,
+// Note [One host read per window]). Everything else it creates is freed
+// when it returns.
+void micro_step(
     RunState& run,
     int64_t epoch,
     const std::vector<int64_t>& indices,
-    double weight);
+    double weight,
+    const at::Tensor& loss_sum);
+// A zero loss sum for micro_step(): float64 (1,) on the device.
+at::Tensor zero_loss_sum(const RunState& run);
 
 // --- the window (window.cpp) -----------------------------------------------
 

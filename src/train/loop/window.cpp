@@ -1,9 +1,12 @@
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 
 #include "memtrain/compat.h"
+#include "memtrain/device/host_sync.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/loop/lr_schedule.h"
 #include "memtrain/train/loop/oom_guard.h"
@@ -36,15 +39,15 @@ void inject_test_oom(RunState& run, RunCounters& c) {
 //    its share, gradients accumulating locally; no communication (see
 //    Note [All-reduce only at the accumulation boundary]). An OOM replays
 //    the whole share at a smaller micro-batch (Note [OOM recovery]).
-//    Returns the share's loss sum.
-double accumulate(
+//    Returns the share's loss sum, on the device.
+at::Tensor accumulate(
     RunState& run,
     RunCounters& c,
     const WindowPlan& wp,
     const WindowPlan* next,
     WindowResult& r) {
   const double weight = 1.0 / static_cast<double>(wp.global_samples);
-  double loss = 0.0;
+  at::Tensor loss;
   OomRetry how;
   how.what = "micro-batch";
   how.where =
@@ -102,7 +105,7 @@ double accumulate(
   };
   int64_t micro = run.shape.micro_batch;
   r.oom_retries = retry_on_oom(how, micro, [&](int64_t m) {
-    loss = 0.0;
+    loss = at::Tensor();
     r.micro_steps = 0;
     r.micro_step_start_bytes.clear();
     run.grad_sync->attach();
@@ -130,14 +133,39 @@ double accumulate(
   return loss;
 }
 
+// The host's floats `v` as a float32 tensor on the device, without a
+// host wait (a page-locked copy on CUDA).
+at::Tensor floats_to_device(
+    const Placement& placement, const std::vector<float>& v) {
+  at::Tensor host;
+  {
+    memory::HostScope scope;
+    host = torch::empty(
+        {static_cast<int64_t>(v.size())},
+        torch::dtype(torch::kFloat32)
+            .pinned_memory(placement.pinned_host_buffers()));
+  }
+  std::copy(v.begin(), v.end(), host.data_ptr<float>());
+  return placement.to_device(host);
+}
+
+// What the boundary tells the host, in its one read.
+struct Boundary {
+  WindowTotals totals;
+  bool finite = true;  // loss and gradients (fp16: the scaler's check)
+};
+
 // 2. The boundary: one bucketed all-reduce of the gradient, with the
-//    window's totals riding in the last bucket. Memory is read here, so
-//    every rank's figures travel with it.
-WindowTotals exchange(
+//    window's totals riding in the last bucket (the loss sum straight from
+//    the device). Memory is read here, so every rank's figures travel with
+//    it. Then the inf/NaN check of the summed gradients (fp16: the
+//    scaler's unscale and check) on the device, and one host read of the
+//    totals and that verdict (Note [One host read per window]).
+Boundary exchange(
     RunState& run,
     RunCounters& c,
     const WindowPlan& wp,
-    double loss,
+    const at::Tensor& loss,
     const WindowResult& r) {
   const memory::WindowMemory m = c.monitor.end_window();
   // The budget is the whole process's (Note [A budget is the whole
@@ -147,18 +175,35 @@ WindowTotals exchange(
   c.monitor.begin_window();  // the optimizer step counts in the next window
   const RankWindowMemory mine{
       m.allocated, m.reserved, m.peak, m.peak_reserved, r.oom_retries};
-  std::vector<float> packed = WindowTotals::pack(
-      loss,
-      static_cast<int64_t>(wp.rank_indices.size()),
-      stop_signal() != 0,
-      mine,
-      run.comm.rank(),
-      run.comm.size());
-  run.grad_sync->sync(packed);
-  WindowTotals t = WindowTotals::unpack(packed, run.comm.size());
+  at::Tensor extras = floats_to_device(
+      run.placement,
+      WindowTotals::pack(
+          static_cast<int64_t>(wp.rank_indices.size()),
+          stop_signal() != 0,
+          mine,
+          run.comm.rank(),
+          run.comm.size()));
+  {
+    torch::NoGradGuard no_grad;
+    extras.narrow(0, WindowTotals::kLossSlot, 1).copy_(loss);
+  }
+  const at::Tensor summed = run.grad_sync->sync(extras);
+  const at::Tensor found = torch::zeros({1}, summed.options());
+  if (run.scaler->enabled()) {
+    run.scaler->unscale(run.trainable, found);
+  } else {
+    run.grad_sync->flag_nonfinite(found);
+  }
+  const std::vector<double> read = read_to_host(torch::cat({summed, found}));
+  Boundary b;
+  b.totals = WindowTotals::unpack(
+      std::vector<float>(read.begin(), read.end() - 1), run.comm.size());
   MT_INTERNAL_ASSERT(
-      t.samples == wp.global_samples, "ranks disagree on the window's samples");
-  return t;
+      b.totals.samples == wp.global_samples,
+      "ranks disagree on the window's samples");
+  b.finite = read.back() == 0.0 &&
+             (run.scaler->enabled() || std::isfinite(b.totals.loss_sum));
+  return b;
 }
 
 // 3. The update, unless a loss or gradient is inf/NaN (fp16: the scaler's
@@ -167,7 +212,7 @@ void update(
     RunState& run,
     RunCounters& c,
     const WindowPlan& wp,
-    const WindowTotals& t,
+    bool finite,
     WindowResult& r) {
   LossScaler& scaler = *run.scaler;
   r.loss_scale = scaler.scale();
@@ -179,9 +224,6 @@ void update(
       run.cfg.training.epochs * wpe);
   for (auto& group : run.optimizer->param_groups())
     group.options().set_lr(r.lr);
-  const bool finite = scaler.enabled() ? scaler.unscale_and_check(run.trainable)
-                                       : std::isfinite(t.loss_sum) &&
-                                             run.grad_sync->all_finite();
   if (finite) {
     if (run.cfg.training.grad_clip_norm > 0)
       clip_gradients(run.trainable, run.cfg.training.grad_clip_norm);
@@ -279,20 +321,28 @@ WindowResult run_window(
     const WindowPlan& wp,
     const WindowPlan* next) {
   const auto start = Clock::now();
+  const std::unique_ptr<DeviceClock> clock = run.placement.start_clock();
+  const int64_t syncs_before = host_syncs();
   const CommStats before = run.comm.stats();
   WindowResult r;
   r.epoch = wp.epoch;
   r.window = wp.window;
   r.samples = wp.global_samples;
 
-  const double loss = accumulate(run, counters, wp, next, r);  // 1.
-  r.compute_s = seconds_since(start);
-  const auto boundary = Clock::now();
-  const WindowTotals totals = exchange(run, counters, wp, loss, r);  // 2.
-  r.comm_exposed_s = seconds_since(boundary);
+  const at::Tensor loss = accumulate(run, counters, wp, next, r);  // 1.
+  clock->mark();
+  const Boundary b = exchange(run, counters, wp, loss, r);  // 2.
+  clock->mark();
   r.buckets_early = run.grad_sync->launched_early();
-  note_totals(totals, r);
-  update(run, counters, wp, totals, r);  // 3.
+  note_totals(b.totals, r);
+  update(run, counters, wp, b.finite, r);  // 3.
+  clock->mark();
+  // Each phase's time as the device ran it (Note [Window clock]).
+  const std::vector<double> at = clock->finish();
+  r.compute_s = at[1];
+  r.comm_exposed_s = at[2] - at[1];
+  r.optimizer_s = at[3] - at[2];
+  r.host_syncs = host_syncs() - syncs_before;
 
   if (run.cfg.memory.test_leak_kib_per_window > 0) {
     counters.test_leak.push_back(torch::empty(

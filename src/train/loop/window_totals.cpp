@@ -29,14 +29,12 @@ int64_t WindowTotals::size(int world) {
 }
 
 std::vector<float> WindowTotals::pack(
-    double loss_sum,
     int64_t samples,
     bool stop,
     const RankWindowMemory& mine,
     int rank,
     int world) {
   std::vector<float> v(static_cast<size_t>(size(world)), 0.0f);
-  v[0] = static_cast<float>(loss_sum);
   v[1] = static_cast<float>(samples);
   v[2] = stop ? 1.0f : 0.0f;
   float* s = v.data() + kHeader + kPerRank * rank;
@@ -51,7 +49,7 @@ std::vector<float> WindowTotals::pack(
 WindowTotals WindowTotals::unpack(const std::vector<float>& summed, int world) {
   MT_INTERNAL_ASSERT(static_cast<int64_t>(summed.size()) == size(world));
   WindowTotals t;
-  t.loss_sum = summed[0];
+  t.loss_sum = summed[kLossSlot];
   t.samples = std::llround(summed[1]);
   t.stop_requests = std::llround(summed[2]);
   for (int r = 0; r < world; ++r) {

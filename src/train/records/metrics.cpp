@@ -32,6 +32,8 @@ const char* const kWindowColumns[] = {
     "t_data_s",
     "t_compute_s",
     "t_comm_exposed_s",
+    "t_optimizer_s",
+    "host_syncs",
     "mem_allocated",
     "mem_reserved",
     "mem_peak",

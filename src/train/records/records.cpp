@@ -96,6 +96,8 @@ nlohmann::json window_record(
       {"t_data_s", r.data_wait_s},
       {"t_compute_s", r.compute_s},
       {"t_comm_exposed_s", r.comm_exposed_s},
+      {"t_optimizer_s", r.optimizer_s},
+      {"host_syncs", r.host_syncs},
       {"buckets_early", r.buckets_early},
       {"window_s", r.seconds},
       {"mem_allocated", r.mem_allocated},

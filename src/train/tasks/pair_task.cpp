@@ -70,12 +70,20 @@ at::Tensor pair_ids(
 
 // A host copy of a prefetched batch, kept for the re-run (the prefetcher's
 // buffer goes back to it).
+// A copy of a host batch, page-locked as it is (so that its copies to the
+// device stay asynchronous).
+at::Tensor keep(const at::Tensor& t) {
+  at::Tensor out =
+      at::empty(t.sizes(), t.options().pinned_memory(t.is_pinned()));
+  return out.copy_(t);
+}
+
 Batch keep(const Batch& b) {
   Batch out;
-  out.x = b.x.clone();
-  out.y = b.y.clone();
+  out.x = keep(b.x);
+  out.y = keep(b.y);
   if (b.context.defined())
-    out.context = b.context.clone();
+    out.context = keep(b.context);
   return out;
 }
 
@@ -108,7 +116,7 @@ class PairTask : public Task {
     return contrastive_losses(logits, dual_->logit_scale(), y).sum();
   }
 
-  double accumulate(
+  at::Tensor accumulate(
       RunState& run,
       const WindowPlan& wp,
       const std::vector<std::vector<int64_t>>& batches,
@@ -142,8 +150,9 @@ class PairTask : public Task {
 
  private:
   // Note [Exact contrastive accumulation]. Collective (one all-gather).
-  // Returns this rank's rows' share of the window's loss sum.
-  double exact_window(
+  // Returns this rank's rows' share of the window's loss sum (on the
+  // device, float64 (1,)).
+  at::Tensor exact_window(
       RunState& run,
       const WindowPlan& wp,
       const std::vector<std::vector<int64_t>>& batches,
@@ -154,7 +163,7 @@ class PairTask : public Task {
   std::shared_ptr<DualEncoder> dual_;
 };
 
-double PairTask::exact_window(
+at::Tensor PairTask::exact_window(
     RunState& run,
     const WindowPlan& wp,
     const std::vector<std::vector<int64_t>>& batches,
@@ -204,8 +213,11 @@ double PairTask::exact_window(
       {losses.sum() * (weight * run.scaler->scale())}, {all, scale});
   if (run.comm.rank() == 0)
     scale.mutable_grad().add_(grads[1]);
-  const double loss =
-      losses.detach().narrow(0, wp.rank_offset, mine_n).sum().item<double>();
+  const at::Tensor loss = losses.detach()
+                              .narrow(0, wp.rank_offset, mine_n)
+                              .sum()
+                              .to(torch::kFloat64)
+                              .reshape({1});
   const at::Tensor grad_mine = grads[0].narrow(0, wp.rank_offset, mine_n);
 
   // 4. Each micro-batch again, with its graph, from its embeddings' gradient.

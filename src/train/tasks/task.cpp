@@ -101,16 +101,16 @@ int64_t Task::samples_per_epoch(const RunState& run) const {
   return run.train_data->info().num_samples;
 }
 
-double Task::accumulate(
+at::Tensor Task::accumulate(
     RunState& run,
     const WindowPlan& wp,
     const std::vector<std::vector<int64_t>>& batches,
     double weight,
     const std::function<void(size_t)>& before_step) {
-  double loss = 0.0;
+  const at::Tensor loss = zero_loss_sum(run);
   for (size_t k = 0; k < batches.size(); ++k) {
     before_step(k);
-    loss += micro_step(run, wp.epoch, batches[k], weight);
+    micro_step(run, wp.epoch, batches[k], weight, loss);
   }
   return loss;
 }

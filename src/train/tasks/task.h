@@ -42,9 +42,11 @@ class Task {
       const at::Tensor& logits, const at::Tensor& y) const = 0;
   // This rank's micro-batches `batches` of window `wp`, each back-propagated
   // with `weight`; `before_step(k)` runs before micro-step k's forward.
-  // Returns the rank's loss sum. By default K independent micro-steps
-  // (micro_step()); a task whose loss spans the window overrides it.
-  virtual double accumulate(
+  // Returns the rank's loss sum, a float64 (1,) tensor on the device (no
+  // host read: Note [One host read per window]). By default K independent
+  // micro-steps (micro_step()); a task whose loss spans the window
+  // overrides it.
+  virtual at::Tensor accumulate(
       RunState& run,
       const WindowPlan& wp,
       const std::vector<std::vector<int64_t>>& batches,

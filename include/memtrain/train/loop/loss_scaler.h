@@ -1,9 +1,9 @@
 #pragma once
 // LossScaler: dynamic loss scaling for fp16 (LibTorch's C++ API has no
 // GradScaler; PyTorch issue 44710). The loss is multiplied by scale() before
-// backward; after the gradient all-reduce, unscale_and_check() divides the
-// gradients by it and reports whether all are finite. Because it runs on the
-// all-reduced gradients -- identical on every rank, and an inf or NaN on
+// backward; after the gradient all-reduce, unscale() divides the gradients
+// by it and flags, on the device, whether any is inf or NaN. Because it runs on
+// the all-reduced gradients -- identical on every rank, and an inf or NaN on
 // any rank is inf or NaN in the sum -- every rank reaches the same verdict
 // without another collective. A non-finite step is skipped and the scale
 // backs off; after `growth_interval` finite steps in a row it grows.
@@ -17,7 +17,7 @@ namespace memtrain {
 
 class LossScaler {
  public:
-  // Disabled: scale() is 1 and unscale_and_check() does nothing.
+  // Disabled: scale() is 1 and unscale() does nothing.
   LossScaler(
       bool enabled,
       double init_scale,
@@ -32,11 +32,13 @@ class LossScaler {
     return enabled_ ? scale_ : 1.0;
   }
 
-  // Divides every defined gradient by scale() in place (before clipping);
-  // returns false if any gradient holds an inf or NaN.
-  bool unscale_and_check(const std::vector<at::Tensor>& params);
+  // Divides every defined gradient by scale() in place (before clipping)
+  // and adds 1 to `found` (float32 (1,) on the gradients' device) if any
+  // holds an inf or NaN: on the device, read with the window's totals
+  // (Note [One host read per window]). Disabled: does nothing.
+  void unscale(const std::vector<at::Tensor>& params, const at::Tensor& found);
 
-  // After each window: `finite` as returned by unscale_and_check.
+  // After each window: whether `found` stayed 0.
   void update(bool finite);
 
   int64_t skipped_steps() const {

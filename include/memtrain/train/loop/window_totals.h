@@ -28,10 +28,12 @@ struct WindowTotals {
 
   // The float count for `world` ranks.
   static int64_t size(int world);
-  // This rank's contribution: its loss, samples, stop flag and memory in
-  // its own slots, zeros elsewhere.
+  // Where the loss sum goes: the window writes it there on the device
+  // (Note [One host read per window]); pack() leaves it 0.
+  static constexpr int64_t kLossSlot = 0;
+  // This rank's contribution: its samples, stop flag and memory in its own
+  // slots, zeros elsewhere.
   static std::vector<float> pack(
-      double loss_sum,
       int64_t samples,
       bool stop,
       const RankWindowMemory& mine,

@@ -50,10 +50,16 @@ struct WindowResult {
   int64_t oom_retries_max = 0;
   int oom_retries_rank = 0;
   int64_t oom_retries_total = 0;
-  // Seconds: the micro-steps (forward, backward, data waits included), and
-  // the wait for the boundary's collectives after backward ended.
+  // Seconds as the device ran them (Note [Window clock]): the micro-steps
+  // (forward, backward, data waits included); the boundary after backward
+  // ended (the collectives' wait, the inf/NaN check, the totals' read);
+  // the update (clipping, the optimizer step).
   double compute_s = 0.0;
   double comm_exposed_s = 0.0;
+  double optimizer_s = 0.0;
+  // Device-to-host reads and waits of the window (Note [One host read per
+  // window]): 2, whatever the accumulation steps.
+  int64_t host_syncs = 0;
   // Gradient buckets whose all-reduce started during backward (overlap).
   int64_t buckets_early = 0;
   // Device bytes allocated at the start of each micro-step (the last try).
