@@ -100,7 +100,12 @@ class CudaPlacement final : public Placement {
     std::shared_ptr<at::cuda::CUDAEvent> last = last_copy_;
     if (!last)
       return {};
-    return [last] { last->synchronize(); };
+    // Run on a reader thread: the guard keeps the runtime from making a
+    // context on GPU 0 there.
+    return [last, device = device()] {
+      c10::cuda::CUDAGuard guard(device);
+      last->synchronize();
+    };
   }
 
   std::unique_ptr<DeviceClock> start_clock() const override {

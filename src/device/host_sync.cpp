@@ -2,9 +2,13 @@
 
 #include <torch/torch.h>
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/util/error.h"
@@ -35,10 +39,12 @@ namespace memtrain {
 // Both are counted on the CPU too, where they cost nothing, so that the
 // CPU's tests pin the GPU's count. Every device-to-host read of the loop
 // goes through read_to_host(); a bare .item() in src/train/loop,
-// src/train/tasks' accumulate() or src/dist is a bug (the grep in
-// ARCHITECTURE.md's Note [Host reads] finds them). Outside the window
-// loop (the planner's probes, validation, checkpoints) reads are
-// counted too but belong to no window.
+// src/train/tasks' accumulate() or src/dist is a bug (ARCHITECTURE.md's
+// Note [One host read per window] has the grep that finds them). Host
+// waits for a collective on a GPU (NCCL's wait(), which the window's
+// gradient sync does not use) are counted too. Reads outside the window
+// loop (the planner's probes, validation, checkpoints) belong to no
+// window.
 
 namespace {
 
@@ -77,18 +83,31 @@ void count_host_sync() {
   g_host_syncs.fetch_add(1, std::memory_order_relaxed);
 }
 
-std::vector<double> read_to_host(const at::Tensor& t) {
+std::vector<double> read_to_host(const at::Tensor& t, const DeviceWait& wait) {
   count_host_sync();
+  const at::Tensor src = t.detach().reshape({-1}).to(at::kDouble);
   at::Tensor h;
   {
     memory::HostScope host;
-    h = t.detach()
-            .to(c10::Device(c10::kCPU),
-                at::kDouble,
-                /*non_blocking=*/false,
-                /*copy=*/true)
-            .contiguous()
-            .reshape({-1});
+    if (src.device().is_cpu()) {
+      h = src.contiguous();
+    } else {
+      // Behind the current stream's work, then an event: the host's wait
+      // is on that event, through `wait` (a watched wait) or polling.
+      h = at::empty(
+          {src.numel()}, src.options().device(c10::kCPU).pinned_memory(true));
+      h.copy_(src, /*non_blocking=*/true);
+      const c10::DeviceType type = src.device().type();
+      c10::Event copied(type);
+      copied.record(c10::impl::VirtualGuardImpl(type).getStream(src.device()));
+      const std::function<bool()> done = [&copied] { return copied.query(); };
+      if (wait) {
+        wait(done);
+      } else {
+        while (!done())
+          std::this_thread::yield();
+      }
+    }
   }
   const double* p = h.data_ptr<double>();
   return std::vector<double>(p, p + h.numel());

@@ -1,5 +1,7 @@
 #include "memtrain/dist/communicator.h"
 
+#include <thread>
+
 #include <torch/torch.h>
 
 #include "memtrain/util/error.h"
@@ -7,6 +9,13 @@
 namespace memtrain {
 
 CollectiveWork::~CollectiveWork() = default;
+
+void Communicator::wait_for_device(
+    const std::function<bool()>& done, const char* what) {
+  (void)what;
+  while (!done())
+    std::this_thread::yield();
+}
 
 namespace {
 
@@ -71,13 +80,21 @@ at::Tensor Communicator::all_gather_rows(
 }
 
 void Communicator::all_reduce_batch_norm(at::Tensor& t) {
-  sum_counted_as(t, stats_.syncbn_calls, stats_.syncbn_bytes);
+  // The statistics are used on the device only: no host wait on NCCL
+  // (Note [One host read per window]).
+  sum_counted_as(
+      t, stats_.syncbn_calls, stats_.syncbn_bytes, /*host_waits=*/false);
 }
 
 void Communicator::sum_counted_as(
-    at::Tensor& t, int64_t& calls, int64_t& bytes) {
+    at::Tensor& t, int64_t& calls, int64_t& bytes, bool host_waits) {
   const CommStats before = stats_;
-  all_reduce(t, ReduceOp::kSum);
+  std::unique_ptr<CollectiveWork> work = all_reduce_async(t, ReduceOp::kSum);
+  if (host_waits) {
+    work->wait();
+  } else {
+    work->wait_on_device();
+  }
   stats_.allreduce_calls = before.allreduce_calls;
   stats_.allreduce_bytes = before.allreduce_bytes;
   ++calls;

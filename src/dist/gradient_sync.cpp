@@ -258,7 +258,10 @@ at::Tensor GradientSync::sync(const at::Tensor& extras) {
     launch(b);
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    works_[b]->wait();
+    // NCCL: the current stream waits, the host does not; the caller's
+    // read of the totals watches the collectives (Note [One host read per
+    // window]).
+    works_[b]->wait_on_device();
     works_[b].reset();
     // Every parameter's gradient is its slot of the summed bucket (a
     // replay's fresh gradient for an early-launched bucket is dropped).

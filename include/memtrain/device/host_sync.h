@@ -3,6 +3,7 @@
 // Note [One host read per window] in host_sync.cpp.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -16,9 +17,18 @@ int64_t host_syncs();
 // (DeviceClock::finish()).
 void count_host_sync();
 
-// The float values of `t` (any device, any floating or integral type, at
-// most a few elements: flags and totals), on the host: one counted sync.
-std::vector<double> read_to_host(const at::Tensor& t);
+// How the host waits for a device event: calls `done` until it is true.
+// The window passes Communicator::wait_for_device, which also watches the
+// collectives queued before the read for NCCL's errors and dist.timeout_s.
+using DeviceWait = std::function<void(const std::function<bool()>& done)>;
+
+// The values of `t` (any device, any floating or integral type, at most a
+// few elements: flags and totals) as doubles on the host: one counted
+// sync. A device tensor is copied into page-locked memory behind the work
+// queued on the current stream, and the host waits for that copy with
+// `wait` (empty: a yielding poll).
+std::vector<double> read_to_host(
+    const at::Tensor& t, const DeviceWait& wait = {});
 
 // Multiplies every tensor of `tensors` (float32, one device) by
 // `inv_scale` in place and adds 1 to `found` (a float32 (1,) tensor on

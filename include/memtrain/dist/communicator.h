@@ -10,6 +10,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -81,6 +82,15 @@ class CollectiveWork {
   // NCCL error or the timeout it aborts the NCCL communicator and ends the
   // job, naming this rank and host. Calling it again returns at once.
   virtual void wait() = 0;
+  // Orders the caller's current CUDA stream after the collective, and
+  // nothing more (NCCL): the host does not wait, so the collective's
+  // completion, NCCL's errors and the timeout are then watched by the
+  // caller's next Communicator::wait_for_device() (a window's one host read,
+  // Note [One host read per window]). Backends whose results are on the
+  // host (MPI, staged copies): wait().
+  virtual void wait_on_device() {
+    wait();
+  }
 
   // Non-blocking: true once the collective is complete (for NCCL: its
   // completion event has fired; the caller must still wait() to order its
@@ -134,10 +144,11 @@ class Communicator {
   at::Tensor all_gather_rows(
       const at::Tensor& mine, int64_t offset, int64_t total);
 
-  // Collective, blocking: all_reduce_sum(t) of batch-norm's statistics
-  // (model.sync_bn), counted as syncbn_*, not allreduce_*. Sync
-  // batch-norm calls it from forward and backward, on the training thread
-  // on a CPU (see Note [Batch-norm and data parallelism]).
+  // Collective: all_reduce_sum(t) of batch-norm's statistics
+  // (model.sync_bn), counted as syncbn_*, not allreduce_*; waited for with
+  // wait_on_device() (NCCL: the stream waits, the host does not; MPI:
+  // blocking). Sync batch-norm calls it from forward and backward, on the
+  // training thread on a CPU (see Note [Batch-norm and data parallelism]).
   void all_reduce_batch_norm(at::Tensor& t);
 
   // Collective, blocking: copies `t` from rank `root` to every rank, in
@@ -156,6 +167,15 @@ class Communicator {
     return true;
   }
 
+  // Blocks until `done()` (a device event this rank queued after its
+  // collectives: a read's copy) is true, watching what wait() watches:
+  // NCCL polls `done` together with NCCL's asynchronous error and
+  // dist.timeout_s, and ends the job on either as wait() does, naming the
+  // last collective issued; `what` names the wait in messages. Other
+  // backends: their collectives were waited for on the host already, so
+  // this only polls `done`.
+  virtual void wait_for_device(
+      const std::function<bool()>& done, const char* what);
   // Ends the job after `failure` came out of a thread that may not call MPI
   // (see CollectiveFailure), from the thread that initialised MPI. Backends
   // that never throw it return and leave the ending to the caller.
@@ -172,8 +192,10 @@ class Communicator {
 
  private:
   // all_reduce_sum(t) counted in `calls` and `bytes` instead of
-  // allreduce_* (all_gather_rows, all_reduce_batch_norm).
-  void sum_counted_as(at::Tensor& t, int64_t& calls, int64_t& bytes);
+  // allreduce_* (all_gather_rows, all_reduce_batch_norm); waited for on
+  // the host, or (`host_waits` false) with wait_on_device().
+  void sum_counted_as(
+      at::Tensor& t, int64_t& calls, int64_t& bytes, bool host_waits = true);
 };
 
 // For backends, on a tensor of the other kind of device than theirs (a host

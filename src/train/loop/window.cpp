@@ -194,7 +194,11 @@ Boundary exchange(
   } else {
     run.grad_sync->flag_nonfinite(found);
   }
-  const std::vector<double> read = read_to_host(torch::cat({summed, found}));
+  // The window's one read, watching the all-reduce for a dead peer.
+  const std::vector<double> read = read_to_host(
+      torch::cat({summed, found}), [&](const std::function<bool()>& done) {
+        run.comm.wait_for_device(done, "the window's totals");
+      });
   Boundary b;
   b.totals = WindowTotals::unpack(
       std::vector<float>(read.begin(), read.end() - 1), run.comm.size());

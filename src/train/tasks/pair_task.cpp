@@ -55,17 +55,17 @@ namespace memtrain {
 namespace {
 
 // The pair ids of dataset rows `rows` (DatasetInfo::row_labels, or the row
-// index when the file has no /pair_ids), int64 on `device`.
+// index when the file has no /pair_ids), int64 in host memory, page-locked
+// when `pinned` (so that its copy to a GPU does not wait).
 at::Tensor pair_ids(
-    const DatasetInfo& info,
-    const std::vector<int64_t>& rows,
-    const c10::Device& device) {
-  std::vector<int64_t> ids(rows);
-  if (!info.row_labels.empty()) {
-    for (int64_t& r : ids)
-      r = info.row_labels[r];
-  }
-  return torch::tensor(ids, torch::kInt64).to(device);
+    const DatasetInfo& info, const std::vector<int64_t>& rows, bool pinned) {
+  at::Tensor ids = at::empty(
+      {static_cast<int64_t>(rows.size())},
+      at::TensorOptions().dtype(at::kLong).pinned_memory(pinned));
+  int64_t* p = ids.data_ptr<int64_t>();
+  for (size_t i = 0; i < rows.size(); ++i)
+    p[i] = info.row_labels.empty() ? rows[i] : info.row_labels[rows[i]];
+  return ids;
 }
 
 // A host copy of a prefetched batch, kept for the re-run (the prefetcher's
@@ -205,10 +205,10 @@ at::Tensor PairTask::exact_window(
   const at::Tensor losses = contrastive_losses(
       all,
       scale,
-      pair_ids(
+      run.placement.to_device(pair_ids(
           run.train_data->info(),
           run.sampler->window_indices(wp.epoch, wp.window),
-          run.placement.device()));
+          run.placement.pinned_host_buffers())));
   const auto grads = torch::autograd::grad(
       {losses.sum() * (weight * run.scaler->scale())}, {all, scale});
   if (run.comm.rank() == 0)
@@ -269,7 +269,7 @@ ValResult PairTask::validate(
     std::vector<int64_t> rows(n);
     for (int64_t i = 0; i < n; ++i)
       rows[i] = i;
-    const at::Tensor ids = pair_ids(data.info(), rows, torch::kCPU);
+    const at::Tensor ids = pair_ids(data.info(), rows, /*pinned=*/false);
     const at::Tensor scale = dual_->logit_scale().detach().cpu();
     r.loss = contrastive_losses(all, scale, ids).mean().item<double>();
     // Top-1 retrieval: the nearest b of each a is its own pair (and the

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "memtrain/device/host_sync.h"
 #include "memtrain/dist/mpi_wait.h"
 #include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
@@ -118,6 +119,9 @@ struct NcclCommunicator::Impl {
   int rank = 0;
   int size = 1;
   int device = 0;
+  // The last collective launched, for wait_for_device()'s messages.
+  const char* last_what = "collective";
+  int64_t last_seq = 0;
   // The thread that built the communicator: the only one that may call MPI
   // (FUNNELED). Autograd's device thread issues overlapped buckets.
   const std::thread::id mpi_thread = std::this_thread::get_id();
@@ -279,7 +283,8 @@ struct NcclCommunicator::Impl {
     void wait() override {
       if (waited_)
         return;
-      waited_ = true;  // if it throws, the destructor does not try again
+      waited_ = true;     // if it throws, the destructor does not try again
+      count_host_sync();  // the host waits for the device
       const c10::cuda::CUDAGuard guard(m_.device);
       // Later work on the caller's stream runs after the collective, with
       // no host sync; the host then polls for the timeout and for NCCL's
@@ -290,6 +295,17 @@ struct NcclCommunicator::Impl {
           m_.rank);
       m_.poll(
           [this](ncclResult_t) { return m_.event_done(done_); }, what_, seq_);
+    }
+
+    void wait_on_device() override {
+      if (waited_)
+        return;
+      waited_ = true;  // the destructor does not wait on the host
+      const c10::cuda::CUDAGuard guard(m_.device);
+      MT_CUDA_CHECK(
+          cudaStreamWaitEvent(
+              c10::cuda::getCurrentCUDAStream(m_.device).stream(), done_, 0),
+          m_.rank);
     }
 
     bool test() override {
@@ -317,6 +333,8 @@ struct NcclCommunicator::Impl {
     MT_INTERNAL_ASSERT(comm != nullptr, "the NCCL communicator was aborted");
     const c10::cuda::CUDAGuard guard(device);
     const int64_t seq = waiter.next_sequence();
+    last_what = what;
+    last_seq = seq;
     const cudaStream_t current =
         c10::cuda::getCurrentCUDAStream(device).stream();
     MT_CUDA_CHECK(cudaEventRecord(ready, current), rank);
@@ -504,6 +522,17 @@ void NcclCommunicator::end_job_after(const CollectiveFailure& failure) {
   if (failure.timed_out)
     m.waiter.timed_out(failure.collective, failure.sequence);
   m.end_job(failure.what());
+}
+
+void NcclCommunicator::wait_for_device(
+    const std::function<bool()>& done, const char* what) {
+  Impl& m = *impl_;
+  const c10::cuda::CUDAGuard guard(m.device);
+  // Named in messages after the last collective issued (the one a dead
+  // peer would hold), not after `what`: the timeout protocol matches ranks
+  // by that collective's sequence number.
+  (void)what;
+  m.poll([&](ncclResult_t) { return done(); }, m.last_what, m.last_seq);
 }
 
 int NcclCommunicator::rank() const {
