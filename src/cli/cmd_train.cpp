@@ -17,6 +17,7 @@
 #include "memtrain/dist/environment.h"
 #include "memtrain/dist/make_communicator.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/train/loop/device_setup.h"
 #include "memtrain/train/loop/stop_request.h"
 #include "memtrain/train/loop/trainer.h"
 #include "memtrain/train/run_files/output_dir.h"
@@ -86,7 +87,10 @@ void write_environment(
       {"cpus", format_cpu_list(affinity_cpus())},
       {"blas", blas.library},
       {"blas_threads", blas.threads},
-      {"allocator_conf", allocator_conf_json()}};
+      {"allocator_conf", allocator_conf_json()},
+      // training.cudnn_benchmark and model.channels_last as resolved here.
+      {"cudnn_benchmark", place.is_cuda() && cudnn_benchmark_on(cfg.training)},
+      {"channels_last", channels_last_on(cfg.model, place)}};
   const auto all = env.all_gather(me.dump());
   if (env.rank() != 0)
     return;

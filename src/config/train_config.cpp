@@ -353,6 +353,13 @@ const std::vector<Key>& keys() {
           "micro-batch's own statistics (as PyTorch DDP); true: those of "
           "every rank's concurrent micro-batch (as SyncBatchNorm; two small "
           "all-reduces per batch-norm per micro-step; no OOM replay)"),
+      choice_key(
+          "model.channels_last",
+          [](TrainConfig& c) { return &c.model.channels_last; },
+          "cnn, resnet50, seresnext50_32x4d: convolution weights and "
+          "images in channels-last (NHWC) memory order, which cuDNN's "
+          "fastest kernels use (auto: on a CUDA device; on a CPU it only "
+          "changes the rounding)"),
       string_key(
           "data.train",
           [](TrainConfig& c) { return &c.data.train; },
@@ -741,6 +748,12 @@ const std::vector<Key>& keys() {
           "deterministic algorithms where LibTorch has them, cuDNN without "
           "benchmarking, no TF32 in cuBLAS/cuDNN: reproducible, and CPU and "
           "GPU runs comparable within rounding; slower on a GPU"),
+      choice_key(
+          "training.cudnn_benchmark",
+          [](TrainConfig& c) { return &c.training.cudnn_benchmark; },
+          "cuDNN autotuning: each convolution shape times cuDNN's "
+          "algorithms once and keeps the fastest (auto: on unless "
+          "training.deterministic; GPUs only)"),
       budget_key(
           "memory.budget",
           [](TrainConfig& c) { return &c.memory.budget; },
@@ -1487,6 +1500,18 @@ void TrainConfig::validate() const {
       " normalises with timm's batch-norm, so model.norm=",
       model.norm,
       " would be ignored; set model.norm=none");
+  MT_CHECK(
+      model.channels_last != Switch::kOn || is_2d_conv(model.name),
+      "config: model.channels_last=on is for the 2D convolutional models "
+      "(cnn, resnet50, seresnext50_32x4d); model.name=",
+      model.name,
+      " has none: set model.channels_last=auto or off");
+  MT_CHECK(
+      training.cudnn_benchmark != Switch::kOn || !training.deterministic,
+      "config: training.cudnn_benchmark=on picks cuDNN's algorithms by "
+      "timing them, which training.deterministic=true rules out; set "
+      "training.cudnn_benchmark=auto (off when deterministic) or "
+      "training.deterministic=false");
   MT_CHECK(
       !model.sync_bn || !episodic,
       "config: model.sync_bn: true is for row windows; few-shot episodes "

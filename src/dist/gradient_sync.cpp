@@ -50,6 +50,19 @@ using torch::autograd::variable_list;
 
 constexpr int64_t kTailBucketBytes = int64_t{1} << 20;
 
+// Parameter `p`'s slot of a bucket, from element `offset`, viewed with p's
+// strides when p is dense (as c10d's gradient_as_bucket_view): a
+// channels-last parameter gets a channels-last gradient, which the
+// optimizers' multi-tensor and fused kernels need (their fast paths take
+// tensors of one layout).
+at::Tensor slot_view(
+    const at::Tensor& flat, int64_t offset, const at::Tensor& p) {
+  const at::Tensor slot = flat.narrow(0, offset, p.numel());
+  if (p.is_non_overlapping_and_dense())
+    return slot.as_strided(p.sizes(), p.strides());
+  return slot.view(p.sizes());
+}
+
 }  // namespace
 
 GradientSync::GradientSync(
@@ -159,8 +172,7 @@ void GradientSync::attach() {
     bucket.flat.zero_();
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       at::Tensor& p = params_[bucket.params[j]];
-      p.mutable_grad() =
-          bucket.flat.narrow(0, bucket.offsets[j], p.numel()).view(p.sizes());
+      p.mutable_grad() = slot_view(bucket.flat, bucket.offsets[j], p);
     }
   }
 }
@@ -227,16 +239,16 @@ void GradientSync::launch(size_t b) {
   Bucket& bucket = buckets_[b];
   for (size_t j = 0; j < bucket.params.size(); ++j) {
     at::Tensor& p = params_[bucket.params[j]];
-    auto slot = bucket.flat.narrow(0, bucket.offsets[j], p.numel());
+    at::Tensor slot = slot_view(bucket.flat, bucket.offsets[j], p);
     const at::Tensor& g = p.grad();
     if (g.defined() && g.data_ptr() == slot.data_ptr())
       continue;  // a view: the gradient is already in the bucket
     if (g.defined()) {
-      slot.copy_(g.reshape({-1}));
+      slot.copy_(g);
     } else {
       slot.zero_();
     }
-    p.mutable_grad() = slot.view(p.sizes());
+    p.mutable_grad() = slot;
   }
   works_[b] = comm_.all_reduce_async(bucket.flat, ReduceOp::kSum);
 }
@@ -268,8 +280,7 @@ at::Tensor GradientSync::sync(const at::Tensor& extras) {
     Bucket& bucket = buckets_[b];
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       at::Tensor& p = params_[bucket.params[j]];
-      p.mutable_grad() =
-          bucket.flat.narrow(0, bucket.offsets[j], p.numel()).view(p.sizes());
+      p.mutable_grad() = slot_view(bucket.flat, bucket.offsets[j], p);
     }
   }
   launched_early_ = static_cast<int64_t>(first_now);

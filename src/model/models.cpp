@@ -55,6 +55,19 @@ void Classifier::set_batch_norm_sync(
   batch_norm_sync_ = std::move(sync);
 }
 
+void Classifier::to_channels_last() {
+  torch::NoGradGuard no_grad;
+  for (auto& t : parameters()) {
+    if (t.dim() == 4)
+      t.set_data(t.contiguous(at::MemoryFormat::ChannelsLast));
+  }
+  for (auto& t : buffers()) {
+    if (t.dim() == 4)
+      t.set_data(t.contiguous(at::MemoryFormat::ChannelsLast));
+  }
+  channels_last_ = true;
+}
+
 int64_t groups_for(int64_t channels) {
   for (int64_t g = 8; g > 1; --g) {
     if (channels % g == 0)

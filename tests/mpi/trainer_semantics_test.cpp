@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/data/sharded_sampler.h"
@@ -166,6 +167,61 @@ TEST(TrainerSemantics, TwoHostSyncsPerWindowWhateverTheAccumulation) {
       }
     }
   }
+}
+
+// model.channels_last: auto is off on a CPU, so the run is the run without
+// it, bit for bit; on trains the same model with NHWC weights and inputs
+// (the 2D convolutions' other kernels change only the rounding).
+TEST(TrainerSemantics, ChannelsLastChangesOnlyTheRounding) {
+  SharedDir dir("nhwc");
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) {
+    SyntheticSpec spec;
+    spec.kind = "images";
+    spec.samples = 64;
+    spec.channels = 3;
+    spec.height = 12;
+    spec.width = 12;
+    spec.classes = 3;
+    spec.seed = 4;
+    make_synthetic(spec, dir.file("train.h5"));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::map<Switch, RunResult> runs;
+  for (Switch s : {Switch::kOff, Switch::kAuto, Switch::kOn}) {
+    TrainConfig c = base_config(dir.file("train.h5"));
+    c.model.name = ModelName::kCnn;
+    c.model.hidden = 8;
+    c.model.depth = 2;
+    c.model.channels_last = s;
+    c.data.batch_size = 4;
+    c.training.gradient_accumulation_steps = 2;
+    c.training.max_windows = 3;
+    c.training.lr = 0.05;
+    c.training.momentum = 0.9;
+    runs[s] = train(c, MPI_COMM_WORLD);
+  }
+  const NamedTensors& off = runs[Switch::kOff].params;
+  const NamedTensors& autos = runs[Switch::kAuto].params;
+  const NamedTensors& on = runs[Switch::kOn].params;
+  ASSERT_EQ(off.size(), on.size());
+  int64_t nhwc = 0;
+  for (size_t i = 0; i < off.size(); ++i) {
+    EXPECT_TRUE(torch::equal(off[i].second, autos[i].second))
+        << off[i].first << ": auto is off on a CPU";
+    EXPECT_TRUE(torch::allclose(off[i].second, on[i].second, 1e-4, 1e-5))
+        << off[i].first;
+    if (on[i].second.dim() == 4) {
+      EXPECT_TRUE(on[i].second.is_contiguous(at::MemoryFormat::ChannelsLast))
+          << on[i].first;
+      ++nhwc;
+    }
+  }
+  EXPECT_GE(nhwc, 2) << "the CNN's convolution weights";
+  EXPECT_DOUBLE_EQ(
+      runs[Switch::kOff].summary.window_results.back().loss,
+      runs[Switch::kAuto].summary.window_results.back().loss);
 }
 
 // Semantics 3: the same number of windows on every rank, whatever the shard

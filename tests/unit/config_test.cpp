@@ -278,6 +278,34 @@ TEST(TrainConfig, NormThatAModelWouldIgnoreIsRefused) {
 // validation.best_metric names a metric the task reports, so it is a key,
 // not a list fixed here: the config checks its shape, the run checks it
 // against its task (tests/e2e/regression.sh, augment.sh).
+// training.cudnn_benchmark and model.channels_last: auto, on, off; on is
+// refused where it contradicts the config.
+TEST(TrainConfig, ConvolutionSwitches) {
+  const TrainConfig d = TrainConfig::load("", {});
+  EXPECT_EQ(d.training.cudnn_benchmark, Switch::kAuto);
+  EXPECT_EQ(d.model.channels_last, Switch::kAuto);
+  const TrainConfig c = TrainConfig::load(
+      "",
+      {"model.name=resnet50",
+       "model.channels_last=on",
+       "training.cudnn_benchmark=off"});
+  EXPECT_EQ(c.model.channels_last, Switch::kOn);
+  EXPECT_EQ(c.training.cudnn_benchmark, Switch::kOff);
+  const std::string mlp = error_of("", {"model.channels_last=on"});
+  EXPECT_NE(
+      mlp.find("model.channels_last=on is for the 2D convolutional models"),
+      std::string::npos)
+      << mlp;
+  EXPECT_NE(mlp.find("model.name=mlp"), std::string::npos) << mlp;
+  const std::string det = error_of(
+      "", {"training.cudnn_benchmark=on", "training.deterministic=true"});
+  EXPECT_NE(
+      det.find("training.cudnn_benchmark=on picks cuDNN's algorithms"),
+      std::string::npos)
+      << det;
+  EXPECT_EQ(error_of("", {"model.channels_last=yes"}).empty(), false);
+}
+
 TEST(TrainConfig, BestMetricIsAMetricKey) {
   for (const char* ok : {"auto", "none", "val_loss", "val_rmse", "val_x2"}) {
     EXPECT_EQ(

@@ -53,6 +53,32 @@ TEST(GradientSync, NonfiniteSumsSetTheFlag) {
   }
 }
 
+// A channels-last parameter's gradient is a bucket view with the
+// parameter's strides (the optimizers' fast paths need one layout), and
+// backward accumulates the same values into it.
+TEST(GradientSync, BucketViewsKeepTheParametersLayout) {
+  MpiCommunicator comm(MPI_COMM_SELF);
+  torch::manual_seed(2);
+  const at::Tensor w0 = torch::randn({4, 3, 3, 3});
+  const at::Tensor x = torch::randn({2, 3, 6, 6});
+  const at::Tensor plain = w0.clone().requires_grad_(true);
+  torch::conv2d(x, plain).pow(2).sum().backward();
+  const at::Tensor nhwc =
+      w0.contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true);
+  GradientSync sync(comm, {nhwc}, 1 << 20, 0);
+  sync.attach();
+  EXPECT_EQ(nhwc.grad().strides(), nhwc.strides());
+  for (int k = 0; k < 2; ++k) {
+    torch::conv2d(x.contiguous(at::MemoryFormat::ChannelsLast), nhwc)
+        .pow(2)
+        .sum()
+        .backward();
+  }
+  sync.sync(at::Tensor());
+  EXPECT_EQ(nhwc.grad().strides(), nhwc.strides());
+  EXPECT_TRUE(torch::allclose(nhwc.grad(), 2 * plain.grad(), 1e-5, 1e-5));
+}
+
 TEST(GradientSync, BackwardAloneMovesNothing) {
   MpiCommunicator comm(MPI_COMM_SELF);
   auto w = torch::randn({8, 4}, torch::requires_grad());

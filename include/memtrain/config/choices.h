@@ -67,6 +67,9 @@ enum class BackendChoice { kAuto, kMpi, kNccl };
 enum class CheckReplicas { kOff, kEpoch, kWindow };
 // output.progress (not `Progress`: train/records/progress.h has one)
 enum class ProgressDisplay { kAuto, kTty, kLines };
+// A switch whose `auto` the run decides (training.cudnn_benchmark,
+// model.channels_last).
+enum class Switch { kAuto, kOn, kOff };
 
 // choice_names(E{})[i] spells the value i of E, in `--help`'s order.
 constexpr std::array<const char*, 6> choice_names(ModelName) {
@@ -138,6 +141,9 @@ constexpr std::array<const char*, 3> choice_names(CheckReplicas) {
 constexpr std::array<const char*, 3> choice_names(ProgressDisplay) {
   return {{"auto", "tty", "lines"}};
 }
+constexpr std::array<const char*, 3> choice_names(Switch) {
+  return {{"auto", "on", "off"}};
+}
 
 template <class E, class = void>
 struct IsChoice : std::false_type {};
@@ -185,6 +191,11 @@ std::ostream& operator<<(std::ostream& out, E e) {
 // resnet50 or seresnext50_32x4d (timm's ResNets, with batch-norm).
 constexpr bool is_resnet(ModelName name) {
   return name == ModelName::kResnet50 || name == ModelName::kSeresnext50;
+}
+
+// The models made of 2D convolutions (model.channels_last applies).
+constexpr bool is_2d_conv(ModelName name) {
+  return name == ModelName::kCnn || is_resnet(name);
 }
 
 }  // namespace memtrain

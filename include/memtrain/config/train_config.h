@@ -45,6 +45,9 @@ struct ModelConfig {
   // Batch-norm statistics over every rank's concurrent micro-batch
   // (model/sync_batch_norm.h; the ResNets only).
   bool sync_bn = false;
+  // Channels-last (NHWC) parameters and inputs for the 2D convolutional
+  // models: auto = on a CUDA device (device_setup.h: channels_last_on).
+  Switch channels_last = Switch::kAuto;
 };
 
 // data.val_classes: the classes held out for validation episodes, as a
@@ -151,6 +154,9 @@ struct TrainingConfig {
   // Deterministic kernels where LibTorch has them, no TF32 (CUDA): the same
   // config gives the same weights on CPU and GPU within rounding. Slower.
   bool deterministic = false;
+  // cuDNN autotuning (benchmark mode): auto = on unless deterministic
+  // (device_setup.h: cudnn_benchmark_on).
+  Switch cudnn_benchmark = Switch::kAuto;
 };
 
 struct MemoryConfig {

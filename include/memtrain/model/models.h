@@ -53,6 +53,15 @@ class Classifier : public torch::nn::Module {
     return batch_norm_sync_;
   }
 
+  // model.channels_last: every 4-D parameter and buffer in channels-last
+  // (NHWC) memory order, the same values; autocast_forward() gives the
+  // model its 4-D inputs in that order too. Call on the device, before the
+  // gradient buckets and the optimizer state exist.
+  void to_channels_last();
+  bool channels_last() const {
+    return channels_last_;
+  }
+
  protected:
   // The sequential structure forward() runs by default. Models that
   // override forward() need not implement them.
@@ -73,6 +82,7 @@ class Classifier : public torch::nn::Module {
 
  private:
   int64_t checkpointed_ = 0;
+  bool channels_last_ = false;
 };
 
 // GroupNorm's group count for `channels`: the largest <= 8 that divides it.

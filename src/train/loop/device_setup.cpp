@@ -18,6 +18,7 @@ Budget start_on_device(const TrainConfig& cfg, const Placement& placement) {
       placement.describe(),
       "; use training.amp=bf16 on a CPU");
   compat::set_deterministic(cfg.training.deterministic);
+  at::globalContext().setBenchmarkCuDNN(cudnn_benchmark_on(cfg.training));
   Budget budget = budget_of(cfg.memory.budget, cfg.memory.headroom);
   // The budget is the whole process's (Note [A budget is the whole
   // process]): what it holds outside the allocator comes off the cap.
@@ -44,6 +45,18 @@ Budget start_on_device(const TrainConfig& cfg, const Placement& placement) {
   return budget;
 }
 
+bool cudnn_benchmark_on(const TrainingConfig& training) {
+  return training.cudnn_benchmark == Switch::kAuto
+             ? !training.deterministic
+             : training.cudnn_benchmark == Switch::kOn;
+}
+
+bool channels_last_on(const ModelConfig& model, const Placement& placement) {
+  return model.channels_last == Switch::kAuto
+             ? placement.is_cuda() && is_2d_conv(model.name)
+             : model.channels_last == Switch::kOn;
+}
+
 at::Tensor autocast_forward(
     Classifier& model,
     const TrainingConfig& training,
@@ -54,8 +67,11 @@ at::Tensor autocast_forward(
       training.amp != Amp::kOff,
       placement.is_cuda(),
       training.amp == Amp::kBf16 ? torch::kBFloat16 : torch::kHalf);
+  const at::Tensor in = model.channels_last() && x.dim() == 4
+                            ? x.contiguous(at::MemoryFormat::ChannelsLast)
+                            : x;
   const at::Tensor logits =
-      context.defined() ? model.forward(x, context) : model.forward(x);
+      context.defined() ? model.forward(in, context) : model.forward(in);
   return logits.to(torch::kFloat32);
 }
 

@@ -80,6 +80,8 @@ void build_model(RunState& run) {
   memory::DeviceScope device;
   run.model = run.task->make_model(run);
   run.model->to(run.placement.device());
+  if (channels_last_on(cfg.model, run.placement))
+    run.model->to_channels_last();
   run.model->train();
   // Frozen parameters get no gradient, no optimizer state and no place in
   // the gradient buckets.

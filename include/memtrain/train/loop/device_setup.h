@@ -19,9 +19,17 @@ class Placement;
 // Returns the budget. Throws memtrain::Error.
 Budget start_on_device(const TrainConfig& cfg, const Placement& placement);
 
+// training.cudnn_benchmark resolved: auto is on unless
+// training.deterministic. start_on_device() applies it (cuDNN only: GPUs).
+bool cudnn_benchmark_on(const TrainingConfig& training);
+// model.channels_last resolved for `placement`: auto is on for the 2D
+// convolutional models on a CUDA device (cuDNN's NHWC kernels); off on a
+// CPU, where it would only change the rounding.
+bool channels_last_on(const ModelConfig& model, const Placement& placement);
+
 // model(x), or model(x, context) when `context` is defined, under
 // training.amp's autocast (off, fp16, bf16) on `placement`'s device; the
-// logits as float32.
+// logits as float32. A channels-last model gets a 4-D x in that order.
 at::Tensor autocast_forward(
     Classifier& model,
     const TrainingConfig& training,
