@@ -20,18 +20,13 @@ namespace memtrain {
 namespace {
 
 void make_fewshot(const SharedDir& dir, const std::string& name) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0) {
-    SyntheticSpec spec;
-    spec.kind = "fewshot";
-    spec.classes = 16;
-    spec.samples = 16 * 8;
-    spec.features = 12;
-    spec.seed = 3;
-    make_synthetic(spec, dir.file(name));
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  SyntheticSpec spec;
+  spec.kind = "fewshot";
+  spec.classes = 16;
+  spec.samples = 16 * 8;
+  spec.features = 12;
+  spec.seed = 3;
+  make_shared_synthetic(dir, name, spec);
 }
 
 TrainConfig fewshot_config(const std::string& train, const std::string& head) {

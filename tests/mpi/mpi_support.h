@@ -48,22 +48,28 @@ class SharedDir {
   std::string path_;
 };
 
+// DIR/name, `spec`'s synthetic file, written by rank 0 while the others
+// wait.
+inline void make_shared_synthetic(
+    const SharedDir& dir, const std::string& name, const SyntheticSpec& spec) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0)
+    make_synthetic(spec, dir.file(name));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 inline void make_features(
     const SharedDir& dir,
     const std::string& name,
     int64_t samples,
     int64_t features = 12) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0) {
-    SyntheticSpec spec;
-    spec.samples = samples;
-    spec.features = features;
-    spec.classes = 3;
-    spec.seed = 5;
-    make_synthetic(spec, dir.file(name));
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  SyntheticSpec spec;
+  spec.samples = samples;
+  spec.features = features;
+  spec.classes = 3;
+  spec.seed = 5;
+  make_shared_synthetic(dir, name, spec);
 }
 
 inline TrainConfig base_config(const std::string& train) {

@@ -22,20 +22,15 @@ void make_regression(
     const std::string& name,
     const std::string& split,
     int64_t samples) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0) {
-    SyntheticSpec spec;
-    spec.kind = "regression";
-    spec.samples = samples;
-    spec.features = 6;
-    spec.targets = 2;
-    spec.noise = 0.1;
-    spec.seed = 4;
-    spec.split = split;
-    make_synthetic(spec, dir.file(name));
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  SyntheticSpec spec;
+  spec.kind = "regression";
+  spec.samples = samples;
+  spec.features = 6;
+  spec.targets = 2;
+  spec.noise = 0.1;
+  spec.seed = 4;
+  spec.split = split;
+  make_shared_synthetic(dir, name, spec);
 }
 
 // All rows of `data`: features and targets.

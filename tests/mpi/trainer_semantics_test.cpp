@@ -174,20 +174,15 @@ TEST(TrainerSemantics, TwoHostSyncsPerWindowWhateverTheAccumulation) {
 // (the 2D convolutions' other kernels change only the rounding).
 TEST(TrainerSemantics, ChannelsLastChangesOnlyTheRounding) {
   SharedDir dir("nhwc");
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0) {
-    SyntheticSpec spec;
-    spec.kind = "images";
-    spec.samples = 64;
-    spec.channels = 3;
-    spec.height = 12;
-    spec.width = 12;
-    spec.classes = 3;
-    spec.seed = 4;
-    make_synthetic(spec, dir.file("train.h5"));
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  SyntheticSpec spec;
+  spec.kind = "images";
+  spec.samples = 64;
+  spec.channels = 3;
+  spec.height = 12;
+  spec.width = 12;
+  spec.classes = 3;
+  spec.seed = 4;
+  make_shared_synthetic(dir, "train.h5", spec);
   std::map<Switch, RunResult> runs;
   for (Switch s : {Switch::kOff, Switch::kAuto, Switch::kOn}) {
     TrainConfig c = base_config(dir.file("train.h5"));

@@ -14,23 +14,18 @@ namespace memtrain {
 namespace {
 
 void make_volumes(const SharedDir& dir, const std::string& name) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0) {
-    SyntheticSpec spec;
-    spec.kind = "volumes";
-    spec.samples = 3;
-    spec.channels = 2;
-    spec.depth = 12;
-    spec.height = 12;
-    spec.width = 16;
-    spec.classes = 3;
-    spec.chunk = 4;
-    spec.noise = 0.7;
-    spec.seed = 9;
-    make_synthetic(spec, dir.file(name));
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  SyntheticSpec spec;
+  spec.kind = "volumes";
+  spec.samples = 3;
+  spec.channels = 2;
+  spec.depth = 12;
+  spec.height = 12;
+  spec.width = 16;
+  spec.classes = 3;
+  spec.chunk = 4;
+  spec.noise = 0.7;
+  spec.seed = 9;
+  make_shared_synthetic(dir, name, spec);
 }
 
 TrainConfig volume_config(const std::string& train) {
