@@ -117,13 +117,15 @@ class Communicator {
   //   be waited for in any order.
   // - The caller keeps `t` alive, and neither reads nor writes it, until
   //   wait() has returned.
-  // - `t` must be contiguous. MPI: host tensors, float32/float64/int32/
-  //   int64; call from the thread that initialised MPI (CPU autograd runs
-  //   hooks on the thread that called backward()). NCCL: CUDA tensors on the
-  //   communicator's device, float32/float64/float16/bfloat16/int32/int64;
-  //   the collective runs on the communicator's own stream, after the work
-  //   already queued on the caller's current stream (an event, no host
-  //   sync), so `t` may be the output of kernels still in flight.
+  // - `t` must be dense (contiguous in some order of its dimensions, as a
+  //   channels-last weight), with the same layout on every rank. MPI: host
+  //   tensors, float32/float64/int32/int64; call from the thread that
+  //   initialised MPI (CPU autograd runs hooks on the thread that called
+  //   backward()). NCCL: CUDA tensors on the communicator's device,
+  //   float32/float64/float16/bfloat16/int32/int64; the collective runs on the
+  //   communicator's own stream, after the work already queued on the caller's
+  //   current stream (an event, no host sync), so `t` may be the output of
+  //   kernels still in flight.
   virtual std::unique_ptr<CollectiveWork> all_reduce_async(
       at::Tensor& t, ReduceOp op) = 0;
 

@@ -46,10 +46,13 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
+// Dense in memory, in any order of dimensions (a channels-last weight):
+// an element-wise collective on its numel() elements from data_ptr() is
+// right when every rank has the same layout, which one model config gives.
 void check_tensor(const at::Tensor& t) {
   MT_INTERNAL_ASSERT(
-      t.defined() && t.is_contiguous() && t.device().is_cpu(),
-      "MpiCommunicator needs a contiguous host tensor");
+      t.defined() && t.is_non_overlapping_and_dense() && t.device().is_cpu(),
+      "MpiCommunicator needs a dense host tensor");
 }
 
 // A collective in flight: its MPI requests (one per piece) and its number.

@@ -256,11 +256,12 @@ struct NcclCommunicator::Impl {
     }
   }
 
+  // Dense in any order of dimensions, as MpiCommunicator's check_tensor.
   void check(const at::Tensor& t) const {
     MT_INTERNAL_ASSERT(
-        t.defined() && t.is_cuda() && t.is_contiguous() &&
+        t.defined() && t.is_cuda() && t.is_non_overlapping_and_dense() &&
             t.device().index() == device,
-        "NcclCommunicator needs a contiguous tensor on cuda:",
+        "NcclCommunicator needs a dense tensor on cuda:",
         device);
   }
 
