@@ -348,7 +348,7 @@ class Data:
         self.f = h5py.File(path, "r")
         self.model = model
         self.seed = seed
-        key = {"mlp": "features", "cnn": "images", "unet3d": "volumes"}[model]
+        key = {"mlp": "features", "unet3d": "volumes"}.get(model, "images")
         self.x = self.f[key]
         self.y = self.f["masks" if model == "unet3d" else "labels"]
         self.num_classes = int(self.f.attrs["num_classes"])
@@ -358,7 +358,7 @@ class Data:
         shift = float(self.x.attrs.get("shift", 0.0))
         if model == "mlp":
             self.normalise = False
-        elif model == "cnn":
+        elif model != "unet3d":  # the CNN, SE-ResNeXt: images
             self.normalise = integer
         else:
             self.normalise = scale != 1.0 or shift != 0.0
@@ -431,7 +431,7 @@ def env_int(*names, default=None):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", choices=["mlp", "cnn", "unet3d"], required=True)
+    ap.add_argument("--model", choices=["mlp", "cnn", "unet3d", "seresnext50_32x4d"], required=True)
     ap.add_argument("--data", required=True, help="training HDF5 file")
     ap.add_argument("--init", required=True, help="memtrain's initial.safetensors")
     ap.add_argument("--hidden", type=int, default=64)
@@ -477,10 +477,17 @@ def main():
     elif a.model == "cnn":
         model = SmallCnn(data.x.shape[1:], a.hidden, a.depth, data.num_classes, a.norm == "group")
         loss_fn = lambda z, y: F.cross_entropy(z, y, reduction="sum")
+    elif a.model == "seresnext50_32x4d":
+        # timm's own model: memtrain's parameter names are timm's.
+        import timm
+
+        model = timm.create_model(a.model, num_classes=data.num_classes, pretrained=False)
+        loss_fn = lambda z, y: F.cross_entropy(z, y, reduction="sum")
     else:
         model = UNet3d(data.x.shape[1], a.feature_size, a.depth, data.num_classes, a.norm)
         loss_fn = dice_ce_loss_sum
-    mine = dict(model.named_parameters())
+    # Parameters and buffers (batch-norm's running statistics).
+    mine = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     if sorted(mine) != sorted(init):
         sys.exit(
             f"pytorch_ddp.py: {a.init} holds {sorted(set(init) - set(mine))} not in the model "

@@ -6,19 +6,20 @@
 # alternation, R repeats of N windows each. Prints a table, writes
 # DIR/vs_pytorch.csv and DIR/vs_pytorch.png (gnuplot).
 #
-# usage: benchmarks/vs_pytorch/run.sh [--device cpu|cuda] [--models mlp,cnn,unet3d]
+# usage: benchmarks/vs_pytorch/run.sh [--device cpu|cuda] [--models mlp,cnn,unet3d,seresnext50_32x4d]
 #          [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2]
 #          [--size full|smallest|gpu] [--warmup W] [--check-loss TOL]
 #   --size smallest   seconds-long sizes (CI); full: the sizes in README.md
 #   --warmup W        windows left out of the timing at the start of each run (1)
 #   --check-loss TOL  exit 1 when the losses after N windows differ by more
 #                     than TOL relative (a correctness check, not a figure)
-# Environment: PYTHON (a python3 with torch, h5py and numpy; default: the
-# first of python3, /usr/bin/python3 that has them), MPIEXEC (mpirun).
+# Environment: PYTHON (a python3 with torch, h5py and numpy, and timm for
+# seresnext50_32x4d; default: the first of python3, /usr/bin/python3 that
+# has them), MPIEXEC (mpirun).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-usage="usage: $0 [--device cpu|cuda] [--models mlp,cnn,unet3d] [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2] [--size full|smallest|gpu] [--warmup W] [--check-loss TOL]"
+usage="usage: $0 [--device cpu|cuda] [--models mlp,cnn,unet3d,seresnext50_32x4d] [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2] [--size full|smallest|gpu] [--warmup W] [--check-loss TOL]"
 device=cpu models=mlp,cnn,unet3d windows=10 repeats=3 out="" memtrain="$root/build/memtrain"
 np=2 size=full warmup=1 check=""
 while [ $# -gt 0 ]; do
@@ -89,6 +90,8 @@ set_model() {  # MODEL
       cnn) data=(--kind images --channels 3 --height 32 --width 32 --classes 10); hidden=32 depth=3 micro=32 lr=0.02 ;;
       unet3d) data=(--kind volumes --channels 1 --depth 48 --height 48 --width 48 --classes 3 --chunk 16)
         feat=8 depth=3 patch=32 micro=2 vols=4 ;;
+      # timm's SE-ResNeXt50 at ImageNet's 224^2, a small batch.
+      seresnext50_32x4d) data=(--kind images --channels 3 --height 224 --width 224 --classes 10); micro=2 ;;
     esac
   else
     case $m in
@@ -96,12 +99,22 @@ set_model() {  # MODEL
       cnn) data=(--kind images --channels 1 --height 8 --width 8 --classes 4); hidden=4 depth=2 micro=4 ;;
       unet3d) data=(--kind volumes --channels 1 --depth 16 --height 16 --width 16 --classes 2 --chunk 8)
         feat=4 depth=2 patch=8 micro=1 vols=2 ;;
+      seresnext50_32x4d) data=(--kind images --channels 3 --height 32 --width 32 --classes 4); micro=2 ;;
     esac
   fi
   batch=$((np * accum * micro))
   local need=$((windows * batch))
-  model_args=(--model.name=$m --model.depth=$depth)
-  py_args=(--model "$m" --depth "$depth")
+  model_args=(--model.name=$m)
+  py_args=(--model "$m")
+  if [ "$m" = seresnext50_32x4d ]; then
+    # The images as they are on both sides: no crop, flip or ImageNet
+    # normalisation (what auto gives a ResNet).
+    data+=(--samples "$need")
+    model_args+=(--data.augment=none --data.normalize=none)
+    return
+  fi
+  model_args+=(--model.depth=$depth)
+  py_args+=(--depth "$depth")
   if [ "$m" = unet3d ]; then
     ppv=$(((need + vols - 1) / vols))
     data+=(--samples "$vols")
@@ -122,7 +135,11 @@ free_port() {
 
 IFS=, read -r -a model_list <<<"$models"
 for m in "${model_list[@]}"; do
-  case "$m" in mlp | cnn | unet3d) ;; *) echo "$0: unknown model '$m' (mlp, cnn, unet3d)" >&2; exit 2 ;; esac
+  case "$m" in mlp | cnn | unet3d | seresnext50_32x4d) ;; *) echo "$0: unknown model '$m' (mlp, cnn, unet3d, seresnext50_32x4d)" >&2; exit 2 ;; esac
+  if [ "$m" = seresnext50_32x4d ] && ! "$py" -c 'import timm' >/dev/null 2>&1; then
+    echo "$0: seresnext50_32x4d is raced against timm's model, but $py cannot import timm. With Debian's python3-torch: apt-get install python3-torchvision; python3 -m venv --system-site-packages V; V/bin/pip install --no-deps timm; then PYTHON=V/bin/python" >&2
+    exit 2
+  fi
   set_model "$m"
   h5="$out/data/$m-$size-w$windows-np$np.h5"
   if [ ! -s "$h5" ]; then

@@ -93,7 +93,8 @@ def load_st(path):
     out = {}
     for k, e in header.items():
         b, end = e["data_offsets"]
-        out[k] = np.frombuffer(blob[8 + n + b : 8 + n + end], dtype="<f4").reshape(e["shape"])
+        dtype = {"F32": "<f4", "F64": "<f8", "I64": "<i8"}[e["dtype"]]  # I64: num_batches_tracked
+        out[k] = np.frombuffer(blob[8 + n + b : 8 + n + end], dtype=dtype).reshape(e["shape"])
     return out
 
 
@@ -127,7 +128,8 @@ def model_row(a, m):
         pt["rss"].append(p["peak_rss_bytes"])
         wm = load_st(os.path.join(run, "memtrain", "model.safetensors"))
         wp = load_st(os.path.join(run, "pytorch", "model.safetensors"))
-        weights_diff = max(weights_diff, max(float(np.max(np.abs(wm[k] - wp[k]))) for k in wm))
+        # The parameters (PyTorch's file holds no buffers).
+        weights_diff = max(weights_diff, max(float(np.max(np.abs(wm[k] - wp[k]))) for k in wp))
     row = {"model": m, "size": a.size, "device": a.device, "ranks": a.np, "effective_batch": batch,
            "windows": a.windows, "warmup": a.warmup, "repeats": a.repeats}
     for s in ("memtrain", "pytorch"):
