@@ -80,21 +80,13 @@ at::Tensor Communicator::all_gather_rows(
 }
 
 void Communicator::all_reduce_batch_norm(at::Tensor& t) {
-  // The statistics are used on the device only: no host wait on NCCL
-  // (Note [One host read per window]).
-  sum_counted_as(
-      t, stats_.syncbn_calls, stats_.syncbn_bytes, /*host_waits=*/false);
+  sum_counted_as(t, stats_.syncbn_calls, stats_.syncbn_bytes);
 }
 
 void Communicator::sum_counted_as(
-    at::Tensor& t, int64_t& calls, int64_t& bytes, bool host_waits) {
+    at::Tensor& t, int64_t& calls, int64_t& bytes) {
   const CommStats before = stats_;
-  std::unique_ptr<CollectiveWork> work = all_reduce_async(t, ReduceOp::kSum);
-  if (host_waits) {
-    work->wait();
-  } else {
-    work->wait_on_device();
-  }
+  all_reduce(t, ReduceOp::kSum);
   stats_.allreduce_calls = before.allreduce_calls;
   stats_.allreduce_bytes = before.allreduce_bytes;
   ++calls;

@@ -105,7 +105,7 @@ struct SyncBatchNormFunction
     s->sync(stats);
     // The count stays on the device (Note [One host read per window]):
     // with more than one value here the sum has more; only a rank with at
-    // most one reads it to check.
+    // most one reads it to check (after `sync`, which waited on the host).
     const at::Tensor n = stats.narrow(0, 0, 1);
     if (local <= 1) {
       const double total = read_to_host(n)[0];

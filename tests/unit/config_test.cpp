@@ -275,9 +275,6 @@ TEST(TrainConfig, NormThatAModelWouldIgnoreIsRefused) {
   EXPECT_EQ(error_of("model:\n  name: cnn\n  norm: group\n"), "");
 }
 
-// validation.best_metric names a metric the task reports, so it is a key,
-// not a list fixed here: the config checks its shape, the run checks it
-// against its task (tests/e2e/regression.sh, augment.sh).
 // training.cudnn_benchmark and model.channels_last: auto, on, off; on is
 // refused where it contradicts the config.
 TEST(TrainConfig, ConvolutionSwitches) {
@@ -306,6 +303,9 @@ TEST(TrainConfig, ConvolutionSwitches) {
   EXPECT_EQ(error_of("", {"model.channels_last=yes"}).empty(), false);
 }
 
+// validation.best_metric names a metric the task reports, so it is a key,
+// not a list fixed here: the config checks its shape, the run checks it
+// against its task (tests/e2e/regression.sh, augment.sh).
 TEST(TrainConfig, BestMetricIsAMetricKey) {
   for (const char* ok : {"auto", "none", "val_loss", "val_rmse", "val_x2"}) {
     EXPECT_EQ(

@@ -68,12 +68,15 @@ TEST(GradientSync, BucketViewsKeepTheParametersLayout) {
   GradientSync sync(comm, {nhwc}, 1 << 20, 0);
   sync.attach();
   EXPECT_EQ(nhwc.grad().strides(), nhwc.strides());
+  const void* view = nhwc.grad().data_ptr();
   for (int k = 0; k < 2; ++k) {
     torch::conv2d(x.contiguous(at::MemoryFormat::ChannelsLast), nhwc)
         .pow(2)
         .sum()
         .backward();
   }
+  EXPECT_EQ(nhwc.grad().data_ptr(), view) << "accumulated into the bucket";
+  EXPECT_EQ(nhwc.grad().strides(), nhwc.strides());
   sync.sync(at::Tensor());
   EXPECT_EQ(nhwc.grad().strides(), nhwc.strides());
   EXPECT_TRUE(torch::allclose(nhwc.grad(), 2 * plain.grad(), 1e-5, 1e-5));

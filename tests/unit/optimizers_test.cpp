@@ -45,7 +45,9 @@ struct Model {
     flat.copy_(torch::randn(flat.sizes()) * 0.5);
     int64_t at = 0;
     for (auto& p : params) {
-      p.mutable_grad() = flat.narrow(0, at, p.numel()).view(p.sizes());
+      // With the parameter's strides, as GradientSync's bucket views.
+      p.mutable_grad() =
+          flat.narrow(0, at, p.numel()).as_strided(p.sizes(), p.strides());
       at += p.numel();
     }
   }
@@ -186,6 +188,46 @@ TEST(MultiTensorOptimizers, ArchivesResumeBothWays) {
           EXPECT_LE(d, kTol) << what;
         }
       }
+    }
+  }
+}
+
+// A checkpoint whose state was written for contiguous parameters resumes
+// into channels-last ones (model.channels_last): the state takes the
+// parameters' layout (the fused kernels take one layout), and the steps
+// are the same.
+TEST(MultiTensorOptimizers, StateTakesItsParametersLayout) {
+  for (const Case& c : cases()) {
+    for (const StepKernel k : kernels()) {
+      Model plain(7);
+      auto o1 = c.multi(k)(plain.params);
+      run(*o1, plain, 0, 10);
+      std::ostringstream bytes;
+      {
+        torch::serialize::OutputArchive out;
+        o1->save(out);
+        out.save_to(bytes);
+      }
+      Model nhwc(7);
+      for (size_t i = 0; i < nhwc.params.size(); ++i) {
+        const at::Tensor& p = plain.params[i];
+        nhwc.params[i] =
+            (p.dim() == 4
+                 ? p.detach().contiguous(at::MemoryFormat::ChannelsLast)
+                 : p.detach().clone())
+                .requires_grad_(true);
+      }
+      auto o2 = c.multi(k)(nhwc.params);
+      std::istringstream in_bytes(bytes.str());
+      torch::serialize::InputArchive in;
+      in.load_from(in_bytes);
+      o2->load(in);
+      run(*o1, plain, 10, 10);
+      run(*o2, nhwc, 10, 10);
+      const std::string what = std::string(c.what) + " " + name(k);
+      EXPECT_EQ(max_diff(plain, nhwc), 0.0) << what;
+      EXPECT_TRUE(nhwc.params[2].is_contiguous(at::MemoryFormat::ChannelsLast))
+          << what;
     }
   }
 }

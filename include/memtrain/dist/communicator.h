@@ -146,11 +146,12 @@ class Communicator {
   at::Tensor all_gather_rows(
       const at::Tensor& mine, int64_t offset, int64_t total);
 
-  // Collective: all_reduce_sum(t) of batch-norm's statistics
-  // (model.sync_bn), counted as syncbn_*, not allreduce_*; waited for with
-  // wait_on_device() (NCCL: the stream waits, the host does not; MPI:
-  // blocking). Sync batch-norm calls it from forward and backward, on the
-  // training thread on a CPU (see Note [Batch-norm and data parallelism]).
+  // Collective, blocking: all_reduce_sum(t) of batch-norm's statistics
+  // (model.sync_bn), counted as syncbn_*, not allreduce_*. Sync
+  // batch-norm calls it from forward and backward, on the training thread
+  // on a CPU (see Note [Batch-norm and data parallelism]). Blocking, so
+  // that a rank may read the count it summed (sync_batch_norm.cpp) and a
+  // dead peer is watched for (NCCL: each is a counted host sync).
   void all_reduce_batch_norm(at::Tensor& t);
 
   // Collective, blocking: copies `t` from rank `root` to every rank, in
@@ -194,10 +195,8 @@ class Communicator {
 
  private:
   // all_reduce_sum(t) counted in `calls` and `bytes` instead of
-  // allreduce_* (all_gather_rows, all_reduce_batch_norm); waited for on
-  // the host, or (`host_waits` false) with wait_on_device().
-  void sum_counted_as(
-      at::Tensor& t, int64_t& calls, int64_t& bytes, bool host_waits = true);
+  // allreduce_* (all_gather_rows, all_reduce_batch_norm).
+  void sum_counted_as(at::Tensor& t, int64_t& calls, int64_t& bytes);
 };
 
 // For backends, on a tensor of the other kind of device than theirs (a host

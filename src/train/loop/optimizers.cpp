@@ -130,6 +130,16 @@ at::Tensor MultiTensor<Base, Options>::step(
   return loss;
 }
 
+// State tensor `s` in its parameter's memory layout. LibTorch's archive
+// keeps strides, so a checkpoint written in another layout (before
+// model.channels_last, or where auto resolved otherwise) resumes into p's
+// here, once; the fused kernels take one layout for all their tensors.
+at::Tensor in_layout_of(const at::Tensor& s, const at::Tensor& p) {
+  if (!s.defined() || s.strides() == p.strides())
+    return s;
+  return at::empty_like(p).copy_(s);  // p's layout (Preserve)
+}
+
 template <>
 void MultiTensorSGD::step_group(
     const optim::SGDOptions& o,
@@ -142,6 +152,8 @@ void MultiTensorSGD::step_group(
     for (const auto& p : params) {
       auto* st = state_of<optim::SGDParamState>(*this, p);
       have += st ? 1 : 0;
+      if (st)
+        st->momentum_buffer(in_layout_of(st->momentum_buffer(), p));
       bufs.push_back(st ? st->momentum_buffer() : at::Tensor());
     }
     MT_CHECK(
@@ -218,6 +230,8 @@ void MultiTensorAdamW::step_group(
       st->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
       st->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
     }
+    st->exp_avg(in_layout_of(st->exp_avg(), p));
+    st->exp_avg_sq(in_layout_of(st->exp_avg_sq(), p));
     st->step(st->step() + 1);
     steps.push_back(st->step());
     avg.push_back(st->exp_avg());
