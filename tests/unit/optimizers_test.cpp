@@ -45,9 +45,10 @@ struct Model {
     flat.copy_(torch::randn(flat.sizes()) * 0.5);
     int64_t at = 0;
     for (auto& p : params) {
-      // With the parameter's strides, as GradientSync's bucket views.
-      p.mutable_grad() =
-          flat.narrow(0, at, p.numel()).as_strided(p.sizes(), p.strides());
+      const at::Tensor g = flat.narrow(0, at, p.numel()).view(p.sizes());
+      // The same values in the parameter's layout (a channels-last
+      // parameter's gradient is channels-last, as GradientSync gives it).
+      p.mutable_grad() = p.is_contiguous() ? g : at::empty_like(p).copy_(g);
       at += p.numel();
     }
   }
