@@ -196,7 +196,7 @@ TEST(MultiTensorOptimizers, ArchivesResumeBothWays) {
 // A checkpoint whose state was written for contiguous parameters resumes
 // into channels-last ones (model.channels_last): the state takes the
 // parameters' layout (the fused kernels take one layout), and the steps
-// are the same.
+// are the same (foreach: bit for bit).
 TEST(MultiTensorOptimizers, StateTakesItsParametersLayout) {
   for (const Case& c : cases()) {
     for (const StepKernel k : kernels()) {
@@ -226,7 +226,13 @@ TEST(MultiTensorOptimizers, StateTakesItsParametersLayout) {
       run(*o1, plain, 10, 10);
       run(*o2, nhwc, 10, 10);
       const std::string what = std::string(c.what) + " " + name(k);
-      EXPECT_EQ(max_diff(plain, nhwc), 0.0) << what;
+      if (k == StepKernel::kForeach) {
+        EXPECT_EQ(max_diff(plain, nhwc), 0.0) << what;
+      } else {
+        // LibTorch 2.11's fused CPU kernels round 1 ulp apart in another
+        // memory order (vectorised chunks fall elsewhere).
+        EXPECT_LE(max_diff(plain, nhwc), kTol) << what;
+      }
       EXPECT_TRUE(nhwc.params[2].is_contiguous(at::MemoryFormat::ChannelsLast))
           << what;
     }
