@@ -117,6 +117,31 @@ TEST(UNet3d, DecoderEqualsTheConvolutionOfTheConcatenation) {
   EXPECT_LT(max_abs_diff(net->forward(x), want), 1e-5);
   net->set_checkpointed(net->num_segments());
   EXPECT_LT(max_abs_diff(net->forward(x), want), 1e-5);
+  // Not lean (no memory.budget): the concatenation itself, the same
+  // function, checkpointed or not (forward without gradients: split).
+  net->set_memory_lean(false);
+  EXPECT_LT(max_abs_diff(net->forward(x), want), 1e-5);
+  net->set_checkpointed(0);
+  EXPECT_LT(max_abs_diff(net->forward(x), want), 1e-5);
+}
+
+// Note [U-Net decoder input]: the split and the concatenation train the
+// same model: gradients equal to float32 rounding.
+TEST(UNet3d, LeanOrNotTheGradientsAgree) {
+  auto net = build(unet_config(3, Norm::kInstance), 1, 3);
+  const torch::Tensor x = torch::randn({2, 1, 8, 8, 8});
+  const torch::Tensor target = torch::randint(0, 3, {2, 8, 8, 8});
+  std::vector<std::map<std::string, torch::Tensor>> grads;
+  for (bool lean : {true, false}) {
+    net->set_memory_lean(lean);
+    net->zero_grad();
+    dice_ce_loss_sum(net->forward(x), target).backward();
+    grads.emplace_back();
+    for (const auto& p : net->named_parameters())
+      grads.back()[p.key()] = p.value().grad().clone();
+  }
+  for (const auto& [name, g] : grads[0])
+    EXPECT_LE(max_abs_diff(g, grads[1].at(name)), 1e-5) << name;
 }
 
 TEST(UNet3d, CheckpointingChangesNeitherOutputNorGradients) {

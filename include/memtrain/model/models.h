@@ -62,6 +62,14 @@ class Classifier : public torch::nn::Module {
     return channels_last_;
   }
 
+  // Where a model can trade training speed for memory (the U-Net's decoder
+  // input, Note [U-Net decoder input]): `lean` (the default) saves memory,
+  // otherwise the faster form. set_up_run passes whether memory.budget is
+  // set. The parameters and the function are the same either way.
+  virtual void set_memory_lean(bool lean) {
+    (void)lean;
+  }
+
  protected:
   // The sequential structure forward() runs by default. Models that
   // override forward() need not implement them.

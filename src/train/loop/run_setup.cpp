@@ -82,6 +82,8 @@ void build_model(RunState& run) {
   run.model->to(run.placement.device());
   if (channels_last_on(cfg.model, run.placement))
     run.model->to_channels_last();
+  // Without a budget nothing asks for the memory: the faster forms.
+  run.model->set_memory_lean(run.budget.limited());
   run.model->train();
   // Frozen parameters get no gradient, no optimizer state and no place in
   // the gradient buckets.
