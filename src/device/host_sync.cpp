@@ -85,12 +85,12 @@ void count_host_sync() {
 
 std::vector<double> read_to_host(const at::Tensor& t, const DeviceWait& wait) {
   count_host_sync();
-  const at::Tensor src = t.detach().reshape({-1}).to(at::kDouble);
   at::Tensor h;
   {
     memory::HostScope host;
+    const at::Tensor src = t.detach().reshape({-1}).to(at::kDouble);
     if (src.device().is_cpu()) {
-      h = src.contiguous();
+      h = src;  // 1-D: contiguous
     } else {
       // Behind the current stream's work, then an event: the host's wait
       // is on that event, through `wait` (a watched wait) or polling.
@@ -128,11 +128,12 @@ void flag_nonfinite(
   }
   // CPU: LibTorch 1.13 has the fused kernel for CUDA only. Without
   // allocating: a mask the size of the gradient (isfinite) would raise the
-  // step's peak memory.
+  // step's peak memory. A dense tensor in any dimension order (a
+  // channels-last gradient) is scanned where it lies.
   bool finite = true;
   for (const auto& t : tensors) {
     MT_INTERNAL_ASSERT(t.scalar_type() == at::kFloat);
-    const at::Tensor c = t.is_contiguous() ? t : t.contiguous();
+    const at::Tensor c = t.is_non_overlapping_and_dense() ? t : t.contiguous();
     if (finite && !host_all_finite(c.data_ptr<float>(), c.numel()))
       finite = false;
     if (inv_scale != 1.0)

@@ -10,9 +10,7 @@ namespace memtrain {
 
 CollectiveWork::~CollectiveWork() = default;
 
-void Communicator::wait_for_device(
-    const std::function<bool()>& done, const char* what) {
-  (void)what;
+void Communicator::wait_for_device(const std::function<bool()>& done) {
   while (!done())
     std::this_thread::yield();
 }

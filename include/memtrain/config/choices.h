@@ -144,6 +144,10 @@ constexpr std::array<const char*, 3> choice_names(ProgressDisplay) {
 constexpr std::array<const char*, 3> choice_names(Switch) {
   return {{"auto", "on", "off"}};
 }
+// A Switch resolved: `if_auto` (what the run decided) for auto.
+constexpr bool switch_on(Switch s, bool if_auto) {
+  return s == Switch::kAuto ? if_auto : s == Switch::kOn;
+}
 
 template <class E, class = void>
 struct IsChoice : std::false_type {};

@@ -174,11 +174,11 @@ class Communicator {
   // collectives: a read's copy) is true, watching what wait() watches:
   // NCCL polls `done` together with NCCL's asynchronous error and
   // dist.timeout_s, and ends the job on either as wait() does, naming the
-  // last collective issued; `what` names the wait in messages. Other
-  // backends: their collectives were waited for on the host already, so
-  // this only polls `done`.
-  virtual void wait_for_device(
-      const std::function<bool()>& done, const char* what);
+  // last collective issued (the one a dead peer would hold; the timeout
+  // protocol matches ranks by its sequence number). Other backends: their
+  // collectives were waited for on the host already, so this only polls
+  // `done`.
+  virtual void wait_for_device(const std::function<bool()>& done);
   // Ends the job after `failure` came out of a thread that may not call MPI
   // (see CollectiveFailure), from the thread that initialised MPI. Backends
   // that never throw it return and leave the ending to the caller.

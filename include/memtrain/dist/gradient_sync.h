@@ -59,14 +59,14 @@ class GradientSync {
 
   // Collective. Launches the buckets not launched yet (in bucket order,
   // the last with `extras`: a float32 tensor of num_extras values on any
-  // device, undefined when num_extras is 0), waits for every bucket (on
-  // CUDA the current stream waits, not the host), and replaces every
-  // parameter's gradient by the sum over ranks (a missing gradient counts
-  // as zeros; afterwards every parameter has one, a view into the bucket,
-  // valid until the next attach). Returns the extras' sums, a float32
-  // tensor on the buckets' device (undefined without extras); no host
-  // read. Callers weight the loss so that the sum is the mean they want
-  // (see Note [Window weighting] in micro_step.cpp).
+  // device, undefined when num_extras is 0), waits for every bucket
+  // (wait_on_device: with NCCL the current stream waits, not the host),
+  // and replaces every parameter's gradient by the sum over ranks (a
+  // missing gradient counts as zeros; afterwards every parameter has one,
+  // a view into the bucket, valid until the next attach). Returns the
+  // extras' sums, a float32 tensor on the buckets' device (undefined
+  // without extras); no host read. Callers weight the loss so that the sum
+  // is the mean they want (see Note [Window weighting] in micro_step.cpp).
   at::Tensor sync(const at::Tensor& extras);
 
   // After sync(): adds 1 to `found` (float32 (1,), on the buckets' device)

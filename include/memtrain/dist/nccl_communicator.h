@@ -56,8 +56,7 @@ class NcclCommunicator final : public Communicator {
   // The timeout protocol (naming the ranks that did not arrive) or, for an
   // NCCL error, the message and MPI_Abort; never returns.
   void end_job_after(const CollectiveFailure& failure) override;
-  void wait_for_device(
-      const std::function<bool()>& done, const char* what) override;
+  void wait_for_device(const std::function<bool()>& done) override;
 
  private:
   struct Impl;

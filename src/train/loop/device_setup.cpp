@@ -46,15 +46,12 @@ Budget start_on_device(const TrainConfig& cfg, const Placement& placement) {
 }
 
 bool cudnn_benchmark_on(const TrainingConfig& training) {
-  return training.cudnn_benchmark == Switch::kAuto
-             ? !training.deterministic
-             : training.cudnn_benchmark == Switch::kOn;
+  return switch_on(training.cudnn_benchmark, !training.deterministic);
 }
 
 bool channels_last_on(const ModelConfig& model, const Placement& placement) {
-  return model.channels_last == Switch::kAuto
-             ? placement.is_cuda() && is_2d_conv(model.name)
-             : model.channels_last == Switch::kOn;
+  return switch_on(
+      model.channels_last, placement.is_cuda() && is_2d_conv(model.name));
 }
 
 at::Tensor autocast_forward(

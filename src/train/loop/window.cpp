@@ -197,7 +197,7 @@ Boundary exchange(
   // The window's one read, watching the all-reduce for a dead peer.
   const std::vector<double> read = read_to_host(
       torch::cat({summed, found}), [&](const std::function<bool()>& done) {
-        run.comm.wait_for_device(done, "the window's totals");
+        run.comm.wait_for_device(done);
       });
   Boundary b;
   b.totals = WindowTotals::unpack(

@@ -68,16 +68,16 @@ at::Tensor pair_ids(
   return ids;
 }
 
-// A host copy of a prefetched batch, kept for the re-run (the prefetcher's
-// buffer goes back to it).
-// A copy of a host batch, page-locked as it is (so that its copies to the
-// device stay asynchronous).
+// A copy of host tensor `t`, page-locked as it is (so that its copies to
+// the device stay asynchronous).
 at::Tensor keep(const at::Tensor& t) {
   at::Tensor out =
       at::empty(t.sizes(), t.options().pinned_memory(t.is_pinned()));
   return out.copy_(t);
 }
 
+// A host copy of a prefetched batch, kept for the re-run (the prefetcher's
+// buffer goes back to it).
 Batch keep(const Batch& b) {
   Batch out;
   out.x = keep(b.x);

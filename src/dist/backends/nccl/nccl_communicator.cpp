@@ -525,14 +525,9 @@ void NcclCommunicator::end_job_after(const CollectiveFailure& failure) {
   m.end_job(failure.what());
 }
 
-void NcclCommunicator::wait_for_device(
-    const std::function<bool()>& done, const char* what) {
+void NcclCommunicator::wait_for_device(const std::function<bool()>& done) {
   Impl& m = *impl_;
   const c10::cuda::CUDAGuard guard(m.device);
-  // Named in messages after the last collective issued (the one a dead
-  // peer would hold), not after `what`: the timeout protocol matches ranks
-  // by that collective's sequence number.
-  (void)what;
   m.poll([&](ncclResult_t) { return done(); }, m.last_what, m.last_seq);
 }
 
