@@ -357,9 +357,9 @@ const std::vector<Key>& keys() {
           "model.channels_last",
           [](TrainConfig& c) { return &c.model.channels_last; },
           "cnn, resnet50, seresnext50_32x4d: convolution weights and "
-          "images in channels-last (NHWC) memory order, which cuDNN's "
-          "fastest kernels use (auto: on a CUDA device; on a CPU it only "
-          "changes the rounding)"),
+          "images in channels-last (NHWC) memory order, the layout NVIDIA "
+          "recommends for cuDNN's tensor-core convolutions (auto: on a "
+          "CUDA device; on a CPU it only changes the rounding)"),
       string_key(
           "data.train",
           [](TrainConfig& c) { return &c.data.train; },

@@ -321,9 +321,10 @@ class UNet3d : public Classifier {
 // checkpointed. The parameters keep their names and shapes
 // (dec.l.conv1.weight is [f, 2f, 3, 3, 3]). The split costs time in
 // backward where the halves are narrow: oneDNN's convolution backward at 8
-// input channels (feature size 8, 32^3, batch 2, 1 thread, LibTorch 1.13)
-// took 14.5 ms per half against 10.8 ms for the whole, the level-0 block
-// 37-40 ms against 22-26 ms forward and backward. So a training run
+// input channels (feature size 8, 32^3, batch 2, 1 thread; timed with
+// torch.nn.functional.conv3d of Debian's python3-torch 1.13, the same
+// kernels) took 14.5 ms per half against 10.8 ms for the whole, the
+// level-0 block 37-40 ms against 22-26 ms forward and backward. So a training run
 // without memory.budget (nothing asks for the memory) gives the block the
 // concatenation (set_memory_lean(false)); with a budget, and without
 // gradients (validation, inference: forward only, where the split is also

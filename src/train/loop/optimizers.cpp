@@ -15,7 +15,7 @@ namespace memtrain {
 
 // Note [Multi-tensor optimizers]
 // LibTorch's C++ SGD and AdamW loop over parameters, several operations
-// for each (issue 29 counts about 300 parameter tensors for SE-ResNeXt50).
+// for each (timm's seresnext50_32x4d has 225 parameter tensors).
 // These step a whole parameter group at once: _foreach_* operations
 // (LibTorch >= 1.13), or, for CUDA parameters where LibTorch has them
 // (>= 2.4), the fused kernels that PyTorch's `fused=True` runs. Neither

@@ -23,8 +23,8 @@ Budget start_on_device(const TrainConfig& cfg, const Placement& placement);
 // training.deterministic. start_on_device() applies it (cuDNN only: GPUs).
 bool cudnn_benchmark_on(const TrainingConfig& training);
 // model.channels_last resolved for `placement`: auto is on for the 2D
-// convolutional models on a CUDA device (cuDNN's NHWC kernels); off on a
-// CPU, where it would only change the rounding.
+// convolutional models on a CUDA device (for cuDNN's NHWC kernels; not
+// measured yet); off on a CPU, where it would only change the rounding.
 bool channels_last_on(const ModelConfig& model, const Placement& placement);
 
 // model(x), or model(x, context) when `context` is defined, under
