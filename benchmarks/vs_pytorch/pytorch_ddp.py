@@ -420,6 +420,41 @@ class MicroBatches(torch.utils.data.Dataset):
 # -------------------------------------------------------------------- main
 
 
+def compute_floor(a, model, loss_fn, windows, plan, device, sync, rank):
+    """The same windows again, every rank at once, with the bare model:
+    forward and backward of each micro-batch, read as in the run, and
+    nothing else -- no DDP, no all-reduce, no optimizer step. The time any
+    trainer running these kernels on this machine needs for the window's
+    compute; rank 0's times are added to a.out as compute_floor_s."""
+    loader = torch.utils.data.DataLoader(
+        MicroBatches(a, plan),
+        batch_size=None,
+        num_workers=a.workers,
+        pin_memory=a.device == "cuda",
+        **({"prefetch_factor": max(2, a.accum)} if a.workers > 0 else {}),
+    )
+    batches = iter(loader)
+    floor_s = []
+    dist.barrier()
+    for n, steps in windows:
+        weight = dist.get_world_size() / n
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            x, y = next(batches)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            (loss_fn(model(x), y) * weight).backward()
+        sync()
+        floor_s.append(time.perf_counter() - t0)
+        model.zero_grad(set_to_none=True)
+    if rank == 0:
+        res = json.load(open(a.out))
+        res["compute_floor_s"] = floor_s
+        with open(a.out + ".tmp", "w") as f:
+            json.dump(res, f)
+        os.replace(a.out + ".tmp", a.out)
+
+
 def env_int(*names, default=None):
     for n in names:
         if n in os.environ:
@@ -454,6 +489,11 @@ def main():
     ap.add_argument("--workers", type=int, default=1, help="DataLoader reader processes (0: read in the window)")
     ap.add_argument("--out", required=True, help="results JSON (rank 0)")
     ap.add_argument("--save", default="", help="final parameters, safetensors (rank 0)")
+    ap.add_argument(
+        "--compute-floor",
+        action="store_true",
+        help="after the run, time the same windows' forward and backward alone (no DDP, no step)",
+    )
     a = ap.parse_args()
 
     rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK")
@@ -541,10 +581,10 @@ def main():
     )
     batches = iter(loader)
     window_s, local_loss = [], []
+    sync = (lambda: torch.cuda.synchronize()) if a.device == "cuda" else (lambda: None)
     for n, steps in windows:
         weight = world / n  # DDP divides by world: Note [Window weighting]
-        if a.device == "cuda":
-            torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         loss_sum = 0.0
         for k in range(steps):
@@ -557,8 +597,7 @@ def main():
                 loss_sum += loss.item()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if a.device == "cuda":
-            torch.cuda.synchronize()
+        sync()
         window_s.append(time.perf_counter() - t0)
         local_loss.append(loss_sum)
 
@@ -592,6 +631,8 @@ def main():
         os.replace(a.out + ".tmp", a.out)
         if a.save:
             save_safetensors(a.save, dict(model.named_parameters()), {"format": "pt", "producer": "pytorch_ddp.py"})
+    if a.compute_floor:
+        compute_floor(a, model, loss_fn, windows, plan, device, sync, rank)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -9,19 +9,24 @@
 # usage: benchmarks/vs_pytorch/run.sh [--device cpu|cuda] [--models mlp,cnn,unet3d,seresnext50_32x4d]
 #          [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2]
 #          [--size full|smallest|gpu] [--warmup W] [--check-loss TOL]
+#          [--compute-floor on|off]
 #   --size smallest   seconds-long sizes (CI); full: the sizes in README.md
 #   --warmup W        windows left out of the timing at the start of each run (1)
 #   --check-loss TOL  exit 1 when the losses after N windows differ by more
 #                     than TOL relative (a correctness check, not a figure)
+#   --compute-floor   on (default): after each PyTorch run, the same windows'
+#                     forward and backward alone, every rank at once (no
+#                     all-reduce, no step): the compute any trainer of these
+#                     kernels needs here, reported beside both windows
 # Environment: PYTHON (a python3 with torch, h5py and numpy, and timm for
 # seresnext50_32x4d; default: the first of python3, /usr/bin/python3 that
 # has them), MPIEXEC (mpirun).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-usage="usage: $0 [--device cpu|cuda] [--models mlp,cnn,unet3d,seresnext50_32x4d] [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2] [--size full|smallest|gpu] [--warmup W] [--check-loss TOL]"
+usage="usage: $0 [--device cpu|cuda] [--models mlp,cnn,unet3d,seresnext50_32x4d] [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2] [--size full|smallest|gpu] [--warmup W] [--check-loss TOL] [--compute-floor on|off]"
 device=cpu models=mlp,cnn,unet3d windows=10 repeats=3 out="" memtrain="$root/build/memtrain"
-np=2 size=full warmup=1 check=""
+np=2 size=full warmup=1 check="" floor=on
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
   case "$1" in
@@ -35,12 +40,14 @@ while [ $# -gt 0 ]; do
     --size) size=$2 ;;
     --warmup) warmup=$2 ;;
     --check-loss) check=$2 ;;
+    --compute-floor) floor=$2 ;;
     *) echo "$0: unknown option '$1'" >&2; echo "$usage" >&2; exit 2 ;;
   esac
   shift 2
 done
 [ -n "$out" ] || { echo "$0: --out DIR is required" >&2; echo "$usage" >&2; exit 2; }
 case "$device" in cpu | cuda) ;; *) echo "$0: --device must be cpu or cuda, got '$device'" >&2; exit 2 ;; esac
+case "$floor" in on | off) ;; *) echo "$0: --compute-floor must be on or off, got '$floor'" >&2; exit 2 ;; esac
 case "$size" in full | smallest | gpu) ;; *) echo "$0: --size must be full, smallest or gpu, got '$size'" >&2; exit 2 ;; esac
 for v in windows repeats np warmup; do
   [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 -o "$v" = warmup ] ||
@@ -173,6 +180,7 @@ for m in "${model_list[@]}"; do
       --data-seed 0 --micro $micro --accum $accum --windows $windows --optimizer $opt
       --lr $lr --momentum $momentum --weight-decay $wd --threads "$threads" --device $device
       --out "$run/pytorch/result.json" --save "$run/pytorch/model.safetensors")
+    [ "$floor" = off ] || cmd+=(--compute-floor)
     log "${cmd[*]}"
     echo "[$m r$r/$repeats] pytorch (DDP, $threads thread(s) per rank)" >&2
     "${cmd[@]}" >"$run/pytorch.log" 2>&1 || { tail -20 "$run/pytorch.log" >&2; echo "$0: the PyTorch run failed ($run/pytorch.log)" >&2; exit 1; }

@@ -11,7 +11,15 @@ all repeats pooled. Peak RSS: the largest ru_maxrss of a rank's process,
 both sides measured by the kernel the same way (the PyTorch side includes
 the Python interpreter). memtrain's mem_peak is its accounting allocator's
 peak of device-domain bytes (tensors only); on CUDA the PyTorch side's is
-torch.cuda.max_memory_allocated (the same allocator statistic)."""
+torch.cuda.max_memory_allocated (the same allocator statistic).
+
+Where the window goes (second table): memtrain's t_compute_s,
+t_comm_exposed_s and t_optimizer_s medians (metrics.jsonl), and PyTorch's
+compute floor (pytorch_ddp.py --compute-floor: the same windows' forward
+and backward alone, every rank at once, no all-reduce and no step). The
+floor over PyTorch's window is the lowest ratio a trainer running the same
+kernels can reach on this machine unless it computes faster than PyTorch
+does: the ratio of a window that is compute alone."""
 
 import argparse
 import csv
@@ -104,6 +112,8 @@ def rel(a, b):
 
 def model_row(a, m):
     side = {"memtrain": {"t": [], "loss": [], "rss": [], "peak": []}, "pytorch": {"t": [], "loss": [], "rss": [], "peak": []}}
+    phases = {"compute": [], "comm_exposed": [], "optimizer": []}  # memtrain's
+    floor = []  # PyTorch's compute alone, when measured
     batch, weights_diff, torch_version = None, 0.0, "?"
     for r in range(1, a.repeats + 1):
         run = os.path.join(a.out, "runs", m, f"r{r}")
@@ -114,6 +124,8 @@ def model_row(a, m):
         batch = recs[0]["effective_batch"]
         mt = side["memtrain"]
         mt["t"] += [x["window_s"] for x in recs[a.warmup :]]
+        for k in phases:
+            phases[k] += [x[f"t_{k}_s"] for x in recs[a.warmup :]]
         mt["loss"].append([x["loss"] for x in recs])
         mt["peak"].append(max(x["mem_peak"] for x in recs))
         mt["rss"].append(max(int(open(f).read()) for f in glob.glob(os.path.join(run, "memtrain", "rss", "rank-*"))))
@@ -123,6 +135,7 @@ def model_row(a, m):
             sys.exit(f"summarize.py: {run}: effective batch {batch} (memtrain) vs {p['effective_batch']} (PyTorch)")
         pt = side["pytorch"]
         pt["t"] += p["window_s"][a.warmup :]
+        floor += p.get("compute_floor_s", [])[a.warmup :]
         pt["loss"].append(p["loss"])
         pt["peak"].append(p["peak_allocated_bytes"])
         pt["rss"].append(p["peak_rss_bytes"])
@@ -142,6 +155,12 @@ def model_row(a, m):
         row[f"{s}_loss_spread_over_repeats"] = max(l[-1] for l in side[s]["loss"]) - min(l[-1] for l in side[s]["loss"])
     row["memtrain_mem_peak_bytes"] = max(side["memtrain"]["peak"])
     row["pytorch_cuda_peak_allocated_bytes"] = max(side["pytorch"]["peak"]) if a.device == "cuda" else ""
+    for k, v in phases.items():
+        row[f"memtrain_{k}_s_median"] = stats(v)["median"]
+    if floor:
+        for k, v in stats(floor).items():
+            row[f"pytorch_compute_floor_s_{k}"] = v
+        row["floor_ratio"] = row["pytorch_compute_floor_s_median"] / row["pytorch_window_s_median"]
     row["ratio"] = row["memtrain_window_s_median"] / row["pytorch_window_s_median"]
     row["loss_rel_diff"] = rel(row["memtrain_loss_last"], row["pytorch_loss_last"])
     row["loss_rel_diff_max_any_window"] = max(
@@ -236,6 +255,25 @@ def main():
     print("ms/window: median [interquartile range] over the timed windows of all repeats; "
           "RSS: peak resident set of a rank's process (max over ranks); mem_peak: memtrain's device-domain tensor peak"
           + (" / torch.cuda.max_memory_allocated" if a.device == "cuda" else ""))
+    print()
+    hdr = ("model", "memtrain compute", "comm exposed", "optimizer", "PyTorch compute floor", "floor / PyTorch window",
+           "memtrain / PyTorch")
+    table = [hdr]
+    for r in rows:
+        has = "floor_ratio" in r
+        table.append((r["model"], f"{1e3 * r['memtrain_compute_s_median']:.1f}",
+                      f"{1e3 * r['memtrain_comm_exposed_s_median']:.1f}", f"{1e3 * r['memtrain_optimizer_s_median']:.1f}",
+                      (f"{1e3 * r['pytorch_compute_floor_s_median']:.1f} [{1e3 * r['pytorch_compute_floor_s_p25']:.1f}-"
+                       f"{1e3 * r['pytorch_compute_floor_s_p75']:.1f}]") if has else "-",
+                      f"{r['floor_ratio']:.3f}" if has else "-", f"{r['ratio']:.3f}"))
+    widths = [max(len(row[i]) for row in table) for i in range(len(hdr))]
+    for k, row in enumerate(table):
+        print("  ".join(c.rjust(widths[i]) for i, c in enumerate(row)))
+        if k == 0:
+            print("  ".join("-" * wd for wd in widths))
+    print("where the window goes, ms, medians: memtrain's phases (metrics.jsonl); PyTorch's compute floor: the same "
+          "windows' forward and backward alone, every rank at once (run.sh --compute-floor); floor / PyTorch window: the "
+          "ratio of a trainer whose window is PyTorch's compute alone, with nothing exposed")
     png = plot(a, rows)
     print(f"wrote {os.path.join(a.out, 'vs_pytorch.csv')}" + (f", {png}" if png else ""))
     if a.check_loss is not None:
