@@ -1,7 +1,7 @@
 // bench_memory: peak device bytes and time per window for the models that
-// exist, across activation checkpointing (off / all / auto), AMP (off /
-// bf16) and micro-batch sizes. One rank (the memory of one rank is what a
-// budget limits). Prints a table and writes CSV.
+// exist, across activation checkpointing (off / selective / all / auto),
+// AMP (off / bf16) and micro-batch sizes. One rank (the memory of one rank is
+// what a budget limits). Prints a table and writes CSV.
 //
 //   bench_memory [-b 64] [-e 1024] [-f 4] [-w 1] [-n 3] [-c 1]
 //                [--models mlp,cnn] [--amp off,bf16] [--device cpu|cuda]
@@ -14,6 +14,7 @@
 //             each at its own micro-batch
 //   -w        warm-up windows (not timed)   -n  timed windows
 //   -c        check before timing: checkpointed weights equal un-checkpointed
+// ckpt "auto:sel": the planner chose every segment selective.
 //
 // On the CPU "device" bytes are the accounting allocator's device domain
 // (DESIGN.md); with --device cuda (a CUDA build) the caching allocator's.
@@ -80,6 +81,8 @@ Result run(
   Result r;
   r.row.model = to_string(c.model.name);
   r.row.ckpt = to_string(ckpt);
+  if (ckpt == Checkpointing::kAuto && t.selective_recompute())
+    r.row.ckpt += ":sel";  // auto chose every segment selective
   r.row.amp = to_string(c.training.amp);
   r.row.micro = micro;
   r.row.segments = t.checkpointed_segments();
@@ -194,7 +197,7 @@ int main(int argc, char** argv) {
         memory::backend_name().c_str(),
         torch::get_num_threads());
     std::printf(
-        "# %-17s %-5s %-5s %6s %5s %12s %10s %12s %7s %7s\n",
+        "# %-17s %-9s %-5s %6s %5s %12s %10s %12s %7s %7s\n",
         "model",
         "ckpt",
         "amp",
@@ -241,20 +244,26 @@ int main(int argc, char** argv) {
         for (std::string amp; std::getline(amp_list, amp, ',');) {
           Result off =
               run(base, Checkpointing::kOff, amp, micro, iters, warmup);
+          Result selective =
+              run(base, Checkpointing::kSelective, amp, micro, iters, warmup);
           Result all =
               run(base, Checkpointing::kAll, amp, micro, iters, warmup);
           if (check) {
-            const double d = max_diff(off.params, all.params);
-            MT_CHECK(
-                d < 1e-5,
-                "check failed: ",
-                model,
-                " micro ",
-                micro,
-                " amp ",
-                amp,
-                ": checkpointed weights differ by ",
-                d);
+            for (const Result* r : {&selective, &all}) {
+              const double d = max_diff(off.params, r->params);
+              MT_CHECK(
+                  d < 1e-5,
+                  "check failed: ",
+                  model,
+                  " micro ",
+                  micro,
+                  " amp ",
+                  amp,
+                  ": ",
+                  r->row.ckpt,
+                  " checkpointed weights differ by ",
+                  d);
+            }
           }
           // auto: a budget halfway between the two peaks; it must pick
           // some segments, not all.
@@ -264,14 +273,14 @@ int main(int argc, char** argv) {
           budgeted.memory.headroom = 0.1;
           Result automatic =
               run(budgeted, Checkpointing::kAuto, amp, micro, iters, warmup);
-          for (const Result* r : {&off, &all, &automatic}) {
+          for (const Result* r : {&off, &selective, &all, &automatic}) {
             const Row& row = r->row;
             // Against checkpointing off in the same run.
             const double peak_x = static_cast<double>(row.peak) /
                                   static_cast<double>(off.row.peak);
             const double time_x = row.window_ms / off.row.window_ms;
             std::printf(
-                "  %-17s %-5s %-5s %6ld %5ld %12ld %10.2f %12.2f %7.3f "
+                "  %-17s %-9s %-5s %6ld %5ld %12ld %10.2f %12.2f %7.3f "
                 "%7.3f\n",
                 row.model.c_str(),
                 row.ckpt.c_str(),

@@ -12,6 +12,7 @@
 
 #include <optional>
 #include <string>
+#include <variant>
 
 #define MEMTRAIN_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||           \
@@ -43,6 +44,20 @@ class Optimizer;
 }
 
 namespace memtrain::compat {
+
+// Alternative I of a LibTorch option variant (a convolution's padding):
+// c10::variant in 1.13, std::variant in the CUDA build's LibTorch. The
+// call is unqualified so that argument-dependent lookup finds c10::get for
+// a c10::variant.
+template <size_t I, typename V>
+decltype(auto) variant_get(const V& v) {
+#if MEMTRAIN_TORCH_AT_LEAST(2, 4)
+  return std::get<I>(v);
+#else
+  using std::get;
+  return get<I>(v);
+#endif
+}
 
 // A c10::Allocator whose allocation is allocate_block(). 1.13 declares
 // `allocate(size_t) const` and nothing else to implement; 2.11 declares a

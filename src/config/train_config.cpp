@@ -708,7 +708,10 @@ const std::vector<Key>& keys() {
           "training.gradient_checkpointing",
           [](TrainConfig& c) { return &c.training.gradient_checkpointing; },
           "activation checkpointing of the model's segments; auto: the "
-          "fewest segments that reach the micro-batch memory.budget allows"),
+          "fewest segments that reach the micro-batch memory.budget allows; "
+          "selective: every segment, keeping its convolutions' outputs and "
+          "recomputing only the rest in backward (less memory than off, "
+          "less time than all)"),
       choice_key(
           "training.contrastive_accumulation",
           [](TrainConfig& c) { return &c.training.contrastive_accumulation; },

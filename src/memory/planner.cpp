@@ -9,29 +9,62 @@
 namespace memtrain {
 
 // Note [Planning]
-// data.batch_size=auto: with the most checkpointing the mode allows (none
-// for off, every segment for all and auto), find the largest micro-batch m
-// <= the rank's share of the window that fits: double from 1 until a probe
-// fails or the share is reached, then bisect. Prefer the largest divisor of
-// the share that is at least m/2, so that micro x steps x ranks equals the
-// effective batch exactly; otherwise keep m and let the last micro-batch be
-// smaller (it is weighted by its samples). Then, for checkpointing auto, find
-// the fewest segments (0, 1, ...) with which m still fits.
-// Fixed data.batch_size: checkpointing auto takes the fewest segments with
-// which that micro-batch fits; off and all probe once, for the prediction.
+// The tiers of checkpointing, cheapest in time first (tier_ladder): none;
+// every segment selective (Note [Selective recompute]: its convolutions'
+// outputs kept, the rest recomputed, about the time of none); then 1, 2,
+// ..., all segments whole, largest activations first (what auto probed
+// before selective existed). off, all and selective have one tier each;
+// auto has them all.
+// data.batch_size=auto: with the deepest tier the mode allows, find the
+// largest micro-batch m <= the rank's share of the window that fits:
+// double from 1 until a probe fails or the share is reached, then bisect.
+// Prefer the largest divisor of the share that is at least m/2, so that
+// micro x steps x ranks equals the effective batch exactly; otherwise keep
+// m and let the last micro-batch be smaller (it is weighted by its
+// samples). Then take the first tier with which m fits.
+// Fixed data.batch_size: the first tier with which that micro-batch fits
+// (off, all and selective probe their one tier, for the prediction).
+
+std::vector<Tier> tier_ladder(Checkpointing mode, int64_t num_segments) {
+  const int64_t n = num_segments;
+  switch (mode) {
+    case Checkpointing::kOff:
+      return {Tier{0, false}};
+    case Checkpointing::kAll:
+      return {Tier{n, false}};
+    case Checkpointing::kSelective:
+      return {Tier{n, n > 0}};
+    case Checkpointing::kAuto:
+      break;
+  }
+  std::vector<Tier> ladder = {Tier{0, false}};
+  if (n > 0)
+    ladder.push_back(Tier{n, true});
+  for (int64_t s = 1; s <= n; ++s)
+    ladder.push_back(Tier{s, false});
+  return ladder;
+}
+
+std::string describe(const Tier& tier, int64_t num_segments) {
+  std::ostringstream out;
+  out << tier.segments << "/" << num_segments << " segments";
+  if (tier.segments > 0)
+    out << (tier.selective ? " selective" : " whole");
+  return out.str();
+}
 
 namespace {
 
 class Prober {
  public:
   Prober(const ProbeFn& fn, MemoryPlan& plan) : fn_(fn), plan_(plan) {}
-  ProbeResult operator()(int64_t micro, int64_t segments) {
-    const auto key = std::make_pair(micro, segments);
+  ProbeResult operator()(int64_t micro, const Tier& tier) {
+    const auto key = std::make_pair(micro, tier);
     auto it = cache_.find(key);
     if (it != cache_.end())
       return it->second;
-    const ProbeResult r = fn_(micro, segments);
-    plan_.probes.push_back({micro, segments, r.fits, r.peak});
+    const ProbeResult r = fn_(micro, tier);
+    plan_.probes.push_back({micro, tier, r.fits, r.peak});
     cache_.emplace(key, r);
     return r;
   }
@@ -39,13 +72,15 @@ class Prober {
  private:
   const ProbeFn& fn_;
   MemoryPlan& plan_;
-  std::map<std::pair<int64_t, int64_t>, ProbeResult> cache_;
+  std::map<std::pair<int64_t, Tier>, ProbeResult> cache_;
 };
 
-int64_t fewest_segments(Prober& probe, int64_t micro, int64_t max_segments) {
-  for (int64_t s = 0; s <= max_segments; ++s) {
-    if (probe(micro, s).fits)
-      return s;
+// The first tier of `ladder` with which `micro` fits; -1: none.
+int64_t first_fitting(
+    Prober& probe, int64_t micro, const std::vector<Tier>& ladder) {
+  for (size_t i = 0; i < ladder.size(); ++i) {
+    if (probe(micro, ladder[i]).fits)
+      return static_cast<int64_t>(i);
   }
   return -1;
 }
@@ -56,27 +91,32 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
   MT_INTERNAL_ASSERT(req.rank_share >= 1 && req.num_segments >= 0);
   MemoryPlan plan;
   Prober probe(fn, plan);
-  const int64_t most =
-      req.checkpointing == Checkpointing::kOff ? 0 : req.num_segments;
+  const std::vector<Tier> ladder =
+      tier_ladder(req.checkpointing, req.num_segments);
+  const int64_t deepest = static_cast<int64_t>(ladder.size()) - 1;
+  const auto name = [&](int64_t i) {
+    return describe(ladder[static_cast<size_t>(i)], req.num_segments);
+  };
   std::ostringstream note;
 
+  int64_t chosen = deepest;
   if (req.fixed_micro > 0) {
     plan.micro_batch = req.fixed_micro;
+    const int64_t i = first_fitting(probe, plan.micro_batch, ladder);
+    plan.fits = i >= 0;
+    chosen = i >= 0 ? i : deepest;
+    note << "fixed micro-batch " << plan.micro_batch;
     if (req.checkpointing == Checkpointing::kAuto) {
-      const int64_t s = fewest_segments(probe, plan.micro_batch, most);
-      plan.fits = s >= 0;
-      plan.checkpointed_segments = s >= 0 ? s : most;
-      note << "fixed micro-batch " << plan.micro_batch << "; checkpointing "
-           << (s >= 0 ? "the fewest segments that fit"
-                      : "every segment, and it still does not fit");
-    } else {
-      plan.checkpointed_segments = most;
-      plan.fits = probe(plan.micro_batch, most).fits;
-      note << "fixed micro-batch " << plan.micro_batch
-           << (plan.fits ? "" : ", which does not fit the budget");
+      note << "; checkpointing "
+           << (i >= 0 ? "the cheapest tier that fits: " + name(i)
+                      : "the deepest tier, " + name(deepest) +
+                            ", and it still does not fit");
+    } else if (!plan.fits) {
+      note << ", which does not fit the budget";
     }
   } else {
-    // 1. Largest micro-batch with the most checkpointing allowed.
+    // 1. Largest micro-batch with the deepest tier allowed.
+    const Tier& most = ladder.back();
     int64_t good = 0, bad = 0;
     for (int64_t m = 1;; m *= 2) {
       const int64_t t = std::min(m, req.rank_share);
@@ -89,16 +129,19 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
         break;
       }
     }
+    const int64_t peak_of_one = plan.probes.front().peak;  // (1, most)
     MT_CHECK(
         good > 0,
-        "memory: even a micro-batch of 1 sample does not fit "
-        "the budget (",
-        most,
-        " of ",
-        req.num_segments,
-        " segments checkpointed); raise memory.budget, lower "
-        "memory.headroom, use training.amp=bf16 or "
-        "training.gradient_checkpointing=all, or a smaller model");
+        "memory: even a micro-batch of 1 sample does not fit the budget "
+        "with checkpointing ",
+        name(deepest),
+        " (",
+        peak_of_one > 0
+            ? "measured peak " + format_bytes(static_cast<double>(peak_of_one))
+            : std::string("it ran out of memory"),
+        "); raise memory.budget, lower memory.headroom, use "
+        "training.amp=bf16 or training.gradient_checkpointing=all, or a "
+        "smaller model");
     while (bad > 0 && bad - good > 1) {
       const int64_t mid = good + (bad - good) / 2;
       (probe(mid, most).fits ? good : bad) = mid;
@@ -113,16 +156,17 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
       note << ", using " << plan.micro_batch << " (divides the rank share "
            << req.rank_share << ")";
     }
-    // 3. Fewest segments for that micro-batch.
-    plan.checkpointed_segments =
-        req.checkpointing == Checkpointing::kAuto
-            ? fewest_segments(probe, plan.micro_batch, most)
-            : most;
-    MT_INTERNAL_ASSERT(plan.checkpointed_segments >= 0);
+    // 3. The cheapest tier for that micro-batch.
+    chosen = first_fitting(probe, plan.micro_batch, ladder);
+    MT_INTERNAL_ASSERT(chosen >= 0);
+    if (req.checkpointing == Checkpointing::kAuto)
+      note << "; checkpointing the cheapest tier that fits: " << name(chosen);
   }
-  const ProbeResult chosen =
-      probe(plan.micro_batch, plan.checkpointed_segments);
-  plan.predicted_peak = chosen.peak;
+  plan.tier_index = chosen;
+  const Tier& tier = ladder[static_cast<size_t>(chosen)];
+  plan.checkpointed_segments = tier.segments;
+  plan.selective = tier.selective;
+  plan.predicted_peak = probe(plan.micro_batch, tier).peak;
   plan.accumulation_steps = steps_for_share(req.rank_share, plan.micro_batch);
   plan.note = note.str();
   return plan;

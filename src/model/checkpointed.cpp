@@ -47,7 +47,188 @@ namespace memtrain {
 // inner node has used them (measured: bench_memory's unet3d, see
 // ARCHITECTURE.md).
 
+// Note [Selective recompute]
+// Full checkpointing recomputes a whole segment in backward, its
+// convolutions included, which are nearly all of its time. A selective
+// checkpoint (Recompute::kSelective) also keeps, through the forward, the
+// outputs of the segment's kept_conv() calls -- what the model marks as its
+// expensive operations -- and its recomputation hands them back instead of
+// convolving again: backward recomputes only what lies between them
+// (normalisation, activations, additions, pooling, the SE gate), which is
+// cheap in time and was most of the memory. What stays alive between a
+// selective segment's forward and its backward: its inputs and its
+// convolutions' outputs; without checkpointing, also every normalised and
+// activated tensor the graph saves.
+//
+// How: the forward runs the segment with grad mode off, as always, with a
+// thread-local scope whose `sink` collects each kept_conv() output in call
+// order. The recomputation runs it with grad mode on and a scope whose
+// `source` gives them back in the same order; each handed-back output gets
+// a KeptConvBackward node, which is ConvolutionBackward's arithmetic
+// (at::convolution_backward of the same input, weight and arguments, the
+// input being the recomputed one, bitwise what the forward had), so the
+// gradients are those of no checkpointing bit for bit in fp32 (tests). Under
+// autocast the node's input and weight are cast to the kept output's
+// dtype, as autocast casts a convolution's. A checkpoint opened inside a
+// segment (none of memtrain's models nests them) takes the outer scope's
+// source for its own forward, so the outer stream stays in step. A kept output
+// that the segment changed in place would come back changed: the version
+// counter is checked, and the models add out of place while
+// keeping_outputs().
+
 namespace {
+
+// The kept outputs of one selective checkpoint, in kept_conv() call order.
+struct KeptOutputs {
+  struct Kept {
+    at::Tensor t;  // detached: no autograd metadata, so no reference cycle
+    int64_t version = 0;
+    // The convolution that made it: input and weight sizes, stride,
+    // padding, dilation, groups, compared when it is handed back.
+    std::vector<int64_t> call;
+  };
+  std::vector<Kept> outs;
+  size_t next = 0;
+};
+
+// The kept_conv() scope of this thread (Note [Selective recompute]).
+struct KeepScope {
+  KeptOutputs* source = nullptr;  // hand back these (a recomputation)
+  KeptOutputs* sink = nullptr;    // keep the outputs here (a forward)
+};
+thread_local KeepScope t_keep;
+
+struct KeepScopeGuard {
+  explicit KeepScopeGuard(KeepScope scope) : saved(t_keep) {
+    t_keep = scope;
+  }
+  ~KeepScopeGuard() {
+    t_keep = saved;
+  }
+  KeepScopeGuard(const KeepScopeGuard&) = delete;
+  KeepScopeGuard& operator=(const KeepScopeGuard&) = delete;
+  KeepScope saved;
+};
+
+// ConvolutionBackward of a kept convolution output.
+struct KeptConvBackward : torch::autograd::Node {
+  torch::autograd::SavedVariable input, weight;
+  std::vector<int64_t> stride, padding, dilation, bias_sizes;
+  int64_t groups = 1;
+  bool has_bias = false;
+
+  std::string name() const override {
+    return "memtrain::KeptConvBackward";
+  }
+
+  void release_variables() override {
+    input.reset_data();
+    weight.reset_data();
+  }
+
+  torch::autograd::variable_list apply(
+      torch::autograd::variable_list&& grads) override {
+    torch::autograd::variable_list out(3);
+    if (grads.empty() || !grads[0].defined())
+      return out;
+    const std::array<bool, 3> mask = {
+        should_compute_output(0),
+        should_compute_output(1),
+        has_bias && should_compute_output(2)};
+    const at::Tensor x = input.unpack(), w = weight.unpack();
+    input.reset_data();
+    weight.reset_data();
+    const std::vector<int64_t> output_padding(stride.size(), 0);
+    auto r = at::convolution_backward(
+        grads[0],
+        x,
+        w,
+        has_bias ? c10::OptionalIntArrayRef(bias_sizes)
+                 : c10::OptionalIntArrayRef(),
+        stride,
+        padding,
+        dilation,
+        /*transposed=*/false,
+        output_padding,
+        groups,
+        mask);
+    out[0] = std::move(std::get<0>(r));
+    out[1] = std::move(std::get<1>(r));
+    out[2] = std::move(std::get<2>(r));
+    return out;
+  }
+};
+
+// A convolution's arguments besides its tensors (kept_conv's).
+struct ConvArgs {
+  c10::IntArrayRef stride, padding, dilation;
+  int64_t groups;
+};
+
+at::Tensor convolve(
+    const at::Tensor& x,
+    const at::Tensor& w,
+    const at::Tensor& b,
+    const ConvArgs& a) {
+  switch (w.dim()) {
+    case 3:
+      return torch::conv1d(x, w, b, a.stride, a.padding, a.dilation, a.groups);
+    case 4:
+      return torch::conv2d(x, w, b, a.stride, a.padding, a.dilation, a.groups);
+    case 5:
+      return torch::conv3d(x, w, b, a.stride, a.padding, a.dilation, a.groups);
+    default:
+      break;
+  }
+  MT_INTERNAL_ASSERT(false, "kept_conv: a weight of ", w.dim(), " dimensions");
+  return {};
+}
+
+// What identifies a convolution's call, for the kept outputs' check.
+std::vector<int64_t> conv_call(
+    const at::Tensor& x, const at::Tensor& w, const ConvArgs& a) {
+  std::vector<int64_t> call(x.sizes().begin(), x.sizes().end());
+  call.insert(call.end(), w.sizes().begin(), w.sizes().end());
+  for (c10::IntArrayRef v : {a.stride, a.padding, a.dilation})
+    call.insert(call.end(), v.begin(), v.end());
+  call.push_back(a.groups);
+  return call;
+}
+
+// A kept output handed back in a recomputation: a new tensor of the same
+// storage whose gradient goes through the convolution's own backward.
+at::Tensor with_conv_history(
+    const at::Tensor& kept,
+    const at::Tensor& x,
+    const at::Tensor& w,
+    const at::Tensor& b,
+    const ConvArgs& a) {
+  at::Tensor out = kept.detach();
+  const bool any = x.requires_grad() || w.requires_grad() ||
+                   (b.defined() && b.requires_grad());
+  if (!torch::GradMode::is_enabled() || !any)
+    return out;
+  // Autocast casts a convolution's input and weight to its output's dtype.
+  const auto dtype = kept.scalar_type();
+  const at::Tensor xi = x.scalar_type() == dtype ? x : x.to(dtype);
+  const at::Tensor wi = w.scalar_type() == dtype ? w : w.to(dtype);
+  const at::Tensor bi =
+      !b.defined() || b.scalar_type() == dtype ? b : b.to(dtype);
+  auto node = std::shared_ptr<KeptConvBackward>(
+      new KeptConvBackward(), torch::autograd::deleteNode);
+  node->input = torch::autograd::SavedVariable(xi, /*is_output=*/false);
+  node->weight = torch::autograd::SavedVariable(wi, /*is_output=*/false);
+  node->stride = a.stride.vec();
+  node->padding = a.padding.vec();
+  node->dilation = a.dilation.vec();
+  node->groups = a.groups;
+  node->has_bias = bi.defined();
+  if (bi.defined())
+    node->bias_sizes = bi.sizes().vec();
+  node->set_next_edges(torch::autograd::collect_next_edges(xi, wi, bi));
+  torch::autograd::set_history(out, node);
+  return out;
+}
 
 // Clears `held` when the node it is attached to starts: the engine has its
 // own copy of the gradient by then.
@@ -63,6 +244,7 @@ struct ReleaseOnStart : torch::autograd::FunctionPreHook {
 
 struct CheckpointBackward : torch::autograd::Node {
   SegmentN fn;
+  std::unique_ptr<KeptOutputs> kept;  // a selective checkpoint's
   std::vector<torch::autograd::SavedVariable> saved;
   std::vector<bool> needs;  // which inputs require grad
   torch::Tensor rng, device_rng;
@@ -74,6 +256,7 @@ struct CheckpointBackward : torch::autograd::Node {
 
   void release_variables() override {
     saved.clear();
+    kept.reset();
     fn = nullptr;
   }
 
@@ -94,8 +277,10 @@ struct CheckpointBackward : torch::autograd::Node {
     }
     saved.clear();
     torch::autograd::variable_list none(xs.size());
-    if (incoming.empty() || !incoming[0].defined())
+    if (incoming.empty() || !incoming[0].defined()) {
+      kept.reset();
       return none;  // the output was not used: no gradient to anything
+    }
 
     // The generators: the CPU's, and the input device's when it has one.
     at::Generator gen = at::detail::getDefaultCPUGenerator();  // a handle
@@ -130,8 +315,17 @@ struct CheckpointBackward : torch::autograd::Node {
         dev->set_state(device_rng);
       compat::AutocastStateGuard replay(amp);
       torch::AutoGradMode grad(true);
+      KeepScopeGuard keep({kept.get(), nullptr});
       y = fn(xs);
+      MT_INTERNAL_ASSERT(
+          !kept || kept->next == kept->outs.size(),
+          "selective checkpoint: the recomputation used ",
+          kept ? kept->next : 0,
+          " of the forward's ",
+          kept ? kept->outs.size() : 0,
+          " kept outputs");
     }
+    kept.reset();
     if (!y.requires_grad())
       return none;  // nothing inside needs a gradient (frozen, no grad input)
     // See Note [Checkpoint gradient lifetime].
@@ -154,7 +348,8 @@ struct CheckpointBackward : torch::autograd::Node {
 
 }  // namespace
 
-at::Tensor checkpoint(SegmentN segment, const std::vector<at::Tensor>& xs) {
+at::Tensor checkpoint(
+    SegmentN segment, const std::vector<at::Tensor>& xs, Recompute mode) {
   MT_INTERNAL_ASSERT(!xs.empty(), "checkpoint of no input");
   // Without grad there is nothing to save or recompute (validation).
   if (!torch::GradMode::is_enabled())
@@ -169,9 +364,14 @@ at::Tensor checkpoint(SegmentN segment, const std::vector<at::Tensor>& xs) {
           at::globalContext().defaultGenerator(xs[0].device()).get_state();
   }
   node->amp = compat::autocast_state();
+  if (mode == Recompute::kSelective)
+    node->kept = std::make_unique<KeptOutputs>();
   at::Tensor y;
   {
     torch::NoGradGuard no_grad;
+    // Inside a recomputation, the outer checkpoint's kept outputs are
+    // handed back here too (Note [Selective recompute]).
+    KeepScopeGuard keep({t_keep.source, node->kept.get()});
     y = segment(xs);
   }
   // The output gets its history from the node; a segment that hands back an
@@ -191,12 +391,63 @@ at::Tensor checkpoint(SegmentN segment, const std::vector<at::Tensor>& xs) {
   return y;
 }
 
-at::Tensor checkpoint(Segment segment, const at::Tensor& x) {
+at::Tensor checkpoint(Segment segment, const at::Tensor& x, Recompute mode) {
   return checkpoint(
       [fn = std::move(segment)](const std::vector<at::Tensor>& xs) {
         return fn(xs[0]);
       },
-      std::vector<at::Tensor>{x});
+      std::vector<at::Tensor>{x},
+      mode);
+}
+
+at::Tensor kept_conv(
+    const at::Tensor& x,
+    const at::Tensor& weight,
+    const at::Tensor& bias,
+    c10::IntArrayRef stride,
+    c10::IntArrayRef padding,
+    c10::IntArrayRef dilation,
+    int64_t groups) {
+  const KeepScope scope = t_keep;
+  const ConvArgs args{stride, padding, dilation, groups};
+  at::Tensor y;
+  if (scope.source) {
+    KeptOutputs& src = *scope.source;
+    MT_INTERNAL_ASSERT(
+        src.next < src.outs.size(),
+        "selective checkpoint: the recomputation asks for kept output ",
+        src.next + 1,
+        " of ",
+        src.outs.size());
+    KeptOutputs::Kept k = std::move(src.outs[src.next++]);
+    MT_INTERNAL_ASSERT(
+        k.t._version() == k.version,
+        "selective checkpoint: a kept convolution output was modified in "
+        "place after it was kept");
+    MT_INTERNAL_ASSERT(
+        k.call == conv_call(x, weight, args),
+        "selective checkpoint: kept output ",
+        src.next,
+        " of shape ",
+        k.t.sizes(),
+        " was made by another convolution than the one of ",
+        x.sizes(),
+        " by ",
+        weight.sizes(),
+        " that asks for it");
+    y = with_conv_history(k.t, x, weight, bias, args);
+  } else {
+    y = convolve(x, weight, bias, args);
+  }
+  if (scope.sink) {
+    scope.sink->outs.push_back(
+        {y.detach(), y._version(), conv_call(x, weight, args)});
+  }
+  return y;
+}
+
+bool keeping_outputs() {
+  return t_keep.source != nullptr || t_keep.sink != nullptr;
 }
 
 }  // namespace memtrain

@@ -36,6 +36,12 @@ void DualEncoder::set_checkpointed(int64_t count) {
   b_->set_checkpointed(count - in_a);
 }
 
+void DualEncoder::set_recompute(Recompute mode) {
+  Classifier::set_recompute(mode);
+  a_->set_recompute(mode);
+  b_->set_recompute(mode);
+}
+
 void DualEncoder::clamp_logit_scale() {
   torch::NoGradGuard no_grad;
   logit_scale_.clamp_(0.0, std::log(100.0));

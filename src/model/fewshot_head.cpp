@@ -27,6 +27,11 @@ void FewShotModel::set_checkpointed(int64_t count) {
   backbone_->set_checkpointed(count);
 }
 
+void FewShotModel::set_recompute(Recompute mode) {
+  Classifier::set_recompute(mode);
+  backbone_->set_recompute(mode);
+}
+
 torch::Tensor FewShotModel::episode_logits(
     const torch::Tensor& emb, const EpisodeShape& shape) const {
   const int64_t rows = shape.rows();

@@ -17,7 +17,9 @@ torch::Tensor Classifier::body(torch::Tensor x) {
   for (int64_t i = 0; i < num_segments(); ++i) {
     if (i < checkpointed_) {
       x = checkpoint(
-          [this, i](const at::Tensor& t) { return segment(i, t); }, x);
+          [this, i](const at::Tensor& t) { return segment(i, t); },
+          x,
+          recompute_);
     } else {
       x = segment(i, x);
     }
@@ -169,7 +171,7 @@ struct ConvStageImpl : torch::nn::Module {
     }
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor h = conv(x);
+    torch::Tensor h = kept_conv(conv, x);
     if (norm1)
       h = norm1(h.to(torch::kFloat32));  // norms run in fp32 under autocast
     h = torch::relu(h);

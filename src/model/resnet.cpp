@@ -105,7 +105,8 @@ struct SqueezeExciteImpl : torch::nn::Module {
     fc2 = register_module("fc2", conv(rd, channels, 1, 1, 1, true));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    const torch::Tensor s = fc2(torch::relu(fc1(x.mean({2, 3}, true))));
+    const torch::Tensor s =
+        kept_conv(fc2, torch::relu(kept_conv(fc1, x.mean({2, 3}, true))));
     return x * torch::sigmoid(s);
   }
   torch::nn::Conv2d fc1{nullptr}, fc2{nullptr};
@@ -140,13 +141,14 @@ struct BottleneckImpl : torch::nn::Module {
     }
   }
   torch::Tensor forward(const torch::Tensor& x, bool update) {
-    torch::Tensor h = torch::relu(norm(bn1, conv1(x), update, sync));
-    h = torch::relu(norm(bn2, conv2(h), update, sync));
-    h = norm(bn3, conv3(h), update, sync);
+    // The convolutions are what a selective checkpoint keeps.
+    torch::Tensor h = torch::relu(norm(bn1, kept_conv(conv1, x), update, sync));
+    h = torch::relu(norm(bn2, kept_conv(conv2, h), update, sync));
+    h = norm(bn3, kept_conv(conv3, h), update, sync);
     if (se)
       h = se(h);
     const torch::Tensor shortcut =
-        ds_conv ? norm(ds_bn, ds_conv(x), update, sync) : x;
+        ds_conv ? norm(ds_bn, kept_conv(ds_conv, x), update, sync) : x;
     return torch::relu(h + shortcut);
   }
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
@@ -204,7 +206,8 @@ class ResNet : public Classifier {
               [block](const at::Tensor& t) {
                 return block->forward(t, !torch::GradMode::is_enabled());
               },
-              x);
+              x,
+              recompute());
         } else {
           x = block->forward(x, true);
         }

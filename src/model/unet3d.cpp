@@ -69,13 +69,14 @@ struct ResBlockImpl : torch::nn::Module {
 
   // norm2(conv2(h)).
   torch::Tensor second(const torch::Tensor& h) {
-    return normed(norm2, conv2(h));
+    return normed(norm2, kept_conv(conv2, h));
   }
 
   // relu(h + s), in place on the projection's output when there is one of
-  // h's type (its own tensor, which nothing saved); else on the fresh sum.
+  // h's type (its own tensor, which nothing saved, unless a selective
+  // checkpoint keeps it); else on the fresh sum.
   torch::Tensor join(torch::Tensor s, const torch::Tensor& h) {
-    if (proj && s.scalar_type() == h.scalar_type())
+    if (proj && s.scalar_type() == h.scalar_type() && !keeping_outputs())
       return torch::relu_(s.add_(h));
     torch::Tensor sum = h + s;
     return torch::relu_(sum);
@@ -86,7 +87,7 @@ struct ResBlockImpl : torch::nn::Module {
       const std::vector<torch::Tensor>& xs,
       int64_t padding) {
     if (xs.size() == 1)
-      return conv(xs[0]);
+      return kept_conv(conv, xs[0]);
     MT_INTERNAL_ASSERT(xs.size() == 2, "a block of one or two inputs");
     return halves(conv, xs[0], xs[1], padding);
   }
@@ -98,9 +99,13 @@ struct ResBlockImpl : torch::nn::Module {
       int64_t padding) {
     const torch::Tensor& w = conv->weight;
     const int64_t ca = a.size(1);
-    torch::Tensor y = torch::conv3d(
-        b, w.narrow(1, ca, w.size(1) - ca), conv->bias, 1, padding);
-    return y.add_(torch::conv3d(a, w.narrow(1, 0, ca), {}, 1, padding));
+    const int64_t one[] = {1, 1, 1};
+    const int64_t pad[] = {padding, padding, padding};
+    torch::Tensor y = kept_conv(
+        b, w.narrow(1, ca, w.size(1) - ca), conv->bias, one, pad, one, 1);
+    torch::Tensor z = kept_conv(a, w.narrow(1, 0, ca), {}, one, pad, one, 1);
+    // In place, unless a selective checkpoint keeps y.
+    return keeping_outputs() ? y + z : y.add_(z);
   }
 
   static torch::Tensor normed(torch::nn::AnyModule& norm, torch::Tensor h) {
@@ -206,8 +211,9 @@ class UNet3d : public Classifier {
     };
     if (rank >= checkpointed())
       return whole(xs);
+    const Recompute mode = recompute();
     if (pool)
-      return checkpoint(whole, xs);
+      return checkpoint(whole, xs, mode);
     torch::Tensor s = b->shortcut(xs);
     torch::Tensor h;
     if (last) {
@@ -215,13 +221,16 @@ class UNet3d : public Classifier {
           [b](const at::Tensor& t) { return b->second(t); },
           checkpoint(
               [b](const std::vector<at::Tensor>& t) { return b->first(t); },
-              xs));
+              xs,
+              mode),
+          mode);
     } else {
       h = checkpoint(
           [b](const std::vector<at::Tensor>& t) {
             return b->second(b->first(t));
           },
-          xs);
+          xs,
+          mode);
     }
     return b->join(s, h);
   }
@@ -324,8 +333,8 @@ class UNet3d : public Classifier {
 // input channels (feature size 8, 32^3, batch 2, 1 thread; timed with
 // torch.nn.functional.conv3d of Debian's python3-torch 1.13, the same
 // kernels) took 14.5 ms per half against 10.8 ms for the whole, the
-// level-0 block 37-40 ms against 22-26 ms forward and backward. So a training run
-// without memory.budget (nothing asks for the memory) gives the block the
+// level-0 block 37-40 ms against 22-26 ms forward and backward. So a training
+// run without memory.budget (nothing asks for the memory) gives the block the
 // concatenation (set_memory_lean(false)); with a budget, and without
 // gradients (validation, inference: forward only, where the split is also
 // the faster, 4.9 vs 8.8 ms), the split.

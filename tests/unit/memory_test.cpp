@@ -119,11 +119,13 @@ TEST_F(AccountingTest, CapThrowsLibTorchOutOfMemoryAndUnwindsCleanly) {
 }
 
 // A synthetic memory curve: fixed part + per-sample activations, reduced
-// by checkpointing.
+// by checkpointing: each whole segment drops 80/segments of 100 per sample;
+// every segment selective drops 10.
 ProbeFn curve(int64_t budget, int64_t segments, int64_t* calls) {
-  return [=](int64_t micro, int64_t ckpt) {
+  return [=](int64_t micro, const Tier& tier) {
     ++*calls;
-    const int64_t act = micro * (100 - 80 * ckpt / segments);
+    const int64_t act =
+        micro * (tier.selective ? 90 : 100 - 80 * tier.segments / segments);
     const int64_t peak = 1000 + act;
     return ProbeResult{peak <= budget, peak};
   };
@@ -248,10 +250,74 @@ TEST(Planner, AutoCheckpointingTakesFewestSegments) {
   const MemoryPlan p = plan_memory(req, curve(2000, 4, &calls));
   EXPECT_EQ(p.micro_batch, 32);
   EXPECT_EQ(p.checkpointed_segments, 4);
-  // 3000: s = 2 gives 1000 + 32 * 60 = 2920, s = 1 gives 3560.
+  // 3000: s = 2 gives 1000 + 32 * 60 = 2920, s = 1 gives 3560; every
+  // segment selective 3880.
   const MemoryPlan q = plan_memory(req, curve(3000, 4, &calls));
   EXPECT_EQ(q.micro_batch, 32);
   EXPECT_EQ(q.checkpointed_segments, 2);
+  EXPECT_FALSE(q.selective);
+}
+
+// Note [Planning]: auto's tiers, cheapest in time first.
+TEST(Planner, TierLadders) {
+  const auto ladder = tier_ladder(Checkpointing::kAuto, 3);
+  ASSERT_EQ(ladder.size(), 5u);
+  EXPECT_EQ(ladder[0].segments, 0);
+  EXPECT_TRUE(ladder[1].selective);
+  EXPECT_EQ(ladder[1].segments, 3);
+  for (int64_t s = 1; s <= 3; ++s) {
+    EXPECT_EQ(ladder[static_cast<size_t>(s + 1)].segments, s);
+    EXPECT_FALSE(ladder[static_cast<size_t>(s + 1)].selective);
+  }
+  EXPECT_EQ(tier_ladder(Checkpointing::kOff, 3).size(), 1u);
+  EXPECT_EQ(tier_ladder(Checkpointing::kAll, 3).back().segments, 3);
+  EXPECT_TRUE(tier_ladder(Checkpointing::kSelective, 3).back().selective);
+  EXPECT_EQ(tier_ladder(Checkpointing::kAuto, 0).size(), 1u);
+  EXPECT_EQ(describe(ladder[0], 3), "0/3 segments");
+  EXPECT_EQ(describe(ladder[1], 3), "3/3 segments selective");
+  EXPECT_EQ(describe(ladder[3], 3), "2/3 segments whole");
+}
+
+// A budget between none's peak and the selective tier's: auto takes
+// selective, probing none first; below selective's, a whole segment.
+TEST(Planner, AutoTakesSelectiveBetweenNoneAndIt) {
+  int64_t calls = 0;
+  PlanRequest req;
+  req.rank_share = 8;
+  req.fixed_micro = 8;
+  req.checkpointing = Checkpointing::kAuto;
+  req.num_segments = 4;
+  // none 1800, selective 1720, 1 whole 1640.
+  const MemoryPlan p = plan_memory(req, curve(1750, 4, &calls));
+  EXPECT_TRUE(p.fits);
+  EXPECT_TRUE(p.selective);
+  EXPECT_EQ(p.checkpointed_segments, 4);
+  EXPECT_EQ(p.predicted_peak, 1720);
+  ASSERT_EQ(p.probes.size(), 2u);
+  EXPECT_EQ(p.probes[0].tier.segments, 0);
+  EXPECT_FALSE(p.probes[0].fits);
+  const MemoryPlan q = plan_memory(req, curve(1700, 4, &calls));
+  EXPECT_FALSE(q.selective);
+  EXPECT_EQ(q.checkpointed_segments, 1);
+  EXPECT_EQ(q.tier_index, 2);
+}
+
+// Even the deepest tier does not fit one sample: refused, naming the tier
+// and its measured peak.
+TEST(Planner, RefusalNamesTheDeepestTiersPeak) {
+  int64_t calls = 0;
+  PlanRequest req;
+  req.rank_share = 8;
+  req.checkpointing = Checkpointing::kAuto;
+  req.num_segments = 4;
+  try {
+    plan_memory(req, curve(1000, 4, &calls));  // 1 sample: 1020
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("4/4 segments whole"), std::string::npos) << what;
+    EXPECT_NE(what.find("measured peak 1020 B"), std::string::npos) << what;
+  }
 }
 
 TEST(Planner, NothingFitsIsAnError) {

@@ -140,7 +140,8 @@ struct TrainingConfig {
   int64_t keep_checkpoints = 2;      // newest checkpoints kept
   Nonfinite nonfinite = Nonfinite::kSkip;  // skip | stop (non-fp16 runs)
   int64_t max_nonfinite_skips = 10;        // consecutive skips before stopping
-  Checkpointing gradient_checkpointing = Checkpointing::kOff;  // off|all|auto
+  Checkpointing gradient_checkpointing =
+      Checkpointing::kOff;  // off|all|auto|selective
   // dual_encoder: exact (one batch of the whole window) | local (each
   // micro-batch its own batch).
   ContrastiveAccumulation contrastive_accumulation =

@@ -1,8 +1,8 @@
 #pragma once
-// Planner: the largest micro-batch, and the fewest checkpointed segments,
+// Planner: the largest micro-batch, and the cheapest checkpointing tier,
 // that fit the budget. It measures instead of modelling: a probe runs one
-// forward + backward + optimizer step at a micro-batch size with some
-// segments checkpointed, inside the device scope, and reports whether it fit
+// forward + backward + optimizer step at a micro-batch size with a tier of
+// checkpointing, inside the device scope, and reports whether it fit
 // and its peak (two steps, so that the optimizer state exists during the
 // second, as in every window after the first). The search is independent of how
 // probes run (tests use a synthetic memory curve).
@@ -21,19 +21,41 @@ struct ProbeResult {
   int64_t peak = 0;   // peak device bytes of the probe (0 if it ran out)
 };
 
-// probe(micro, checkpointed_segments)
-using ProbeFn = std::function<ProbeResult(int64_t, int64_t)>;
+// A checkpointing tier: the first `segments` segments checkpointed, whole
+// or, when `selective`, keeping their convolutions' outputs (Note
+// [Selective recompute]).
+struct Tier {
+  int64_t segments = 0;
+  bool selective = false;
+  bool operator<(const Tier& o) const {
+    return segments != o.segments ? segments < o.segments
+                                  : selective < o.selective;
+  }
+};
+
+// The tiers a mode may use, cheapest in time first (Note [Planning]):
+// off: none; all: every segment whole; selective: every segment
+// selective; auto: none, every segment selective, then 1, 2, ... segments
+// whole.
+std::vector<Tier> tier_ladder(Checkpointing mode, int64_t num_segments);
+
+// "0/5 segments", "5/5 segments selective", "2/5 segments whole", for
+// banners and notes.
+std::string describe(const Tier& tier, int64_t num_segments);
+
+// probe(micro, tier)
+using ProbeFn = std::function<ProbeResult(int64_t, const Tier&)>;
 
 struct PlanRequest {
   int64_t rank_share = 1;   // samples per rank per window: ceil(E / world)
   int64_t fixed_micro = 0;  // 0: auto (search); else this micro-batch
-  Checkpointing checkpointing = Checkpointing::kOff;  // off | all | auto
+  Checkpointing checkpointing = Checkpointing::kOff;  // off|all|auto|selective
   int64_t num_segments = 0;
 };
 
 struct ProbeRecord {
   int64_t micro;
-  int64_t segments;
+  Tier tier;
   bool fits;
   int64_t peak;
 };
@@ -42,6 +64,8 @@ struct MemoryPlan {
   int64_t micro_batch = 0;
   int64_t accumulation_steps = 0;  // ceil(rank_share / micro_batch)
   int64_t checkpointed_segments = 0;
+  bool selective = false;  // those segments keep their convolutions' outputs
+  int64_t tier_index = 0;  // in tier_ladder(): what ranks agree on
   int64_t predicted_peak = 0;  // the chosen probe's peak
   bool fits = true;  // false: nothing fit; the OOM guard will have to act
   std::vector<ProbeRecord> probes;

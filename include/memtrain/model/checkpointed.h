@@ -4,13 +4,25 @@
 // checkpointed.cpp.
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
 
 #include <functional>
+#include <variant>
 #include <vector>
+
+#include "memtrain/compat.h"
+#include "memtrain/util/error.h"
 
 namespace memtrain {
 
 using Segment = std::function<at::Tensor(const at::Tensor&)>;
+
+// What a checkpointed segment's backward recomputes (Note [Selective
+// recompute] in checkpointed.cpp). kAll: everything, only the inputs are
+// kept. kSelective: the outputs of its kept_conv() calls are kept through
+// the forward too, and backward recomputes only what lies between them
+// (normalisation, activations, additions, pooling).
+enum class Recompute { kAll, kSelective };
 
 // Returns segment(x) without keeping the segment's activations: only `x` is
 // saved. In backward, the segment runs again with the RNG state (so dropout
@@ -18,12 +30,54 @@ using Segment = std::function<at::Tensor(const at::Tensor&)>;
 // gradient flows through the recomputation; parameters used inside the
 // segment get their gradients then. `segment` must be a pure function of `x`
 // and parameters; it is kept alive until backward.
-at::Tensor checkpoint(Segment segment, const at::Tensor& x);
+at::Tensor checkpoint(
+    Segment segment, const at::Tensor& x, Recompute mode = Recompute::kAll);
 
 // The same for a segment of several inputs (all saved; the gradient flows
 // to each that requires it), e.g. a U-Net decoder block of the upsampled
 // tensor and the skip connection.
 using SegmentN = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
-at::Tensor checkpoint(SegmentN segment, const std::vector<at::Tensor>& xs);
+at::Tensor checkpoint(
+    SegmentN segment,
+    const std::vector<at::Tensor>& xs,
+    Recompute mode = Recompute::kAll);
+
+// A convolution (torch::conv1d/2d/3d of these arguments, zero padding) that
+// a selective checkpoint keeps: inside one's forward its output is kept, and
+// in its recomputation that output is handed back, with a gradient node of
+// the convolution's own backward (at::convolution_backward of the same
+// arguments, so the gradients are those of torch::convNd bit for bit).
+// Elsewhere it is torch::convNd.
+at::Tensor kept_conv(
+    const at::Tensor& x,
+    const at::Tensor& weight,
+    const at::Tensor& bias,
+    c10::IntArrayRef stride,
+    c10::IntArrayRef padding,
+    c10::IntArrayRef dilation,
+    int64_t groups);
+
+// The same for a torch::nn::Conv1d/2d/3d module with numeric zero padding
+// (what memtrain's models build).
+template <typename ConvHolder>
+at::Tensor kept_conv(ConvHolder& conv, const at::Tensor& x) {
+  const auto& o = conv->options;
+  MT_INTERNAL_ASSERT(
+      o.padding().index() == 0 && o.padding_mode().index() == 0,
+      "kept_conv: numeric zero padding only");
+  return kept_conv(
+      x,
+      conv->weight,
+      conv->bias,
+      c10::IntArrayRef(o.stride()),
+      c10::IntArrayRef(compat::variant_get<0>(o.padding())),
+      c10::IntArrayRef(o.dilation()),
+      o.groups());
+}
+
+// Whether a selective checkpoint's forward or recomputation is running on
+// this thread: a segment must then not modify a kept_conv() output in place
+// (the kept tensor would change with it).
+bool keeping_outputs();
 
 }  // namespace memtrain

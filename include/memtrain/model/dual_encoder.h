@@ -29,6 +29,7 @@ class DualEncoder : public Classifier {
   torch::Tensor forward(torch::Tensor a, torch::Tensor b) override;
   // Tower a's segments first (the larger activations for images), then b's.
   void set_checkpointed(int64_t count) override;
+  void set_recompute(Recompute mode) override;
   const torch::Tensor& logit_scale() const {
     return logit_scale_;
   }

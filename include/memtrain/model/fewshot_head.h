@@ -26,6 +26,7 @@ class FewShotModel : public Classifier {
   // The embeddings (N, embed_dim).
   torch::Tensor forward(torch::Tensor x) override;
   void set_checkpointed(int64_t count) override;
+  void set_recompute(Recompute mode) override;
 
   Head head_kind() const {
     return head_;

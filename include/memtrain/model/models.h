@@ -15,6 +15,7 @@
 
 #include "memtrain/config/train_config.h"
 #include "memtrain/data/h5_dataset.h"
+#include "memtrain/model/checkpointed.h"
 #include "memtrain/model/sync_batch_norm.h"
 
 namespace memtrain {
@@ -41,6 +42,16 @@ class Classifier : public torch::nn::Module {
   virtual void set_checkpointed(int64_t count);
   int64_t checkpointed() const {
     return checkpointed_;
+  }
+  // What the checkpointed segments' backward recomputes (Note [Selective
+  // recompute]): kSelective keeps the outputs of the models' convolutions
+  // (kept_conv) and recomputes the rest. The MLP has no convolution, so
+  // there it is kAll's memory and time. Models of sub-models pass it on.
+  virtual void set_recompute(Recompute mode) {
+    recompute_ = mode;
+  }
+  Recompute recompute() const {
+    return recompute_;
   }
 
   // model.sync_bn (sync_batch_norm.h): with a non-empty `sync`, batch-norm
@@ -90,6 +101,7 @@ class Classifier : public torch::nn::Module {
 
  private:
   int64_t checkpointed_ = 0;
+  Recompute recompute_ = Recompute::kAll;
   bool channels_last_ = false;
 };
 

@@ -8,10 +8,16 @@
 namespace memtrain {
 namespace {
 
-// Two forward/backward/optimizer steps at `micro_batch` with `segments`
-// checkpointed, against the usable budget, on the same samples on every
+// The model checkpoints as `tier` says (Note [Planning]).
+void set_tier(Classifier& model, const Tier& tier) {
+  model.set_checkpointed(tier.segments);
+  model.set_recompute(tier.selective ? Recompute::kSelective : Recompute::kAll);
+}
+
+// Two forward/backward/optimizer steps at `micro_batch` with `tier` of
+// checkpointing, against the usable budget, on the same samples on every
 // rank; everything is put back as it was. See Note [Planning].
-ProbeResult probe(RunState& run, int64_t micro_batch, int64_t segments) {
+ProbeResult probe(RunState& run, int64_t micro_batch, const Tier& tier) {
   const int64_t usable = run.budget.usable();
   // Parameters and buffers (batch-norm statistics move in the probes' steps).
   std::vector<at::Tensor> state = run.params;
@@ -26,7 +32,7 @@ ProbeResult probe(RunState& run, int64_t micro_batch, int64_t segments) {
   for (int64_t i = 0; i < micro_batch; ++i) {
     indices[i] = i % run.sampler->num_samples();
   }
-  run.model->set_checkpointed(segments);
+  set_tier(*run.model, tier);
   memory::set_cap(usable);
   memory::release_cache();
   memory::reset_peak();
@@ -97,6 +103,8 @@ void plan_run(RunState& run) {
                         : std::min(run.cfg.data.batch_size, req.rank_share);
   req.checkpointing = run.cfg.training.gradient_checkpointing;
   req.num_segments = run.model->num_segments();
+  const std::vector<Tier> ladder =
+      tier_ladder(req.checkpointing, req.num_segments);
 
   // Plan locally (every rank probes the same samples), then agree: the
   // smallest micro-batch and the most checkpointing any rank needs.
@@ -108,13 +116,13 @@ void plan_run(RunState& run) {
   try {
     const LocalBatchNorm local(*run.model);
     if (run.budget.limited()) {
-      plan = plan_memory(req, [&](int64_t micro, int64_t segments) {
-        return probe(run, micro, segments);
+      plan = plan_memory(req, [&](int64_t micro, const Tier& tier) {
+        return probe(run, micro, tier);
       });
     } else {
       plan.micro_batch = req.fixed_micro;
-      plan.checkpointed_segments =
-          req.checkpointing == Checkpointing::kAll ? req.num_segments : 0;
+      // off, all, selective: their one tier; auto: none.
+      plan.tier_index = 0;
       plan.note =
           req.checkpointing == Checkpointing::kAuto
               ? "no memory.budget: checkpointing auto checkpoints nothing"
@@ -130,14 +138,18 @@ void plan_run(RunState& run) {
       throw PeerError("memory planning failed on another rank");
     throw Error(error);
   }
-  auto agreed = torch::tensor(
-      {-plan.micro_batch, plan.checkpointed_segments}, torch::kInt64);
+  // The tiers are ordered by depth: the deepest any rank needs.
+  auto agreed =
+      torch::tensor({-plan.micro_batch, plan.tier_index}, torch::kInt64);
   run.comm.all_reduce(agreed, ReduceOp::kMax);
   plan.micro_batch = -agreed[0].item<int64_t>();
-  plan.checkpointed_segments = agreed[1].item<int64_t>();
+  plan.tier_index = agreed[1].item<int64_t>();
+  const Tier& tier = ladder.at(static_cast<size_t>(plan.tier_index));
+  plan.checkpointed_segments = tier.segments;
+  plan.selective = tier.selective;
   run.shape = run.shape.with_micro(plan.micro_batch);
   plan.accumulation_steps = run.shape.accumulation_steps;
-  run.model->set_checkpointed(plan.checkpointed_segments);
+  set_tier(*run.model, tier);
 }
 
 }  // namespace memtrain

@@ -498,6 +498,11 @@ int64_t Trainer::checkpointed_segments() const {
   return impl_->run->model->checkpointed();
 }
 
+bool Trainer::selective_recompute() const {
+  return impl_->run->model->checkpointed() > 0 &&
+         impl_->run->model->recompute() == Recompute::kSelective;
+}
+
 int64_t Trainer::effective_batch() const {
   return impl_->run->shape.effective_batch;
 }

@@ -231,7 +231,9 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
   for (const auto& p : plan.probes) {
     probes.push_back(
         {{"micro_batch", p.micro},
-         {"checkpointed_segments", p.segments},
+         {"checkpointed_segments", p.tier.segments},
+         {"selective", p.tier.selective},
+         {"tier", describe(p.tier, run.model->num_segments())},
          {"fits", p.fits},
          {"peak_bytes", p.peak}});
   }
@@ -256,6 +258,7 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
       {"gradient_checkpointing",
        to_string(run.cfg.training.gradient_checkpointing)},
       {"checkpointed_segments", segments},
+      {"selective_recompute", plan.selective},
       {"amp", to_string(run.cfg.training.amp)},
       {"predicted_peak_bytes", plan.predicted_peak},
       {"measured_peak_bytes", counters.measured_peak},
@@ -343,8 +346,10 @@ std::string describe_run(const RunState& m) {
     out << "none";
   }
   out << "; checkpointing " << m.cfg.training.gradient_checkpointing << ": "
-      << m.plan.checkpointed_segments << "/" << m.model->num_segments()
-      << " segments; predicted peak "
+      << describe(
+             Tier{m.plan.checkpointed_segments, m.plan.selective},
+             m.model->num_segments())
+      << "; predicted peak "
       << (m.plan.predicted_peak > 0
               ? format_bytes(static_cast<double>(m.plan.predicted_peak))
               : std::string("not measured"))

@@ -91,8 +91,10 @@ class Trainer {
   NamedTensors named_parameters() const;
   int64_t windows_per_epoch() const;
   int64_t effective_batch() const;
-  // Segments running checkpointed (after prepare()).
+  // Segments running checkpointed (after prepare()), and whether they keep
+  // their convolutions' outputs (Note [Selective recompute]).
   int64_t checkpointed_segments() const;
+  bool selective_recompute() const;
 
  private:
   struct Impl;

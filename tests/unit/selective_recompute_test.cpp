@@ -1,0 +1,283 @@
+// Selective recompute (Note [Selective recompute]): a checkpointed segment
+// that keeps its convolutions' outputs gives the gradients of no
+// checkpointing bit for bit in fp32, holds a peak between no checkpointing
+// and full checkpointing, and refuses a kept output changed in place.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "memtrain/compat.h"
+#include "memtrain/config/choices.h"
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/model/checkpointed.h"
+#include "memtrain/model/dual_encoder.h"
+#include "memtrain/model/models.h"
+#include "memtrain/model/unet3d.h"
+#include "memtrain/train/tasks/losses.h"
+#include "memtrain/util/error.h"
+
+namespace memtrain {
+namespace {
+
+enum class Tier { kOff, kSelective, kAll };
+
+struct Step {
+  std::map<std::string, torch::Tensor> grads;
+  torch::Tensor out;
+  int64_t peak = 0;  // device-domain bytes above what the step started with
+};
+
+// One forward and backward of `net` at `tier` on (x, loss_of); the
+// parameters' gradients, the output and the peak.
+template <typename Loss>
+Step step(
+    Classifier& net,
+    Tier tier,
+    const torch::Tensor& x,
+    const Loss& loss_of,
+    bool bf16 = false) {
+  net.set_checkpointed(tier == Tier::kOff ? 0 : net.num_segments());
+  net.set_recompute(
+      tier == Tier::kSelective ? Recompute::kSelective : Recompute::kAll);
+  net.zero_grad();
+  memory::release_cache();
+  memory::reset_peak();
+  Step s;
+  {
+    memory::DeviceScope device;
+    const int64_t before = memory::stats().allocated;
+    torch::Tensor y;
+    {
+      compat::AutocastGuard amp(bf16, /*cuda=*/false, torch::kBFloat16);
+      y = net.forward(x);
+    }
+    loss_of(y.to(torch::kFloat32)).backward();
+    s.peak = memory::stats().peak_allocated - before;
+    s.out = y.detach();
+  }
+  for (const auto& p : net.named_parameters())
+    s.grads[p.key()] = p.value().grad().clone();
+  net.zero_grad();
+  return s;
+}
+
+void expect_bitwise(const Step& a, const Step& b, const char* what) {
+  EXPECT_TRUE(torch::equal(a.out, b.out)) << what << ": output";
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  for (const auto& [name, g] : a.grads) {
+    const torch::Tensor& h = b.grads.at(name);
+    EXPECT_TRUE(torch::equal(g, h)) << what << ": " << name << " differs by "
+                                    << (g - h).abs().max().item<double>();
+  }
+}
+
+std::shared_ptr<Classifier> unet(Norm norm, bool lean) {
+  ModelConfig cfg;
+  cfg.name = ModelName::kUnet3d;
+  cfg.depth = 3;
+  cfg.norm = norm;
+  cfg.feature_size = 4;
+  cfg.seed = 7;
+  torch::manual_seed(7);
+  auto net = make_unet3d(cfg, 1, 3);
+  net->set_memory_lean(lean);
+  return net;
+}
+
+// The U-Net, split decoder input (lean) or concatenated, instance or group
+// norm: selective equals no checkpointing bit for bit, and its peak lies
+// between full checkpointing's and none's.
+TEST(SelectiveRecompute, UNetGradientsAreBitwiseThoseOfNoCheckpointing) {
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::randn({2, 1, 16, 16, 16});
+  const torch::Tensor target = torch::randint(0, 3, {2, 16, 16, 16});
+  const auto loss = [&](const torch::Tensor& y) {
+    return dice_ce_loss_sum(y, target);
+  };
+  for (Norm norm : {Norm::kInstance, Norm::kGroup}) {
+    for (bool lean : {true, false}) {
+      SCOPED_TRACE(
+          std::string(norm == Norm::kInstance ? "instance" : "group") +
+          (lean ? ", lean" : ", concatenated"));
+      auto net = unet(norm, lean);
+      const Step off = step(*net, Tier::kOff, x, loss);
+      const Step sel = step(*net, Tier::kSelective, x, loss);
+      const Step all = step(*net, Tier::kAll, x, loss);
+      expect_bitwise(off, sel, "selective vs off");
+      EXPECT_LT(sel.peak, off.peak);
+      EXPECT_GT(sel.peak, all.peak);
+      std::printf(
+          "unet3d 16^3 peak off %ld, selective %ld, all %ld\n",
+          static_cast<long>(off.peak),
+          static_cast<long>(sel.peak),
+          static_cast<long>(all.peak));
+    }
+  }
+}
+
+// SE-ResNeXt50's bottlenecks (batch-norm, grouped convolutions, the SE
+// gate): the same, and the running statistics are updated once.
+TEST(SelectiveRecompute, SeResNeXtGradientsAreBitwiseThoseOfNoCheckpointing) {
+  ModelConfig cfg;
+  cfg.name = ModelName::kSeresnext50;
+  cfg.seed = 3;
+  auto net = make_model(cfg, {SampleKind::kImages, {3, 32, 32}, 5, 0});
+  {
+    torch::NoGradGuard no_grad;  // no zero gammas: every weight has a gradient
+    torch::manual_seed(11);
+    for (const auto& p : net->named_parameters()) {
+      if (p.key().find(".weight") != std::string::npos && p.value().dim() == 1)
+        p.value().copy_(1.0 + 0.3 * torch::randn_like(p.value()));
+    }
+  }
+  torch::manual_seed(5);
+  const torch::Tensor x = torch::randn({2, 3, 32, 32});
+  const torch::Tensor y = torch::tensor({0, 4});
+  const auto loss = [&](const torch::Tensor& z) {
+    return torch::nn::functional::cross_entropy(z, y);
+  };
+  std::map<std::string, torch::Tensor> start;
+  for (const auto& b : net->named_buffers())
+    start[b.key()] = b.value().clone();
+  const auto reset_buffers = [&] {
+    torch::NoGradGuard no_grad;
+    for (const auto& b : net->named_buffers())
+      b.value().copy_(start.at(b.key()));
+  };
+  const Step off = step(*net, Tier::kOff, x, loss);
+  std::map<std::string, torch::Tensor> after_off;
+  for (const auto& b : net->named_buffers())
+    after_off[b.key()] = b.value().clone();
+  reset_buffers();
+  const Step sel = step(*net, Tier::kSelective, x, loss);
+  expect_bitwise(off, sel, "selective vs off");
+  for (const auto& b : net->named_buffers()) {
+    EXPECT_TRUE(torch::equal(b.value(), after_off.at(b.key())))
+        << b.key() << ": running statistics updated once, as without";
+  }
+  reset_buffers();
+  const Step all = step(*net, Tier::kAll, x, loss);
+  EXPECT_LT(sel.peak, off.peak);
+  EXPECT_GT(sel.peak, all.peak);
+}
+
+// The small CNN's stages keep their convolutions too.
+TEST(SelectiveRecompute, CnnGradientsAreBitwiseThoseOfNoCheckpointing) {
+  ModelConfig c;
+  c.name = ModelName::kCnn;
+  c.hidden = 4;
+  c.depth = 3;
+  c.norm = Norm::kGroup;
+  auto net = make_model(c, {SampleKind::kImages, {2, 16, 16}, 3, 0});
+  torch::manual_seed(2);
+  const torch::Tensor x = torch::randn({8, 2, 16, 16});
+  const torch::Tensor y = torch::randint(0, 3, {8});
+  const auto loss = [&](const torch::Tensor& z) {
+    return torch::nn::functional::cross_entropy(z, y);
+  };
+  expect_bitwise(
+      step(*net, Tier::kOff, x, loss),
+      step(*net, Tier::kSelective, x, loss),
+      "selective vs off");
+}
+
+// A model of sub-models passes the mode on: the dual encoder's CNN image
+// tower keeps its convolutions (more held after the forward than with full
+// checkpointing) and gives the gradients of no checkpointing.
+TEST(SelectiveRecompute, DualEncoderTowersGetTheMode) {
+  ModelConfig cfg;
+  cfg.name = ModelName::kDualEncoder;
+  cfg.hidden = 8;
+  cfg.depth = 2;
+  cfg.embed_dim = 6;
+  auto net = make_dual_encoder(cfg, {SampleKind::kImages, {3, 16, 16}, 0, 4});
+  torch::manual_seed(8);
+  const torch::Tensor x = torch::randn({4, 3, 16, 16});
+  const torch::Tensor c = torch::randn({4, 4});
+  std::vector<Step> steps;
+  for (Tier tier : {Tier::kOff, Tier::kSelective, Tier::kAll}) {
+    net->set_checkpointed(tier == Tier::kOff ? 0 : net->num_segments());
+    net->set_recompute(
+        tier == Tier::kSelective ? Recompute::kSelective : Recompute::kAll);
+    net->zero_grad();
+    memory::release_cache();
+    memory::reset_peak();
+    Step s;
+    {
+      memory::DeviceScope device;
+      const int64_t before = memory::stats().allocated;
+      const torch::Tensor z = net->forward(x, c);
+      s.peak = memory::stats().allocated - before;  // held after forward
+      z.pow(2).sum().backward();
+      s.out = z.detach();
+    }
+    for (const auto& p : net->named_parameters()) {
+      if (p.value().grad().defined())  // not the logit scale: no loss here
+        s.grads[p.key()] = p.value().grad().clone();
+    }
+    steps.push_back(std::move(s));
+  }
+  expect_bitwise(steps[0], steps[1], "selective vs off");
+  EXPECT_GT(steps[1].peak, steps[2].peak) << "the tower kept nothing";
+  EXPECT_LT(steps[1].peak, steps[0].peak);
+}
+
+// Under bf16 autocast the kept outputs are bf16 and their backward casts
+// input and weight as autocast does: the gradients of bf16 without
+// checkpointing (to rounding), not fp32's.
+TEST(SelectiveRecompute, Bf16KeepsAutocastsCasts) {
+  auto net = unet(Norm::kInstance, true);
+  torch::manual_seed(4);
+  const torch::Tensor x = torch::randn({2, 1, 16, 16, 16});
+  const torch::Tensor target = torch::randint(0, 3, {2, 16, 16, 16});
+  const auto loss = [&](const torch::Tensor& y) {
+    return dice_ce_loss_sum(y, target);
+  };
+  const Step off = step(*net, Tier::kOff, x, loss, true);
+  const Step sel = step(*net, Tier::kSelective, x, loss, true);
+  const Step fp32 = step(*net, Tier::kOff, x, loss, false);
+  double worst = 0, from_fp32 = 0;
+  for (const auto& [name, g] : off.grads) {
+    worst =
+        std::max(worst, (g - sel.grads.at(name)).abs().max().item<double>());
+    from_fp32 = std::max(
+        from_fp32, (g - fp32.grads.at(name)).abs().max().item<double>());
+  }
+  EXPECT_LE(worst, 1e-6);
+  EXPECT_GT(from_fp32, 1e-4) << "bf16 must differ from fp32 for this to test";
+}
+
+// A segment that changes a kept output in place would get it back changed
+// in backward: refused by name, not a wrong gradient.
+TEST(SelectiveRecompute, KeptOutputChangedInPlaceIsRefused) {
+  torch::manual_seed(6);
+  const torch::Tensor w = torch::randn({4, 2, 3, 3}, torch::requires_grad());
+  const torch::Tensor x = torch::randn({1, 2, 8, 8}, torch::requires_grad());
+  const int64_t one[] = {1, 1};
+  const auto segment = [&](const at::Tensor& t) {
+    torch::Tensor y = kept_conv(t, w, {}, one, one, one, 1);
+    EXPECT_TRUE(keeping_outputs());
+    return torch::relu(y.mul_(2.0));  // in place on a kept output
+  };
+  const torch::Tensor y = checkpoint(segment, x, Recompute::kSelective);
+  EXPECT_FALSE(keeping_outputs());
+  try {
+    y.sum().backward();
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("modified in place"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SelectiveRecompute, GradientCheckpointingSelectiveIsAChoice) {
+  EXPECT_EQ(choice_of<Checkpointing>("selective"), Checkpointing::kSelective);
+}
+
+}  // namespace
+}  // namespace memtrain
