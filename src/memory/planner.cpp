@@ -21,7 +21,10 @@ namespace memtrain {
 // Prefer the largest divisor of the share that is at least m/2, so that
 // micro x steps x ranks equals the effective batch exactly; otherwise keep
 // m and let the last micro-batch be smaller (it is weighted by its
-// samples). Then take the first tier with which m fits.
+// samples). Then take the first tier with which m fits; for auto, also
+// search the largest micro-batch of the cheaper tiers (none, selective)
+// and take one when its measured time per sample (the probe's second step)
+// is lower: a larger micro-batch with a deeper tier only when it is faster.
 // Fixed data.batch_size: the first tier with which that micro-batch fits
 // (off, all and selective probe their one tier, for the prediction).
 
@@ -64,7 +67,7 @@ class Prober {
     if (it != cache_.end())
       return it->second;
     const ProbeResult r = fn_(micro, tier);
-    plan_.probes.push_back({micro, tier, r.fits, r.peak});
+    plan_.probes.push_back({micro, tier, r.fits, r.peak, r.seconds_per_sample});
     cache_.emplace(key, r);
     return r;
   }
@@ -84,6 +87,46 @@ int64_t first_fitting(
   }
   return -1;
 }
+
+// The largest micro-batch <= `most` that fits with `tier`: double from 1
+// until a probe fails or `most` is reached, then bisect; 0: not even 1.
+int64_t largest_fitting(Prober& probe, const Tier& tier, int64_t most) {
+  if (most <= 0)
+    return 0;
+  int64_t good = 0, bad = 0;
+  for (int64_t m = 1;; m *= 2) {
+    const int64_t t = std::min(m, most);
+    if (probe(t, tier).fits) {
+      good = t;
+      if (t == most)
+        break;
+    } else {
+      bad = t;
+      break;
+    }
+  }
+  while (bad > 0 && bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    (probe(mid, tier).fits ? good : bad) = mid;
+  }
+  return good;
+}
+
+// `good`, or the largest divisor of the rank share that is at least
+// good/2 (exact micro x steps x ranks); 0 stays 0.
+int64_t exact_micro(int64_t good, int64_t share) {
+  if (good <= 0)
+    return 0;
+  int64_t divisor = good;
+  while (share % divisor != 0)
+    --divisor;
+  return 2 * divisor >= good ? divisor : good;
+}
+
+// Cheaper tiers weighed against the chosen one by time per sample (each
+// costs a search of its own micro-batch): none and every segment
+// selective.
+constexpr int64_t kCheaperTiersTried = 2;
 
 }  // namespace
 
@@ -116,41 +159,21 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
     }
   } else {
     // 1. Largest micro-batch with the deepest tier allowed.
-    const Tier& most = ladder.back();
-    int64_t good = 0, bad = 0;
-    for (int64_t m = 1;; m *= 2) {
-      const int64_t t = std::min(m, req.rank_share);
-      if (probe(t, most).fits) {
-        good = t;
-        if (t == req.rank_share)
-          break;
-      } else {
-        bad = t;
-        break;
-      }
-    }
-    const int64_t peak_of_one = plan.probes.front().peak;  // (1, most)
+    const int64_t good = largest_fitting(probe, ladder.back(), req.rank_share);
+    const ProbeResult one = probe(1, ladder.back());  // cached
     MT_CHECK(
         good > 0,
         "memory: even a micro-batch of 1 sample does not fit the budget "
         "with checkpointing ",
         name(deepest),
         " (",
-        peak_of_one > 0
-            ? "measured peak " + format_bytes(static_cast<double>(peak_of_one))
-            : std::string("it ran out of memory"),
+        one.out_of_memory ? "it ran out of memory after " : "measured peak ",
+        format_bytes(static_cast<double>(one.peak)),
         "); raise memory.budget, lower memory.headroom, use "
         "training.amp=bf16 or training.gradient_checkpointing=all, or a "
         "smaller model");
-    while (bad > 0 && bad - good > 1) {
-      const int64_t mid = good + (bad - good) / 2;
-      (probe(mid, most).fits ? good : bad) = mid;
-    }
     // 2. Prefer a divisor of the share (exact micro x steps x ranks).
-    int64_t divisor = good;
-    while (req.rank_share % divisor != 0)
-      --divisor;
-    plan.micro_batch = 2 * divisor >= good ? divisor : good;
+    plan.micro_batch = exact_micro(good, req.rank_share);
     note << "largest micro-batch that fits: " << good;
     if (plan.micro_batch != good) {
       note << ", using " << plan.micro_batch << " (divides the rank share "
@@ -159,8 +182,30 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
     // 3. The cheapest tier for that micro-batch.
     chosen = first_fitting(probe, plan.micro_batch, ladder);
     MT_INTERNAL_ASSERT(chosen >= 0);
-    if (req.checkpointing == Checkpointing::kAuto)
+    // 4. A cheaper tier at its own largest micro-batch, when that is
+    // faster per sample than the larger micro-batch with the deeper tier.
+    if (req.checkpointing == Checkpointing::kAuto) {
+      for (int64_t i = 0; i < chosen && i < kCheaperTiersTried; ++i) {
+        const Tier& t = ladder[static_cast<size_t>(i)];
+        const int64_t m = exact_micro(
+            largest_fitting(probe, t, plan.micro_batch - 1), req.rank_share);
+        if (m == 0 || !probe(m, t).fits)
+          continue;
+        const Tier& now = ladder[static_cast<size_t>(chosen)];
+        const double a = probe(plan.micro_batch, now).seconds_per_sample;
+        const double b = probe(m, t).seconds_per_sample;
+        if (b < a) {
+          note << "; " << name(i) << " at micro-batch " << m
+               << " is faster per "
+               << "sample than " << name(chosen) << " at " << plan.micro_batch
+               << " (" << b * 1e3 << " vs " << a * 1e3 << " ms)";
+          plan.micro_batch = m;
+          chosen = i;
+          break;
+        }
+      }
       note << "; checkpointing the cheapest tier that fits: " << name(chosen);
+    }
   }
   plan.tier_index = chosen;
   const Tier& tier = ladder[static_cast<size_t>(chosen)];

@@ -73,8 +73,11 @@ namespace memtrain {
 // segment (none of memtrain's models nests them) takes the outer scope's
 // source for its own forward, so the outer stream stays in step. A kept output
 // that the segment changed in place would come back changed: the version
-// counter is checked, and the models add out of place while
-// keeping_outputs().
+// counter is checked, and the U-Net's join adds out of place while
+// keeping_outputs(). A sum of convolutions (kept_conv_sum: the U-Net
+// decoder's conv1 on its two input parts) is kept as one output, whose
+// node runs each term's convolution backward from the same gradient, as
+// the in-place additions' backward hands it to each.
 
 namespace {
 
@@ -110,51 +113,61 @@ struct KeepScopeGuard {
   KeepScope saved;
 };
 
-// ConvolutionBackward of a kept convolution output.
+// ConvolutionBackward of a kept convolution output, or of a kept sum of
+// convolutions (kept_conv_sum): each term's own, from the same gradient.
 struct KeptConvBackward : torch::autograd::Node {
-  torch::autograd::SavedVariable input, weight;
-  std::vector<int64_t> stride, padding, dilation, bias_sizes;
+  struct Term {
+    torch::autograd::SavedVariable input, weight;
+    bool has_bias = false;
+    std::vector<int64_t> bias_sizes;
+  };
+  std::vector<Term> terms;  // edges 3k, 3k+1, 3k+2: input, weight, bias
+  std::vector<int64_t> stride, padding, dilation;
   int64_t groups = 1;
-  bool has_bias = false;
 
   std::string name() const override {
     return "memtrain::KeptConvBackward";
   }
 
   void release_variables() override {
-    input.reset_data();
-    weight.reset_data();
+    for (Term& t : terms) {
+      t.input.reset_data();
+      t.weight.reset_data();
+    }
   }
 
   torch::autograd::variable_list apply(
       torch::autograd::variable_list&& grads) override {
-    torch::autograd::variable_list out(3);
+    torch::autograd::variable_list out(3 * terms.size());
     if (grads.empty() || !grads[0].defined())
       return out;
-    const std::array<bool, 3> mask = {
-        should_compute_output(0),
-        should_compute_output(1),
-        has_bias && should_compute_output(2)};
-    const at::Tensor x = input.unpack(), w = weight.unpack();
-    input.reset_data();
-    weight.reset_data();
     const std::vector<int64_t> output_padding(stride.size(), 0);
-    auto r = at::convolution_backward(
-        grads[0],
-        x,
-        w,
-        has_bias ? c10::OptionalIntArrayRef(bias_sizes)
-                 : c10::OptionalIntArrayRef(),
-        stride,
-        padding,
-        dilation,
-        /*transposed=*/false,
-        output_padding,
-        groups,
-        mask);
-    out[0] = std::move(std::get<0>(r));
-    out[1] = std::move(std::get<1>(r));
-    out[2] = std::move(std::get<2>(r));
+    for (size_t k = 0; k < terms.size(); ++k) {
+      Term& t = terms[k];
+      const std::array<bool, 3> mask = {
+          should_compute_output(3 * k),
+          should_compute_output(3 * k + 1),
+          t.has_bias && should_compute_output(3 * k + 2)};
+      const at::Tensor x = t.input.unpack(), w = t.weight.unpack();
+      t.input.reset_data();
+      t.weight.reset_data();
+      auto r = at::convolution_backward(
+          grads[0],
+          x,
+          w,
+          t.has_bias ? c10::OptionalIntArrayRef(t.bias_sizes)
+                     : c10::OptionalIntArrayRef(),
+          stride,
+          padding,
+          dilation,
+          /*transposed=*/false,
+          output_padding,
+          groups,
+          mask);
+      out[3 * k] = std::move(std::get<0>(r));
+      out[3 * k + 1] = std::move(std::get<1>(r));
+      out[3 * k + 2] = std::move(std::get<2>(r));
+    }
     return out;
   }
 };
@@ -165,30 +178,33 @@ struct ConvArgs {
   int64_t groups;
 };
 
-at::Tensor convolve(
-    const at::Tensor& x,
-    const at::Tensor& w,
-    const at::Tensor& b,
-    const ConvArgs& a) {
-  switch (w.dim()) {
+at::Tensor convolve(const ConvTerm& t, const ConvArgs& a) {
+  switch (t.weight.dim()) {
     case 3:
-      return torch::conv1d(x, w, b, a.stride, a.padding, a.dilation, a.groups);
+      return torch::conv1d(
+          t.x, t.weight, t.bias, a.stride, a.padding, a.dilation, a.groups);
     case 4:
-      return torch::conv2d(x, w, b, a.stride, a.padding, a.dilation, a.groups);
+      return torch::conv2d(
+          t.x, t.weight, t.bias, a.stride, a.padding, a.dilation, a.groups);
     case 5:
-      return torch::conv3d(x, w, b, a.stride, a.padding, a.dilation, a.groups);
+      return torch::conv3d(
+          t.x, t.weight, t.bias, a.stride, a.padding, a.dilation, a.groups);
     default:
       break;
   }
-  MT_INTERNAL_ASSERT(false, "kept_conv: a weight of ", w.dim(), " dimensions");
+  MT_INTERNAL_ASSERT(
+      false, "kept_conv: a weight of ", t.weight.dim(), " dimensions");
   return {};
 }
 
-// What identifies a convolution's call, for the kept outputs' check.
+// What identifies a convolution sum's call, for the kept outputs' check.
 std::vector<int64_t> conv_call(
-    const at::Tensor& x, const at::Tensor& w, const ConvArgs& a) {
-  std::vector<int64_t> call(x.sizes().begin(), x.sizes().end());
-  call.insert(call.end(), w.sizes().begin(), w.sizes().end());
+    const std::vector<ConvTerm>& terms, const ConvArgs& a) {
+  std::vector<int64_t> call;
+  for (const ConvTerm& t : terms) {
+    call.insert(call.end(), t.x.sizes().begin(), t.x.sizes().end());
+    call.insert(call.end(), t.weight.sizes().begin(), t.weight.sizes().end());
+  }
   for (c10::IntArrayRef v : {a.stride, a.padding, a.dilation})
     call.insert(call.end(), v.begin(), v.end());
   call.push_back(a.groups);
@@ -196,36 +212,44 @@ std::vector<int64_t> conv_call(
 }
 
 // A kept output handed back in a recomputation: a new tensor of the same
-// storage whose gradient goes through the convolution's own backward.
+// storage whose gradient goes through the convolutions' own backward.
 at::Tensor with_conv_history(
     const at::Tensor& kept,
-    const at::Tensor& x,
-    const at::Tensor& w,
-    const at::Tensor& b,
+    const std::vector<ConvTerm>& terms,
     const ConvArgs& a) {
   at::Tensor out = kept.detach();
-  const bool any = x.requires_grad() || w.requires_grad() ||
-                   (b.defined() && b.requires_grad());
+  bool any = false;
+  for (const ConvTerm& t : terms) {
+    any = any || t.x.requires_grad() || t.weight.requires_grad() ||
+          (t.bias.defined() && t.bias.requires_grad());
+  }
   if (!torch::GradMode::is_enabled() || !any)
     return out;
   // Autocast casts a convolution's input and weight to its output's dtype.
   const auto dtype = kept.scalar_type();
-  const at::Tensor xi = x.scalar_type() == dtype ? x : x.to(dtype);
-  const at::Tensor wi = w.scalar_type() == dtype ? w : w.to(dtype);
-  const at::Tensor bi =
-      !b.defined() || b.scalar_type() == dtype ? b : b.to(dtype);
+  const auto cast = [dtype](const at::Tensor& t) {
+    return !t.defined() || t.scalar_type() == dtype ? t : t.to(dtype);
+  };
   auto node = std::shared_ptr<KeptConvBackward>(
       new KeptConvBackward(), torch::autograd::deleteNode);
-  node->input = torch::autograd::SavedVariable(xi, /*is_output=*/false);
-  node->weight = torch::autograd::SavedVariable(wi, /*is_output=*/false);
+  torch::autograd::edge_list edges;
+  for (const ConvTerm& t : terms) {
+    const at::Tensor xi = cast(t.x), wi = cast(t.weight), bi = cast(t.bias);
+    KeptConvBackward::Term term;
+    term.input = torch::autograd::SavedVariable(xi, /*is_output=*/false);
+    term.weight = torch::autograd::SavedVariable(wi, /*is_output=*/false);
+    term.has_bias = bi.defined();
+    if (bi.defined())
+      term.bias_sizes = bi.sizes().vec();
+    node->terms.push_back(std::move(term));
+    for (auto& e : torch::autograd::collect_next_edges(xi, wi, bi))
+      edges.push_back(std::move(e));
+  }
   node->stride = a.stride.vec();
   node->padding = a.padding.vec();
   node->dilation = a.dilation.vec();
   node->groups = a.groups;
-  node->has_bias = bi.defined();
-  if (bi.defined())
-    node->bias_sizes = bi.sizes().vec();
-  node->set_next_edges(torch::autograd::collect_next_edges(xi, wi, bi));
+  node->set_next_edges(std::move(edges));
   torch::autograd::set_history(out, node);
   return out;
 }
@@ -400,14 +424,13 @@ at::Tensor checkpoint(Segment segment, const at::Tensor& x, Recompute mode) {
       mode);
 }
 
-at::Tensor kept_conv(
-    const at::Tensor& x,
-    const at::Tensor& weight,
-    const at::Tensor& bias,
+at::Tensor kept_conv_sum(
+    const std::vector<ConvTerm>& terms,
     c10::IntArrayRef stride,
     c10::IntArrayRef padding,
     c10::IntArrayRef dilation,
     int64_t groups) {
+  MT_INTERNAL_ASSERT(!terms.empty(), "kept_conv_sum of no convolution");
   const KeepScope scope = t_keep;
   const ConvArgs args{stride, padding, dilation, groups};
   at::Tensor y;
@@ -425,25 +448,38 @@ at::Tensor kept_conv(
         "selective checkpoint: a kept convolution output was modified in "
         "place after it was kept");
     MT_INTERNAL_ASSERT(
-        k.call == conv_call(x, weight, args),
+        k.call == conv_call(terms, args),
         "selective checkpoint: kept output ",
         src.next,
         " of shape ",
         k.t.sizes(),
         " was made by another convolution than the one of ",
-        x.sizes(),
+        terms[0].x.sizes(),
         " by ",
-        weight.sizes(),
+        terms[0].weight.sizes(),
         " that asks for it");
-    y = with_conv_history(k.t, x, weight, bias, args);
+    y = with_conv_history(k.t, terms, args);
   } else {
-    y = convolve(x, weight, bias, args);
+    y = convolve(terms[0], args);
+    for (size_t i = 1; i < terms.size(); ++i)
+      y.add_(convolve(terms[i], args));  // y is this call's own tensor
   }
   if (scope.sink) {
     scope.sink->outs.push_back(
-        {y.detach(), y._version(), conv_call(x, weight, args)});
+        {y.detach(), y._version(), conv_call(terms, args)});
   }
   return y;
+}
+
+at::Tensor kept_conv(
+    const at::Tensor& x,
+    const at::Tensor& weight,
+    const at::Tensor& bias,
+    c10::IntArrayRef stride,
+    c10::IntArrayRef padding,
+    c10::IntArrayRef dilation,
+    int64_t groups) {
+  return kept_conv_sum({{x, weight, bias}}, stride, padding, dilation, groups);
 }
 
 bool keeping_outputs() {

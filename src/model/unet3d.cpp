@@ -101,11 +101,14 @@ struct ResBlockImpl : torch::nn::Module {
     const int64_t ca = a.size(1);
     const int64_t one[] = {1, 1, 1};
     const int64_t pad[] = {padding, padding, padding};
-    torch::Tensor y = kept_conv(
-        b, w.narrow(1, ca, w.size(1) - ca), conv->bias, one, pad, one, 1);
-    torch::Tensor z = kept_conv(a, w.narrow(1, 0, ca), {}, one, pad, one, 1);
-    // In place, unless a selective checkpoint keeps y.
-    return keeping_outputs() ? y + z : y.add_(z);
+    // One kept output, the sum (a selective checkpoint keeps it).
+    return kept_conv_sum(
+        {{b, w.narrow(1, ca, w.size(1) - ca), conv->bias},
+         {a, w.narrow(1, 0, ca), {}}},
+        one,
+        pad,
+        one,
+        1);
   }
 
   static torch::Tensor normed(torch::nn::AnyModule& norm, torch::Tensor h) {

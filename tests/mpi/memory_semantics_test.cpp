@@ -171,6 +171,86 @@ TEST(MemorySemantics, AutoFitRespectsBudgetAndEffectiveBatch) {
   EXPECT_EQ(micro * steps * w, 64 * w);
 }
 
+// Note [Planning]: with memory.budget between two tiers' measured peaks,
+// checkpointing auto takes the deeper one -- every segment selective
+// between none and selective, whole segments below selective -- and with
+// a budget below the deepest tier it refuses, naming that tier's peak.
+TEST(MemorySemantics, AutoCheckpointingTakesEachTierBetweenPeaks) {
+  SharedDir dir("tiers");
+  SyntheticSpec spec;
+  spec.kind = "volumes";
+  spec.samples = 4;
+  spec.channels = 1;
+  spec.depth = 32;
+  spec.height = 32;
+  spec.width = 32;
+  spec.classes = 3;
+  spec.seed = 4;
+  make_shared_synthetic(dir, "train.h5", spec);
+  TrainConfig c = base_config(dir.file("train.h5"));
+  // Activations well above the parameters, so that the tiers' peaks are
+  // far apart.
+  c.model.name = ModelName::kUnet3d;
+  c.model.feature_size = 16;
+  c.model.depth = 3;
+  c.model.norm = Norm::kInstance;
+  c.data.patch_size = {32, 32, 32};
+  c.data.patches_per_volume = 2;  // 8 samples: 2 on each of up to 4 ranks
+  c.training.effective_batch_size = 2 * world_size();
+  c.data.batch_size = 2;
+  c.training.max_windows = 1;
+  c.memory.headroom = 0.0;
+  Trainer::Options opts;
+  opts.write_outputs = false;
+  const auto plan_with = [&](Checkpointing mode, const std::string& budget) {
+    TrainConfig x = c;
+    x.training.gradient_checkpointing = mode;
+    x.memory.budget = budget;
+    MpiCommunicator comm(MPI_COMM_WORLD);
+    Trainer t(x, comm, opts);
+    t.prepare();
+    return t.memory_plan();
+  };
+  // What each tier needs: the tensor peak of its windows (a probe's
+  // reserved peak under a loose budget also holds cached blocks a tight
+  // budget would release).
+  const auto need_of = [&](Checkpointing mode) {
+    TrainConfig x = c;
+    x.training.gradient_checkpointing = mode;
+    x.training.max_windows = 2;
+    x.memory.budget = "1GiB";  // the lean forms a budget runs
+    int64_t peak = 0;
+    for (const auto& w : train(x, MPI_COMM_WORLD).summary.window_results)
+      peak = std::max(peak, w.mem_peak);
+    return peak;
+  };
+  const int64_t off = need_of(Checkpointing::kOff);
+  const int64_t sel = need_of(Checkpointing::kSelective);
+  const int64_t all = need_of(Checkpointing::kAll);
+  ASSERT_GT(off, sel + sel / 40) << "selective saves at least 2.5%";
+  ASSERT_GT(sel, all + all / 10);
+  const MemoryPlan between_none_and_selective =
+      plan_with(Checkpointing::kAuto, std::to_string((off + sel) / 2));
+  EXPECT_TRUE(between_none_and_selective.selective)
+      << between_none_and_selective.note << "; peaks off " << off
+      << ", selective " << sel;
+  EXPECT_LE(between_none_and_selective.predicted_peak, (off + sel) / 2);
+  const MemoryPlan below_selective =
+      plan_with(Checkpointing::kAuto, std::to_string((sel + all) / 2));
+  EXPECT_FALSE(below_selective.selective);
+  EXPECT_GT(below_selective.checkpointed_segments, 0);
+  EXPECT_LE(below_selective.predicted_peak, (sel + all) / 2);
+  // Nothing fits: the automatic micro-batch is refused by name.
+  c.data.batch_size = kAuto;
+  try {
+    plan_with(Checkpointing::kAuto, std::to_string(all / 2));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("segments whole ("), std::string::npos)
+        << e.what();
+  }
+}
+
 // Issue check: an injected leak produces the warning; a clean run does not.
 TEST(MemorySemantics, InjectedLeakIsReported) {
   SharedDir dir("leak");

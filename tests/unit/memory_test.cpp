@@ -127,7 +127,22 @@ ProbeFn curve(int64_t budget, int64_t segments, int64_t* calls) {
     const int64_t act =
         micro * (tier.selective ? 90 : 100 - 80 * tier.segments / segments);
     const int64_t peak = 1000 + act;
-    return ProbeResult{peak <= budget, peak};
+    return ProbeResult{peak <= budget, peak, 0.0, false};
+  };
+}
+
+// The same memory, and a time per sample that falls with the micro-batch
+// (1 + 4 / m) and rises with checkpointing: selective by 5%, s whole
+// segments by whole_cost * s / segments.
+ProbeFn timed_curve(
+    int64_t budget, int64_t segments, double whole_cost, int64_t* calls) {
+  const ProbeFn memory = curve(budget, segments, calls);
+  return [=](int64_t micro, const Tier& tier) {
+    ProbeResult r = memory(micro, tier);
+    const double cost =
+        tier.selective ? 0.05 : whole_cost * tier.segments / segments;
+    r.seconds_per_sample = (1.0 + cost) * (1.0 + 4.0 / micro);
+    return r;
   };
 }
 
@@ -300,6 +315,33 @@ TEST(Planner, AutoTakesSelectiveBetweenNoneAndIt) {
   EXPECT_FALSE(q.selective);
   EXPECT_EQ(q.checkpointed_segments, 1);
   EXPECT_EQ(q.tier_index, 2);
+}
+
+// Note [Planning]: the largest micro-batch with a deeper tier is kept only
+// when it is faster per sample than a cheaper tier at its own largest
+// micro-batch.
+TEST(Planner, LargerMicroWithDeeperTierOnlyWhenFasterPerSample) {
+  int64_t calls = 0;
+  PlanRequest req;
+  req.rank_share = 32;
+  req.checkpointing = Checkpointing::kAuto;
+  req.num_segments = 4;
+  // 1800: none fits up to 8 (1800), selective up to 8 (1720), 4 whole
+  // segments 32 (1640); at 32 nothing shallower fits.
+  // Cheap checkpointing: 4 whole at 32 takes 1.3 x 1.125 = 1.46 per
+  // sample, none at 8 1.5: the larger micro-batch stays.
+  const MemoryPlan cheap = plan_memory(req, timed_curve(1800, 4, 0.3, &calls));
+  EXPECT_EQ(cheap.micro_batch, 32);
+  EXPECT_EQ(cheap.checkpointed_segments, 4);
+  EXPECT_FALSE(cheap.selective);
+  // Dear checkpointing: 2 x 1.125 = 2.25 against 1.5: none at 8.
+  const MemoryPlan dear = plan_memory(req, timed_curve(1800, 4, 1.0, &calls));
+  EXPECT_EQ(dear.micro_batch, 8);
+  EXPECT_EQ(dear.checkpointed_segments, 0);
+  EXPECT_EQ(dear.tier_index, 0);
+  EXPECT_EQ(dear.accumulation_steps, 4);
+  EXPECT_NE(dear.note.find("faster per sample"), std::string::npos)
+      << dear.note;
 }
 
 // Even the deepest tier does not fit one sample: refused, naming the tier

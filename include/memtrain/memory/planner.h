@@ -19,6 +19,11 @@ namespace memtrain {
 struct ProbeResult {
   bool fits = false;  // no out-of-memory and peak <= the usable budget
   int64_t peak = 0;   // peak device bytes of the probe (0 if it ran out)
+  // The probe's second step (the one with optimizer state) over its
+  // micro-batch, as the device ran it; 0 if it ran out.
+  double seconds_per_sample = 0;
+  // An allocation passed the cap; `peak` is what it held until then.
+  bool out_of_memory = false;
 };
 
 // A checkpointing tier: the first `segments` segments checkpointed, whole
@@ -58,6 +63,7 @@ struct ProbeRecord {
   Tier tier;
   bool fits;
   int64_t peak;
+  double seconds_per_sample;
 };
 
 struct MemoryPlan {

@@ -57,6 +57,21 @@ at::Tensor kept_conv(
     c10::IntArrayRef dilation,
     int64_t groups);
 
+// A sum of convolutions of the same arguments, conv(x0, w0, b0) +
+// conv(x1, w1, b1) + ..., added in that order in place on the first (the
+// U-Net decoder's conv1 on the two parts of its input, Note [U-Net decoder
+// input]), kept by a selective checkpoint as one output. Its gradients are
+// those of the convolutions and in-place additions bit for bit.
+struct ConvTerm {
+  at::Tensor x, weight, bias;  // bias may be undefined
+};
+at::Tensor kept_conv_sum(
+    const std::vector<ConvTerm>& terms,
+    c10::IntArrayRef stride,
+    c10::IntArrayRef padding,
+    c10::IntArrayRef dilation,
+    int64_t groups);
+
 // The same for a torch::nn::Conv1d/2d/3d module with numeric zero padding
 // (what memtrain's models build).
 template <typename ConvHolder>

@@ -37,13 +37,18 @@ ProbeResult probe(RunState& run, int64_t micro_batch, const Tier& tier) {
   memory::release_cache();
   memory::reset_peak();
   bool ran = true;
+  double seconds = 0;
   {
     memory::DeviceScope device;
     auto opt = make_optimizer(run.cfg.training, run.trainable);
     try {
       // Two steps: the second runs with the optimizer state the first
-      // created, which is what every later window looks like.
+      // created, which is what every later window looks like; it is timed
+      // as the device runs it (Note [Window clock]).
       for (int step = 0; step < 2; ++step) {
+        std::unique_ptr<DeviceClock> clock;
+        if (step == 1)
+          clock = run.placement.start_clock();
         run.grad_sync->attach();
         micro_step(
             run,
@@ -52,6 +57,10 @@ ProbeResult probe(RunState& run, int64_t micro_batch, const Tier& tier) {
             1.0 / static_cast<double>(micro_batch),
             zero_loss_sum(run));
         opt->step();
+        if (clock) {
+          clock->mark();
+          seconds = clock->finish().back();
+        }
       }
     } catch (const c10::OutOfMemoryError&) {
       ran = false;
@@ -66,7 +75,11 @@ ProbeResult probe(RunState& run, int64_t micro_batch, const Tier& tier) {
   }
   memory::release_cache();
   memory::set_cap(run.budget.allocator_cap());
-  return {ran && (usable <= 0 || peak <= usable), peak};
+  return {
+      ran && (usable <= 0 || peak <= usable),
+      peak,
+      ran ? seconds / static_cast<double>(micro_batch) : 0.0,
+      !ran};
 }
 
 // model.sync_bn: probes run on each rank's own terms (one rank's OOM must

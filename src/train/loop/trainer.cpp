@@ -498,6 +498,10 @@ int64_t Trainer::checkpointed_segments() const {
   return impl_->run->model->checkpointed();
 }
 
+const MemoryPlan& Trainer::memory_plan() const {
+  return impl_->run->plan;
+}
+
 bool Trainer::selective_recompute() const {
   return impl_->run->model->checkpointed() > 0 &&
          impl_->run->model->recompute() == Recompute::kSelective;

@@ -235,6 +235,7 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
          {"selective", p.tier.selective},
          {"tier", describe(p.tier, run.model->num_segments())},
          {"fits", p.fits},
+         {"seconds_per_sample", p.seconds_per_sample},
          {"peak_bytes", p.peak}});
   }
   std::vector<std::string> segments(
@@ -354,6 +355,19 @@ std::string describe_run(const RunState& m) {
               ? format_bytes(static_cast<double>(m.plan.predicted_peak))
               : std::string("not measured"))
       << "; " << m.plan.note;
+  if (!m.plan.probes.empty()) {
+    out << "\nmemory probes (micro-batch, tier: peak, time per sample):";
+    for (const auto& p : m.plan.probes) {
+      out << "\n  " << p.micro << ", "
+          << describe(p.tier, m.model->num_segments()) << ": "
+          << format_bytes(static_cast<double>(p.peak)) << ", ";
+      if (p.fits) {
+        out << p.seconds_per_sample * 1e3 << " ms";
+      } else {
+        out << "does not fit";
+      }
+    }
+  }
   return out.str();
 }
 

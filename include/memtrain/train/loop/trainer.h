@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "memtrain/config/train_config.h"
+#include "memtrain/memory/planner.h"
 #include "memtrain/train/records/results.h"
 #include "memtrain/train/run_files/safetensors.h"
 
@@ -95,6 +96,8 @@ class Trainer {
   // their convolutions' outputs (Note [Selective recompute]).
   int64_t checkpointed_segments() const;
   bool selective_recompute() const;
+  // The memory plan (after prepare()): micro-batch, tier, every probe.
+  const MemoryPlan& memory_plan() const;
 
  private:
   struct Impl;
