@@ -182,30 +182,43 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
     // 3. The cheapest tier for that micro-batch.
     chosen = first_fitting(probe, plan.micro_batch, ladder);
     MT_INTERNAL_ASSERT(chosen >= 0);
+    plan.memory_micro_batch = plan.micro_batch;
+    plan.memory_tier_index = chosen;
     // 4. A cheaper tier at its own largest micro-batch, when that is
-    // faster per sample than the larger micro-batch with the deeper tier.
+    // faster per sample than the larger micro-batch with the deeper tier:
+    // the fastest of them.
     if (req.checkpointing == Checkpointing::kAuto) {
-      for (int64_t i = 0; i < chosen && i < kCheaperTiersTried; ++i) {
+      const int64_t deep = chosen, deep_micro = plan.micro_batch;
+      double best = probe(deep_micro, ladder[static_cast<size_t>(deep)])
+                        .seconds_per_sample;
+      for (int64_t i = 0; i < deep && i < kCheaperTiersTried; ++i) {
         const Tier& t = ladder[static_cast<size_t>(i)];
         const int64_t m = exact_micro(
-            largest_fitting(probe, t, plan.micro_batch - 1), req.rank_share);
+            largest_fitting(probe, t, deep_micro - 1), req.rank_share);
         if (m == 0 || !probe(m, t).fits)
           continue;
-        const Tier& now = ladder[static_cast<size_t>(chosen)];
-        const double a = probe(plan.micro_batch, now).seconds_per_sample;
         const double b = probe(m, t).seconds_per_sample;
-        if (b < a) {
-          note << "; " << name(i) << " at micro-batch " << m
-               << " is faster per "
-               << "sample than " << name(chosen) << " at " << plan.micro_batch
-               << " (" << b * 1e3 << " vs " << a * 1e3 << " ms)";
+        if (b < best) {
+          best = b;
           plan.micro_batch = m;
           chosen = i;
-          break;
         }
+      }
+      if (chosen != deep) {
+        note << "; " << name(chosen) << " at micro-batch " << plan.micro_batch
+             << " is faster per sample than " << name(deep) << " at "
+             << deep_micro << " (" << best * 1e3 << " vs "
+             << probe(deep_micro, ladder[static_cast<size_t>(deep)])
+                        .seconds_per_sample *
+                    1e3
+             << " ms)";
       }
       note << "; checkpointing the cheapest tier that fits: " << name(chosen);
     }
+  }
+  if (plan.memory_micro_batch == 0) {  // no time comparison was made
+    plan.memory_micro_batch = plan.micro_batch;
+    plan.memory_tier_index = chosen;
   }
   plan.tier_index = chosen;
   const Tier& tier = ladder[static_cast<size_t>(chosen)];

@@ -19,8 +19,9 @@ namespace memtrain {
 struct ProbeResult {
   bool fits = false;  // no out-of-memory and peak <= the usable budget
   int64_t peak = 0;   // peak device bytes of the probe (0 if it ran out)
-  // The probe's second step (the one with optimizer state) over its
-  // micro-batch, as the device ran it; 0 if it ran out.
+  // The probe's second step (the one with optimizer state) as the device
+  // ran it: its forward and backward over the micro-batch, plus its
+  // optimizer step over the rank's share of a window; 0 if it ran out.
   double seconds_per_sample = 0;
   // An allocation passed the cap; `peak` is what it held until then.
   bool out_of_memory = false;
@@ -72,6 +73,10 @@ struct MemoryPlan {
   int64_t checkpointed_segments = 0;
   bool selective = false;  // those segments keep their convolutions' outputs
   int64_t tier_index = 0;  // in tier_ladder(): what ranks agree on
+  // The plan by memory alone (before the time-per-sample comparison),
+  // which ranks fall back to when their timings chose differently.
+  int64_t memory_micro_batch = 0;
+  int64_t memory_tier_index = 0;
   int64_t predicted_peak = 0;  // the chosen probe's peak
   bool fits = true;  // false: nothing fit; the OOM guard will have to act
   std::vector<ProbeRecord> probes;

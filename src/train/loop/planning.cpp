@@ -37,14 +37,16 @@ ProbeResult probe(RunState& run, int64_t micro_batch, const Tier& tier) {
   memory::release_cache();
   memory::reset_peak();
   bool ran = true;
-  double seconds = 0;
+  double step_s = 0, optimizer_s = 0;
   {
     memory::DeviceScope device;
     auto opt = make_optimizer(run.cfg.training, run.trainable);
     try {
       // Two steps: the second runs with the optimizer state the first
       // created, which is what every later window looks like; it is timed
-      // as the device runs it (Note [Window clock]).
+      // as the device runs it (Note [Window clock]): its forward and
+      // backward, and its optimizer step, which a window runs once for
+      // the rank's share, not once per micro-batch.
       for (int step = 0; step < 2; ++step) {
         std::unique_ptr<DeviceClock> clock;
         if (step == 1)
@@ -56,10 +58,14 @@ ProbeResult probe(RunState& run, int64_t micro_batch, const Tier& tier) {
             indices,
             1.0 / static_cast<double>(micro_batch),
             zero_loss_sum(run));
+        if (clock)
+          clock->mark();
         opt->step();
         if (clock) {
           clock->mark();
-          seconds = clock->finish().back();
+          const std::vector<double> t = clock->finish();
+          step_s = t.at(1);  // t[0]: the start
+          optimizer_s = t.at(2) - t.at(1);
         }
       }
     } catch (const c10::OutOfMemoryError&) {
@@ -78,7 +84,9 @@ ProbeResult probe(RunState& run, int64_t micro_batch, const Tier& tier) {
   return {
       ran && (usable <= 0 || peak <= usable),
       peak,
-      ran ? seconds / static_cast<double>(micro_batch) : 0.0,
+      ran ? step_s / static_cast<double>(micro_batch) +
+                optimizer_s / static_cast<double>(run.shape.rank_share)
+          : 0.0,
       !ran};
 }
 
@@ -136,6 +144,8 @@ void plan_run(RunState& run) {
       plan.micro_batch = req.fixed_micro;
       // off, all, selective: their one tier; auto: none.
       plan.tier_index = 0;
+      plan.memory_micro_batch = plan.micro_batch;
+      plan.memory_tier_index = 0;
       plan.note =
           req.checkpointing == Checkpointing::kAuto
               ? "no memory.budget: checkpointing auto checkpoints nothing"
@@ -151,12 +161,28 @@ void plan_run(RunState& run) {
       throw PeerError("memory planning failed on another rank");
     throw Error(error);
   }
-  // The tiers are ordered by depth: the deepest any rank needs.
-  auto agreed =
-      torch::tensor({-plan.micro_batch, plan.tier_index}, torch::kInt64);
+  // The tiers are ordered by depth: the smallest micro-batch and the
+  // deepest tier any rank needs. Ranks whose timings (Note [Planning])
+  // chose differently take the plan by memory alone, which equal budgets
+  // make equal, instead of a mix that no rank measured.
+  auto agreed = torch::tensor(
+      {-plan.micro_batch,
+       plan.tier_index,
+       plan.micro_batch,
+       -plan.tier_index,
+       -plan.memory_micro_batch,
+       plan.memory_tier_index},
+      torch::kInt64);
   run.comm.all_reduce(agreed, ReduceOp::kMax);
-  plan.micro_batch = -agreed[0].item<int64_t>();
-  plan.tier_index = agreed[1].item<int64_t>();
+  const auto at = [&](int64_t i) { return agreed[i].item<int64_t>(); };
+  if (-at(0) == at(2) && at(1) == -at(3)) {
+    plan.micro_batch = at(2);
+    plan.tier_index = at(1);
+  } else {
+    plan.micro_batch = -at(4);
+    plan.tier_index = at(5);
+    plan.note += "; the ranks' timings chose differently: the plan by memory";
+  }
   const Tier& tier = ladder.at(static_cast<size_t>(plan.tier_index));
   plan.checkpointed_segments = tier.segments;
   plan.selective = tier.selective;
