@@ -305,6 +305,41 @@ TEST(Checkpoint, StopOnAnEpochsLastWindowCheckpointsBeforeValidation) {
       epoch_losses(full.output.dir + "/metrics.jsonl"));
 }
 
+// The same on the last epoch's last window, where no window is left: the
+// resumed run still owes that epoch its validation and its record.
+TEST(Checkpoint, StopOnTheLastWindowOfTheRunValidatesOnResume) {
+  SharedDir dir("stop_final");
+  make_features(dir, "train.h5", 96);
+  make_features(dir, "val.h5", 32);
+  TrainConfig full = ckpt_config(dir, "full");
+  full.data.val = dir.file("val.h5");
+  full.training.effective_batch_size = 96;  // one window per epoch
+  full.data.batch_size = 96;
+  full.training.epochs = 1;  // the first window is the run's last
+  const RunResult a = train_out(full, MPI_COMM_WORLD).run;
+  ASSERT_EQ(a.summary.validations.size(), 1u);
+
+  TrainConfig part = full;
+  part.output.dir = dir.file("part");
+  request_stop(SIGTERM);
+  const RunResult first = train_out(part, MPI_COMM_WORLD).run;
+  request_stop(0);
+  EXPECT_TRUE(first.summary.stopped);
+  EXPECT_EQ(first.summary.validations.size(), 0u);
+  const Resumed second = train_out(part, MPI_COMM_WORLD, "auto");
+  ASSERT_EQ(second.run.summary.validations.size(), 1u)
+      << "the resumed run skipped the last epoch's validation";
+  EXPECT_EQ(second.run.summary.validations[0].epoch, 0);
+  EXPECT_EQ(
+      second.run.summary.validations[0].loss, a.summary.validations[0].loss);
+  EXPECT_EQ(max_abs_diff(second.run.params, a.params), 0.0);
+  int epochs = 0;
+  std::ifstream in(part.output.dir + "/metrics.jsonl");
+  for (std::string l; std::getline(in, l);)
+    epochs += l.find("\"type\":\"epoch\"") != std::string::npos;
+  EXPECT_EQ(epochs, 1) << "the epoch's record";
+}
+
 // Pruning after writing step 4: later steps (another timeline) go, and of
 // the rest only the newest `keep` stay.
 TEST(Checkpoint, PruneKeepsNewestUpToTheCurrentStep) {

@@ -288,11 +288,17 @@ TrainSummary Trainer::run() {
   const int64_t every = run.cfg.training.checkpoint_every;
   bool checked_last = false;
   int64_t step = m.start.step;  // windows done, this run and before it
-  for (int64_t epoch = m.start.epoch; epoch < epochs && step < total; ++epoch) {
-    m.counters.monitor.begin_epoch();
+  for (int64_t epoch = m.start.epoch; epoch < epochs; ++epoch) {
     // A resumed epoch carries on with the loss of its windows before the
     // checkpoint, so its record is the uninterrupted run's.
     const bool resumed = m.start.resumed && epoch == m.start.epoch;
+    // A run stopped on an epoch's last window owes that epoch its end
+    // (validation, record, checkpoint) even when no window is left: the
+    // last epoch's too.
+    const bool owes_end = resumed && m.start.window >= wpe;
+    if (step >= total && !owes_end)
+      break;
+    m.counters.monitor.begin_epoch();
     Impl::Epoch e;
     e.index = epoch;
     e.loss = resumed ? m.start.epoch_loss : 0.0;
