@@ -420,20 +420,27 @@ class MicroBatches(torch.utils.data.Dataset):
 # -------------------------------------------------------------------- main
 
 
-def compute_floor(a, model, loss_fn, windows, plan, device, sync, rank):
+def micro_batches(a, plan):
+    """The run's micro-batches in order, read ahead by a.workers DataLoader
+    processes (up to a window ahead; pinned memory on CUDA)."""
+    return iter(
+        torch.utils.data.DataLoader(
+            MicroBatches(a, plan),
+            batch_size=None,
+            num_workers=a.workers,
+            pin_memory=a.device == "cuda",
+            **({"prefetch_factor": max(2, a.accum)} if a.workers > 0 else {}),
+        )
+    )
+
+
+def compute_floor(a, model, loss_fn, windows, plan, device, sync):
     """The same windows again, every rank at once, with the bare model:
     forward and backward of each micro-batch, read as in the run, and
     nothing else -- no DDP, no all-reduce, no optimizer step. The time any
     trainer running these kernels on this machine needs for the window's
-    compute; rank 0's times are added to a.out as compute_floor_s."""
-    loader = torch.utils.data.DataLoader(
-        MicroBatches(a, plan),
-        batch_size=None,
-        num_workers=a.workers,
-        pin_memory=a.device == "cuda",
-        **({"prefetch_factor": max(2, a.accum)} if a.workers > 0 else {}),
-    )
-    batches = iter(loader)
+    compute, per window."""
+    batches = micro_batches(a, plan)
     floor_s = []
     dist.barrier()
     for n, steps in windows:
@@ -447,12 +454,7 @@ def compute_floor(a, model, loss_fn, windows, plan, device, sync, rank):
         sync()
         floor_s.append(time.perf_counter() - t0)
         model.zero_grad(set_to_none=True)
-    if rank == 0:
-        res = json.load(open(a.out))
-        res["compute_floor_s"] = floor_s
-        with open(a.out + ".tmp", "w") as f:
-            json.dump(res, f)
-        os.replace(a.out + ".tmp", a.out)
+    return floor_s
 
 
 def env_int(*names, default=None):
@@ -572,14 +574,7 @@ def main():
         micro = [share[s : s + a.micro] for s in range(0, len(share), a.micro)]
         windows.append((n, len(micro)))
         plan += [(epoch, mb) for mb in micro]
-    loader = torch.utils.data.DataLoader(
-        MicroBatches(a, plan),
-        batch_size=None,
-        num_workers=a.workers,
-        pin_memory=a.device == "cuda",
-        **({"prefetch_factor": max(2, a.accum)} if a.workers > 0 else {}),
-    )
-    batches = iter(loader)
+    batches = micro_batches(a, plan)
     window_s, local_loss = [], []
     sync = (lambda: torch.cuda.synchronize()) if a.device == "cuda" else (lambda: None)
     for n, steps in windows:
@@ -612,6 +607,10 @@ def main():
     )
     dist.all_reduce(mem, op=dist.ReduceOp.MAX)
     rss, peak = mem[0].cpu(), int(mem[1].item())
+    if a.save and rank == 0:
+        save_safetensors(a.save, dict(model.named_parameters()), {"format": "pt", "producer": "pytorch_ddp.py"})
+    # After the run's figures and final parameters (it steps nothing).
+    floor_s = compute_floor(a, model, loss_fn, windows, plan, device, sync) if a.compute_floor else None
     if rank == 0:
         n_of = lambda s: min(B, num_samples - (s % per_epoch) * B)
         res = {
@@ -626,13 +625,11 @@ def main():
             "peak_rss_bytes": int(rss.item()),
             "peak_allocated_bytes": peak,
         }
+        if floor_s is not None:
+            res["compute_floor_s"] = floor_s
         with open(a.out + ".tmp", "w") as f:
             json.dump(res, f)
         os.replace(a.out + ".tmp", a.out)
-        if a.save:
-            save_safetensors(a.save, dict(model.named_parameters()), {"format": "pt", "producer": "pytorch_ddp.py"})
-    if a.compute_floor:
-        compute_floor(a, model, loss_fn, windows, plan, device, sync, rank)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -215,6 +215,15 @@ unset multiplot
     return png
 
 
+def print_table(table):
+    """Rows of strings, the first the header, right-aligned in columns."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for k, row in enumerate(table):
+        print("  ".join(c.rjust(widths[i]) for i, c in enumerate(row)))
+        if k == 0:
+            print("  ".join("-" * wd for wd in widths))
+
+
 def main():
     ap = argparse.ArgumentParser()
     for k in ("out", "models", "device", "size", "memtrain", "mpiexec"):
@@ -247,11 +256,7 @@ def main():
                       mib(r["memtrain_mem_peak_bytes"]) + (f"/{mib(r['pytorch_cuda_peak_allocated_bytes'])}" if a.device == "cuda" else ""),
                       f"{r['memtrain_loss_last']:.7g}", f"{r['pytorch_loss_last']:.7g}", f"{r['loss_rel_diff']:.1e}",
                       f"{r['weights_max_abs_diff']:.1e}"))
-    widths = [max(len(row[i]) for row in table) for i in range(len(hdr))]
-    for k, row in enumerate(table):
-        print("  ".join(c.rjust(widths[i]) for i, c in enumerate(row)))
-        if k == 0:
-            print("  ".join("-" * wd for wd in widths))
+    print_table(table)
     print("ms/window: median [interquartile range] over the timed windows of all repeats; "
           "RSS: peak resident set of a rank's process (max over ranks); mem_peak: memtrain's device-domain tensor peak"
           + (" / torch.cuda.max_memory_allocated" if a.device == "cuda" else ""))
@@ -266,11 +271,7 @@ def main():
                       (f"{1e3 * r['pytorch_compute_floor_s_median']:.1f} [{1e3 * r['pytorch_compute_floor_s_p25']:.1f}-"
                        f"{1e3 * r['pytorch_compute_floor_s_p75']:.1f}]") if has else "-",
                       f"{r['floor_ratio']:.3f}" if has else "-", f"{r['ratio']:.3f}"))
-    widths = [max(len(row[i]) for row in table) for i in range(len(hdr))]
-    for k, row in enumerate(table):
-        print("  ".join(c.rjust(widths[i]) for i, c in enumerate(row)))
-        if k == 0:
-            print("  ".join("-" * wd for wd in widths))
+    print_table(table)
     print("where the window goes, ms, medians: memtrain's phases (metrics.jsonl); PyTorch's compute floor: the same "
           "windows' forward and backward alone, every rank at once (run.sh --compute-floor); floor / PyTorch window: the "
           "ratio of a trainer whose window is PyTorch's compute alone, with nothing exposed")
