@@ -148,6 +148,8 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
     const int64_t i = first_fitting(probe, plan.micro_batch, ladder);
     plan.fits = i >= 0;
     chosen = i >= 0 ? i : deepest;
+    plan.memory_micro_batch = plan.micro_batch;
+    plan.memory_tier_index = chosen;
     note << "fixed micro-batch " << plan.micro_batch;
     if (req.checkpointing == Checkpointing::kAuto) {
       note << "; checkpointing "
@@ -189,17 +191,18 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
     // the fastest of them.
     if (req.checkpointing == Checkpointing::kAuto) {
       const int64_t deep = chosen, deep_micro = plan.micro_batch;
-      double best = probe(deep_micro, ladder[static_cast<size_t>(deep)])
-                        .seconds_per_sample;
+      const double deep_s = probe(deep_micro, ladder[static_cast<size_t>(deep)])
+                                .seconds_per_sample;
+      double best = deep_s;
       for (int64_t i = 0; i < deep && i < kCheaperTiersTried; ++i) {
         const Tier& t = ladder[static_cast<size_t>(i)];
         const int64_t m = exact_micro(
             largest_fitting(probe, t, deep_micro - 1), req.rank_share);
-        if (m == 0 || !probe(m, t).fits)
+        if (m == 0)
           continue;
-        const double b = probe(m, t).seconds_per_sample;
-        if (b < best) {
-          best = b;
+        const ProbeResult r = probe(m, t);
+        if (r.fits && r.seconds_per_sample < best) {
+          best = r.seconds_per_sample;
           plan.micro_batch = m;
           chosen = i;
         }
@@ -207,18 +210,11 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
       if (chosen != deep) {
         note << "; " << name(chosen) << " at micro-batch " << plan.micro_batch
              << " is faster per sample than " << name(deep) << " at "
-             << deep_micro << " (" << best * 1e3 << " vs "
-             << probe(deep_micro, ladder[static_cast<size_t>(deep)])
-                        .seconds_per_sample *
-                    1e3
+             << deep_micro << " (" << best * 1e3 << " vs " << deep_s * 1e3
              << " ms)";
       }
       note << "; checkpointing the cheapest tier that fits: " << name(chosen);
     }
-  }
-  if (plan.memory_micro_batch == 0) {  // no time comparison was made
-    plan.memory_micro_batch = plan.micro_batch;
-    plan.memory_tier_index = chosen;
   }
   plan.tier_index = chosen;
   const Tier& tier = ladder[static_cast<size_t>(chosen)];
