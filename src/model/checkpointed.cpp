@@ -49,13 +49,14 @@ namespace memtrain {
 
 // Note [Selective recompute]
 // Full checkpointing recomputes a whole segment in backward, its
-// convolutions included, which are nearly all of its time. A selective
-// checkpoint (Recompute::kSelective) also keeps, through the forward, the
-// outputs of the segment's kept_conv() calls -- what the model marks as its
-// expensive operations -- and its recomputation hands them back instead of
-// convolving again: backward recomputes only what lies between them
-// (normalisation, activations, additions, pooling, the SE gate), which is
-// cheap in time and was most of the memory. What stays alive between a
+// convolutions included. A selective checkpoint (Recompute::kSelective)
+// also keeps, through the forward, the outputs of the segment's kept_conv()
+// calls -- what the model marks as its expensive operations -- and its
+// recomputation hands them back instead of convolving again: backward
+// recomputes only what lies between them (normalisation, activations,
+// additions, pooling, the SE gate). bench_memory, SE-ResNeXt50 at 224²:
+// 1.09x the time of no checkpointing and 0.73x its peak, against 1.35x and
+// 0.46x for full checkpointing (ARCHITECTURE.md). What stays alive between a
 // selective segment's forward and its backward: its inputs and its
 // convolutions' outputs; without checkpointing, also every normalised and
 // activated tensor the graph saves.
