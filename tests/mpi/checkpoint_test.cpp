@@ -255,14 +255,20 @@ namespace {
 // grace time); the checkpoint's position is the epoch's end, so the resumed
 // run validates that epoch first and completes the uninterrupted run
 // exactly.
-TEST(Checkpoint, StopOnAnEpochsLastWindowCheckpointsBeforeValidation) {
-  SharedDir dir("stop_last");
+// A run of one window per epoch, validated, in `dir` (its files made).
+TrainConfig one_window_epochs(const SharedDir& dir) {
   make_features(dir, "train.h5", 96);
   make_features(dir, "val.h5", 32);
-  TrainConfig full = ckpt_config(dir, "full");
-  full.data.val = dir.file("val.h5");
-  full.training.effective_batch_size = 96;  // one window per epoch
-  full.data.batch_size = 96;
+  TrainConfig c = ckpt_config(dir, "full");
+  c.data.val = dir.file("val.h5");
+  c.training.effective_batch_size = 96;
+  c.data.batch_size = 96;
+  return c;
+}
+
+TEST(Checkpoint, StopOnAnEpochsLastWindowCheckpointsBeforeValidation) {
+  SharedDir dir("stop_last");
+  const TrainConfig full = one_window_epochs(dir);
   const RunResult a = train_out(full, MPI_COMM_WORLD).run;
 
   TrainConfig part = full;
@@ -309,12 +315,7 @@ TEST(Checkpoint, StopOnAnEpochsLastWindowCheckpointsBeforeValidation) {
 // resumed run still owes that epoch its validation and its record.
 TEST(Checkpoint, StopOnTheLastWindowOfTheRunValidatesOnResume) {
   SharedDir dir("stop_final");
-  make_features(dir, "train.h5", 96);
-  make_features(dir, "val.h5", 32);
-  TrainConfig full = ckpt_config(dir, "full");
-  full.data.val = dir.file("val.h5");
-  full.training.effective_batch_size = 96;  // one window per epoch
-  full.data.batch_size = 96;
+  TrainConfig full = one_window_epochs(dir);
   full.training.epochs = 1;  // the first window is the run's last
   const RunResult a = train_out(full, MPI_COMM_WORLD).run;
   ASSERT_EQ(a.summary.validations.size(), 1u);
