@@ -1,20 +1,29 @@
-// bench_memory: peak device bytes and time per window for the models that
-// exist, across activation checkpointing (off / selective / all / auto),
-// AMP (off / bf16) and micro-batch sizes. One rank (the memory of one rank is
-// what a budget limits). Prints a table and writes CSV.
+// bench_memory: peak device bytes, host offload bytes and time per window
+// for the models that exist, across activation checkpointing tiers (off /
+// selective / all / offload / auto), AMP (off / bf16) and micro-batch
+// sizes. One rank (the memory of one rank is what a budget limits). Prints
+// a table and writes CSV.
 //
 //   bench_memory [-b 64] [-e 1024] [-f 4] [-w 1] [-n 3] [-c 1]
 //                [--models mlp,cnn] [--amp off,bf16] [--device cpu|cuda]
+//                [--tiers off,selective,all,offload,auto]
 //                [--image-size 224] [--resnet-micro 8]
-//                [--volume-size 64] [--unet-micro 2] [--csv FILE]
+//                [--volume-size 64] [--unet-micro 2] [--unet-feature 16]
+//                [--unet-depth 3] [--fits v100-16gb] [--csv FILE]
 //   -b/-e/-f  micro-batch sweep of mlp and cnn: begin, end, factor
-//   models    also unet3d (feature_size 16, depth 3, instance norm, one
+//   models    also unet3d (--unet-feature, --unet-depth, instance norm, one
 //             patch = a whole volume of --volume-size^3) and
 //             seresnext50_32x4d (--image-size^2 RGB images, 10 classes),
-//             each at its own micro-batch
+//             each at its own micro-batch (--unet-micro, --resnet-micro:
+//             one or more, comma-separated)
 //   -w        warm-up windows (not timed)   -n  timed windows
-//   -c        check before timing: checkpointed weights equal un-checkpointed
-// ckpt "auto:sel": the planner chose every segment selective.
+//   -c        check before timing: checkpointed weights equal
+//             un-checkpointed (offload: equal to all)
+//   --fits    a budget profile or size: a column says whether each row's
+//             peak fits it (less memory.headroom 0.1, as the planner)
+// ckpt "auto:sel": the planner chose every segment selective; "auto:off":
+// it chose offload. time/off is per sample, against off at the same
+// micro-batch and AMP.
 //
 // On the CPU "device" bytes are the accounting allocator's device domain
 // (DESIGN.md); with --device cuda (a CUDA build) the caching allocator's.
@@ -23,9 +32,12 @@
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -34,6 +46,7 @@
 #include "memtrain/dist/cpu_threads.h"
 #include "memtrain/dist/environment.h"
 #include "memtrain/dist/mpi_communicator.h"
+#include "memtrain/memory/budget.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/loop/trainer.h"
 #include "memtrain/util/error.h"
@@ -47,6 +60,7 @@ struct Row {
   int64_t micro = 0;
   int64_t segments = 0;
   int64_t peak = 0;
+  int64_t host = 0;  // the host offload pool's peak
   double window_ms = 0;
   double samples_per_s = 0;
 };
@@ -83,6 +97,8 @@ Result run(
   r.row.ckpt = to_string(ckpt);
   if (ckpt == Checkpointing::kAuto && t.selective_recompute())
     r.row.ckpt += ":sel";  // auto chose every segment selective
+  if (ckpt == Checkpointing::kAuto && t.memory_plan().offload)
+    r.row.ckpt += ":off";  // auto chose offload
   r.row.amp = to_string(c.training.amp);
   r.row.micro = micro;
   r.row.segments = t.checkpointed_segments();
@@ -90,6 +106,7 @@ Result run(
   for (size_t i = 0; i < s.window_results.size(); ++i) {
     const auto& w = s.window_results[i];
     r.row.peak = std::max(r.row.peak, w.mem_peak);
+    r.row.host = std::max(r.row.host, w.host_peak);
     if (static_cast<int64_t>(i) >= warmup)
       secs += w.seconds;
   }
@@ -99,6 +116,26 @@ Result run(
     r.params.emplace_back(n, p.detach().clone());
   }
   return r;
+}
+
+// Whether comma-separated `list` names `item`.
+bool wanted_in(const std::string& list, const std::string& item) {
+  return ("," + list + ",").find("," + item + ",") != std::string::npos;
+}
+
+// "1,2" -> {1, 2}.
+std::vector<int64_t> numbers(const std::string& list) {
+  std::vector<int64_t> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');)
+    out.push_back(std::stoll(item));
+  MT_CHECK(!out.empty(), "an empty list of micro-batches");
+  return out;
+}
+
+int64_t largest(const std::string& list) {
+  const std::vector<int64_t> n = numbers(list);
+  return *std::max_element(n.begin(), n.end());
 }
 
 double max_diff(const NamedTensors& a, const NamedTensors& b) {
@@ -118,7 +155,9 @@ int main(int argc, char** argv) {
   int check = 1;
   std::string models = "mlp,cnn", csv = "bench_memory.csv", device = "cpu";
   std::string amps = "off,bf16";
-  int64_t image_size = 224, resnet_micro = 8, volume_size = 64, unet_micro = 2;
+  int64_t image_size = 224, volume_size = 64, unet_feature = 16, unet_depth = 3;
+  std::string resnet_micros = "8", unet_micros = "2", fits;
+  std::string tiers = "off,selective,all,offload,auto";
   app.add_option("--device", device, "cpu, or cuda (a CUDA build)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -132,13 +171,21 @@ int main(int argc, char** argv) {
   app.add_option("--models", models, "of mlp, cnn, unet3d, seresnext50_32x4d")
       ->capture_default_str();
   app.add_option("--amp", amps, "of off, bf16")->capture_default_str();
+  app.add_option("--tiers", tiers, "of off, selective, all, offload, auto")
+      ->capture_default_str();
   app.add_option("--image-size", image_size, "seresnext50_32x4d: H = W")
       ->capture_default_str();
-  app.add_option("--resnet-micro", resnet_micro, "seresnext50_32x4d")
+  app.add_option("--resnet-micro", resnet_micros, "seresnext50_32x4d")
       ->capture_default_str();
   app.add_option("--volume-size", volume_size, "unet3d: D = H = W")
       ->capture_default_str();
-  app.add_option("--unet-micro", unet_micro, "unet3d")->capture_default_str();
+  app.add_option("--unet-micro", unet_micros, "unet3d")->capture_default_str();
+  app.add_option("--unet-feature", unet_feature, "unet3d: model.feature_size")
+      ->capture_default_str();
+  app.add_option("--unet-depth", unet_depth, "unet3d: model.depth")
+      ->capture_default_str();
+  app.add_option("--fits", fits, "a budget each row's peak is read against")
+      ->capture_default_str();
   app.add_option("--csv", csv, "CSV output file")->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -172,11 +219,11 @@ int main(int argc, char** argv) {
     im.height = im.width = 32;
     make_synthetic(im, std::string(dir) + "/images.h5");
     const auto wanted = [&models](const std::string& m) {
-      return ("," + models + ",").find("," + m + ",") != std::string::npos;
+      return wanted_in(models, m);
     };
     if (wanted("seresnext50_32x4d")) {
       SyntheticSpec big = im;
-      big.samples = resnet_micro * (iters + warmup);
+      big.samples = largest(resnet_micros) * (iters + warmup);
       big.classes = 10;
       big.height = big.width = image_size;
       make_synthetic(big, std::string(dir) + "/big_images.h5");
@@ -184,7 +231,7 @@ int main(int argc, char** argv) {
     if (wanted("unet3d")) {
       SyntheticSpec v;
       v.kind = "volumes";
-      v.samples = unet_micro * (iters + warmup);
+      v.samples = largest(unet_micros) * (iters + warmup);
       v.channels = 1;
       v.classes = 2;
       v.depth = v.height = v.width = volume_size;
@@ -196,21 +243,33 @@ int main(int argc, char** argv) {
         placement->describe().c_str(),
         memory::backend_name().c_str(),
         torch::get_num_threads());
+    const Budget fit_budget =
+        fits.empty() ? Budget{} : resolve_budget(fits, 0.1);
+    if (fit_budget.limited()) {
+      std::printf(
+          "# fits: %s = %ld bytes, usable %ld (headroom 0.1)\n",
+          fits.c_str(),
+          static_cast<long>(fit_budget.bytes),
+          static_cast<long>(fit_budget.usable()));
+    }
     std::printf(
-        "# %-17s %-9s %-5s %6s %5s %12s %10s %12s %7s %7s\n",
+        "# %-17s %-9s %-5s %6s %5s %12s %12s %10s %12s %7s %7s %4s\n",
         "model",
         "ckpt",
         "amp",
         "micro",
         "segs",
         "peak_bytes",
+        "host_bytes",
         "window_ms",
         "samples/s",
         "peak/off",
-        "time/off");
+        "time/off",
+        "fits");
     std::ofstream out(csv);
     out << "model,checkpointing,amp,micro_batch,checkpointed_segments,"
-           "peak_bytes,window_ms,samples_per_s,peak_vs_off,time_vs_off\n";
+           "peak_bytes,host_bytes,window_ms,samples_per_s,peak_vs_off,"
+           "time_vs_off,fits\n";
     std::stringstream model_list(models);
     for (std::string model; std::getline(model_list, model, ',');) {
       TrainConfig base;
@@ -225,15 +284,15 @@ int main(int argc, char** argv) {
         micros.push_back(micro);
       if (base.model.name == ModelName::kSeresnext50) {
         base.data.train = std::string(dir) + "/big_images.h5";
-        micros = {resnet_micro};
+        micros = numbers(resnet_micros);
       } else if (base.model.name == ModelName::kUnet3d) {
-        base.model.depth = 3;
-        base.model.feature_size = 16;
+        base.model.depth = unet_depth;
+        base.model.feature_size = unet_feature;
         base.model.norm = Norm::kInstance;
         base.data.train = std::string(dir) + "/volumes.h5";
         base.data.patch_size = {volume_size, volume_size, volume_size};
         base.data.patches_per_volume = 1;
-        micros = {unet_micro};
+        micros = numbers(unet_micros);
       }
       base.data.val = "";
       base.training.momentum = 0.9;
@@ -242,67 +301,100 @@ int main(int argc, char** argv) {
       for (int64_t micro : micros) {
         std::stringstream amp_list(amps);
         for (std::string amp; std::getline(amp_list, amp, ',');) {
-          Result off =
-              run(base, Checkpointing::kOff, amp, micro, iters, warmup);
-          Result selective =
-              run(base, Checkpointing::kSelective, amp, micro, iters, warmup);
-          Result all =
-              run(base, Checkpointing::kAll, amp, micro, iters, warmup);
-          if (check) {
-            for (const Result* r : {&selective, &all}) {
-              const double d = max_diff(off.params, r->params);
-              MT_CHECK(
-                  d < 1e-5,
-                  "check failed: ",
-                  model,
-                  " micro ",
-                  micro,
-                  " amp ",
-                  amp,
-                  ": ",
-                  r->row.ckpt,
-                  " checkpointed weights differ by ",
-                  d);
-            }
+          std::map<std::string, Result> by_tier;
+          std::vector<const Result*> rows;
+          std::stringstream tier_list(tiers);
+          for (std::string tier; std::getline(tier_list, tier, ',');) {
+            if (tier == "auto")
+              continue;
+            by_tier[tier] =
+                run(base,
+                    choice_of<Checkpointing>(tier),
+                    amp,
+                    micro,
+                    iters,
+                    warmup);
+            rows.push_back(&by_tier[tier]);
           }
-          // auto: a budget halfway between the two peaks; it must pick
-          // some segments, not all.
-          TrainConfig budgeted = base;
-          budgeted.memory.budget =
-              std::to_string((off.row.peak + all.row.peak) / 2 * 10 / 9 + 1);
-          budgeted.memory.headroom = 0.1;
-          Result automatic =
-              run(budgeted, Checkpointing::kAuto, amp, micro, iters, warmup);
-          for (const Result* r : {&off, &selective, &all, &automatic}) {
+          // Each tier's weights against the tier it must equal: selective
+          // and all against off, offload against all.
+          const auto check_against = [&](const char* tier, const char* ref) {
+            if (!check || !by_tier.count(tier) || !by_tier.count(ref))
+              return;
+            const double d =
+                max_diff(by_tier.at(ref).params, by_tier.at(tier).params);
+            MT_CHECK(
+                d < 1e-5,
+                "check failed: ",
+                model,
+                " micro ",
+                micro,
+                " amp ",
+                amp,
+                ": ",
+                tier,
+                " weights differ from ",
+                ref,
+                "'s by ",
+                d);
+          };
+          check_against("selective", "off");
+          check_against("all", "off");
+          check_against("offload", "all");
+          // auto: a budget halfway between the off and all peaks; it must
+          // pick some segments, not all.
+          if (wanted_in(tiers, "auto") && by_tier.count("off") &&
+              by_tier.count("all")) {
+            TrainConfig budgeted = base;
+            budgeted.memory.budget = std::to_string(
+                (by_tier.at("off").row.peak + by_tier.at("all").row.peak) / 2 *
+                    10 / 9 +
+                1);
+            budgeted.memory.headroom = 0.1;
+            by_tier["auto"] =
+                run(budgeted, Checkpointing::kAuto, amp, micro, iters, warmup);
+            rows.push_back(&by_tier["auto"]);
+          }
+          const Row* off =
+              by_tier.count("off") ? &by_tier.at("off").row : nullptr;
+          for (const Result* r : rows) {
             const Row& row = r->row;
-            // Against checkpointing off in the same run.
-            const double peak_x = static_cast<double>(row.peak) /
-                                  static_cast<double>(off.row.peak);
-            const double time_x = row.window_ms / off.row.window_ms;
+            // Against checkpointing off in the same run (nan without).
+            const double nan = std::numeric_limits<double>::quiet_NaN();
+            const double peak_x = off ? static_cast<double>(row.peak) /
+                                            static_cast<double>(off->peak)
+                                      : nan;
+            const double time_x = off ? row.window_ms / off->window_ms : nan;
+            const char* fit = !fit_budget.limited()             ? "-"
+                              : row.peak <= fit_budget.usable() ? "yes"
+                                                                : "no";
             std::printf(
-                "  %-17s %-9s %-5s %6ld %5ld %12ld %10.2f %12.2f %7.3f "
-                "%7.3f\n",
+                "  %-17s %-9s %-5s %6ld %5ld %12ld %12ld %10.2f %12.3f %7.3f "
+                "%7.3f %4s\n",
                 row.model.c_str(),
                 row.ckpt.c_str(),
                 row.amp.c_str(),
                 static_cast<long>(row.micro),
                 static_cast<long>(row.segments),
                 static_cast<long>(row.peak),
+                static_cast<long>(row.host),
                 row.window_ms,
                 row.samples_per_s,
                 peak_x,
-                time_x);
+                time_x,
+                fit);
             out << row.model << "," << row.ckpt << "," << row.amp << ","
                 << row.micro << "," << row.segments << "," << row.peak << ","
-                << row.window_ms << "," << row.samples_per_s << "," << peak_x
-                << "," << time_x << "\n";
+                << row.host << "," << row.window_ms << "," << row.samples_per_s
+                << "," << peak_x << "," << time_x << "," << fit << "\n";
           }
         }
       }
     }
     std::printf(
         "# check: %s; CSV: %s\n",
-        check ? "checkpointed weights equal un-checkpointed (< 1e-5)"
+        check ? "selective and all weights equal off's, offload's equal all's "
+                "(< 1e-5)"
               : "skipped",
         csv.c_str());
     std::filesystem::remove_all(dir);

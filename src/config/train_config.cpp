@@ -823,6 +823,14 @@ const std::vector<Key>& keys() {
           "for tests only: where memory.test_oom_rank runs out -- the first "
           "micro-step, or the last micro-step's backward once a gradient "
           "bucket's all-reduce is in flight"),
+      string_key(
+          "memory.host_budget",
+          [](TrainConfig& c) { return &c.memory.host_budget; },
+          "host memory per rank for offloaded activations "
+          "(training.gradient_checkpointing offload, or auto's last tier): "
+          "a size (16GiB) or auto, a quarter of the node's memory (its "
+          "cgroup limit under SLURM) over the ranks on it; on a GPU it is "
+          "page-locked and must stay under ulimit -l"),
       optional_string_key(
           "memory.allocator_conf",
           [](TrainConfig& c) { return &c.memory.allocator_conf; },
@@ -1457,6 +1465,18 @@ void TrainConfig::validate() const {
       data.batch_size != kAuto || training.effective_batch_size > 0,
       "config: data.batch_size=auto needs training.effective_batch_size "
       "(the samples per optimizer step the planner must reach)");
+  if (memory.host_budget != "auto") {
+    try {
+      (void)parse_memory_size(memory.host_budget);
+    } catch (const Error& e) {
+      throw Error(detail::concat(
+          "config: memory.host_budget = '",
+          memory.host_budget,
+          "': ",
+          e.what(),
+          "; or auto (a quarter of the node's memory over its ranks)"));
+    }
+  }
   MT_CHECK(
       data.batch_size != kAuto || memory.budget.limited(),
       "config: data.batch_size=auto needs memory.budget (what the "

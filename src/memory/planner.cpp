@@ -1,5 +1,6 @@
 #include "memtrain/memory/planner.h"
 
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -13,20 +14,26 @@ namespace memtrain {
 // every segment selective (Note [Selective recompute]: its convolutions'
 // outputs kept, the rest recomputed, about the time of none); then 1, 2,
 // ..., all segments whole, largest activations first (what auto probed
-// before selective existed). off, all and selective have one tier each;
-// auto has them all.
+// before selective existed); last, all segments whole with their inputs
+// in the host pool (Note [Host offload]: the least device memory, for a
+// copy out and back of every segment's inputs). off, all, selective and
+// offload have one tier each; auto has them all.
 // data.batch_size=auto: with the deepest tier the mode allows, find the
 // largest micro-batch m <= the rank's share of the window that fits:
-// double from 1 until a probe fails or the share is reached, then bisect.
+// double from 1 until a probe fails or the share is reached, then bisect
+// (for auto, every segment whole first, and offload, which the host
+// budget limits too, only where that leaves m below the share).
 // Prefer the largest divisor of the share that is at least m/2, so that
 // micro x steps x ranks equals the effective batch exactly; otherwise keep
 // m and let the last micro-batch be smaller (it is weighted by its
 // samples). Then take the first tier with which m fits; for auto, also
-// search the largest micro-batch of the cheaper tiers (none, selective)
-// and take one when its measured time per sample (the probe's second step)
-// is lower: a larger micro-batch with a deeper tier only when it is faster.
+// search the largest micro-batch of the cheaper tiers (none, selective,
+// and every segment whole when m needed offload) and take one when its
+// measured time per sample (the probe's second step) is lower: a larger
+// micro-batch with a deeper tier only when it is faster.
 // Fixed data.batch_size: the first tier with which that micro-batch fits
-// (off, all and selective probe their one tier, for the prediction).
+// (off, all, selective and offload probe their one tier, for the
+// prediction).
 
 std::vector<Tier> tier_ladder(Checkpointing mode, int64_t num_segments) {
   const int64_t n = num_segments;
@@ -36,16 +43,26 @@ std::vector<Tier> tier_ladder(Checkpointing mode, int64_t num_segments) {
     case Checkpointing::kAll:
       return {Tier{n, false}};
     case Checkpointing::kSelective:
-      return {Tier{n, n > 0}};
+      return {Tier{n, n > 0, false}};
+    case Checkpointing::kOffload:
+      return {Tier{n, false, n > 0}};
     case Checkpointing::kAuto:
       break;
   }
-  std::vector<Tier> ladder = {Tier{0, false}};
+  std::vector<Tier> ladder = {Tier{0, false, false}};
   if (n > 0)
-    ladder.push_back(Tier{n, true});
+    ladder.push_back(Tier{n, true, false});
   for (int64_t s = 1; s <= n; ++s)
-    ladder.push_back(Tier{s, false});
+    ladder.push_back(Tier{s, false, false});
+  if (n > 0)
+    ladder.push_back(Tier{n, false, true});
   return ladder;
+}
+
+bool ladder_offloads(Checkpointing mode, int64_t num_segments) {
+  const std::vector<Tier> ladder = tier_ladder(mode, num_segments);
+  return std::any_of(
+      ladder.begin(), ladder.end(), [](const Tier& t) { return t.offload; });
 }
 
 std::string describe(const Tier& tier, int64_t num_segments) {
@@ -53,6 +70,8 @@ std::string describe(const Tier& tier, int64_t num_segments) {
   out << tier.segments << "/" << num_segments << " segments";
   if (tier.segments > 0)
     out << (tier.selective ? " selective" : " whole");
+  if (tier.offload)
+    out << " + offload";
   return out.str();
 }
 
@@ -67,7 +86,8 @@ class Prober {
     if (it != cache_.end())
       return it->second;
     const ProbeResult r = fn_(micro, tier);
-    plan_.probes.push_back({micro, tier, r.fits, r.peak, r.seconds_per_sample});
+    plan_.probes.push_back(
+        {micro, tier, r.fits, r.peak, r.seconds_per_sample, r.host_bytes});
     cache_.emplace(key, r);
     return r;
   }
@@ -125,7 +145,7 @@ int64_t exact_micro(int64_t good, int64_t share) {
 
 // Cheaper tiers weighed against the chosen one by time per sample (each
 // costs a search of its own micro-batch): none and every segment
-// selective.
+// selective (and every segment whole when the chosen tier offloads).
 constexpr int64_t kCheaperTiersTried = 2;
 
 }  // namespace
@@ -160,8 +180,15 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
       note << ", which does not fit the budget";
     }
   } else {
-    // 1. Largest micro-batch with the deepest tier allowed.
-    const int64_t good = largest_fitting(probe, ladder.back(), req.rank_share);
+    // 1. Largest micro-batch with the deepest tier allowed: the deepest
+    // on the device alone first; offload (limited by memory.host_budget
+    // too) only where that leaves the micro-batch below the share.
+    const bool offloads = ladder.back().offload && ladder.size() > 1;
+    const Tier& device_deepest = ladder[ladder.size() - (offloads ? 2 : 1)];
+    int64_t good = largest_fitting(probe, device_deepest, req.rank_share);
+    if (offloads && good < req.rank_share)
+      good =
+          std::max(good, largest_fitting(probe, ladder.back(), req.rank_share));
     const ProbeResult one = probe(1, ladder.back());  // cached
     MT_CHECK(
         good > 0,
@@ -169,10 +196,16 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
         "with checkpointing ",
         name(deepest),
         " (",
-        one.out_of_memory ? "it ran out of memory after " : "measured peak ",
-        format_bytes(static_cast<double>(one.peak)),
-        "); raise memory.budget, lower memory.headroom, use "
-        "training.amp=bf16 or training.gradient_checkpointing=all, or a "
+        one.host_exceeded
+            ? "its offloaded activations passed memory.host_budget after "
+        : one.out_of_memory ? "it ran out of memory after "
+                            : "measured peak ",
+        format_bytes(
+            static_cast<double>(one.host_exceeded ? one.host_bytes : one.peak)),
+        "); raise memory.budget",
+        one.host_exceeded ? " or memory.host_budget" : "",
+        ", lower memory.headroom, use training.amp=bf16 or "
+        "training.gradient_checkpointing=auto (down to offload), or a "
         "smaller model");
     // 2. Prefer a divisor of the share (exact micro x steps x ranks).
     plan.micro_batch = exact_micro(good, req.rank_share);
@@ -194,7 +227,15 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
       const double deep_s = probe(deep_micro, ladder[static_cast<size_t>(deep)])
                                 .seconds_per_sample;
       double best = deep_s;
-      for (int64_t i = 0; i < deep && i < kCheaperTiersTried; ++i) {
+      // none and selective; and, when offload was needed, every segment
+      // whole at its own micro-batch.
+      std::vector<int64_t> cheaper;
+      for (int64_t i = 0; i < deep && i < kCheaperTiersTried; ++i)
+        cheaper.push_back(i);
+      if (ladder[static_cast<size_t>(deep)].offload &&
+          deep - 1 >= kCheaperTiersTried)
+        cheaper.push_back(deep - 1);
+      for (const int64_t i : cheaper) {
         const Tier& t = ladder[static_cast<size_t>(i)];
         const int64_t m = exact_micro(
             largest_fitting(probe, t, deep_micro - 1), req.rank_share);
@@ -220,7 +261,10 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
   const Tier& tier = ladder[static_cast<size_t>(chosen)];
   plan.checkpointed_segments = tier.segments;
   plan.selective = tier.selective;
-  plan.predicted_peak = probe(plan.micro_batch, tier).peak;
+  plan.offload = tier.offload;
+  const ProbeResult chosen_probe = probe(plan.micro_batch, tier);  // cached
+  plan.predicted_peak = chosen_probe.peak;
+  plan.predicted_host_bytes = chosen_probe.host_bytes;
   plan.accumulation_steps = steps_for_share(req.rank_share, plan.micro_batch);
   plan.note = note.str();
   return plan;

@@ -17,6 +17,7 @@
 
 #include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/memory/host_pool.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -32,7 +33,9 @@ namespace memtrain {
 // gradients. The RNG is forked: its state after backward is what it was
 // before, so recomputation does not shift the random stream of the rest of
 // training. Both the CPU generator and, for an input on a GPU, that device's
-// generator are saved and replayed.
+// generator are saved and replayed. With Recompute::kAllOffload the node
+// keeps no input: the host pool holds them between the forward and the
+// backward (Note [Host offload] in memory/host_pool.cpp).
 //
 // Note [Checkpoint gradient lifetime]
 // The node is a torch::autograd::Node of its own rather than a
@@ -271,7 +274,8 @@ struct CheckpointBackward : torch::autograd::Node {
   SegmentN fn;
   std::unique_ptr<KeptOutputs> kept;  // a selective checkpoint's
   std::vector<torch::autograd::SavedVariable> saved;
-  std::vector<bool> needs;  // which inputs require grad
+  std::shared_ptr<memory::OffloadGroup> offloaded;  // instead of `saved`
+  std::vector<bool> needs;                          // which inputs require grad
   torch::Tensor rng, device_rng;
   compat::AutocastState amp;
 
@@ -281,19 +285,40 @@ struct CheckpointBackward : torch::autograd::Node {
 
   void release_variables() override {
     saved.clear();
+    offloaded.reset();
     kept.reset();
     fn = nullptr;
   }
 
   torch::autograd::variable_list apply(
       torch::autograd::variable_list&& grads) override {
+    // With offload: this segment's inputs back now, and the next
+    // segment's (in backward order) once this one is done (Note [Host
+    // offload]: one segment ahead).
+    const std::shared_ptr<memory::OffloadGroup> group = std::move(offloaded);
+    offloaded.reset();
+    torch::autograd::variable_list out =
+        recompute_and_backward(std::move(grads), group.get());
+    if (group)
+      group->prefetch_ahead();
+    return out;
+  }
+
+ private:
+  torch::autograd::variable_list recompute_and_backward(
+      torch::autograd::variable_list&& grads, memory::OffloadGroup* group) {
     torch::autograd::variable_list incoming = std::move(grads);
     MT_CHECK(
-        !saved.empty(),
+        !saved.empty() || group,
         "checkpoint: backward through a checkpointed segment a second time "
         "(its inputs were freed after the first); backward(retain_graph) is "
         "not supported with training.gradient_checkpointing");
     std::vector<torch::Tensor> xs;
+    if (group) {
+      xs = group->take();
+      for (size_t i = 0; i < xs.size(); ++i)
+        xs[i].requires_grad_(needs[i]);
+    }
     for (size_t i = 0; i < saved.size(); ++i) {
       xs.push_back(saved[i]
                        .unpack(shared_from_this())
@@ -391,6 +416,13 @@ at::Tensor checkpoint(
   node->amp = compat::autocast_state();
   if (mode == Recompute::kSelective)
     node->kept = std::make_unique<KeptOutputs>();
+  if (mode == Recompute::kAllOffload) {
+    // Before the segment runs, so that on CUDA the copies overlap it.
+    const std::shared_ptr<memory::HostPool> pool = memory::offload_pool();
+    MT_INTERNAL_ASSERT(
+        pool, "checkpoint with offload, and no host pool (set_offload_pool)");
+    node->offloaded = pool->offload(xs);
+  }
   at::Tensor y;
   {
     torch::NoGradGuard no_grad;
@@ -409,7 +441,8 @@ at::Tensor checkpoint(
   node->set_next_edges(torch::autograd::collect_next_edges(xs));
   for (const at::Tensor& x : xs) {
     node->needs.push_back(x.requires_grad());
-    node->saved.emplace_back(x, /*is_output=*/false);
+    if (!node->offloaded)
+      node->saved.emplace_back(x, /*is_output=*/false);
   }
   node->fn = std::move(segment);
   torch::autograd::set_history(y, node);

@@ -214,8 +214,12 @@ class UNet3d : public Classifier {
     };
     if (rank >= checkpointed())
       return whole(xs);
-    const Recompute mode = recompute();
-    if (pool)
+    // With offload, a block's inputs leave the device only when the
+    // checkpoint is all that keeps them: the shortcut goes inside too. The
+    // last block's are the first backward needs: they stay (kAll).
+    const bool offload = recompute() == Recompute::kAllOffload;
+    const Recompute mode = offload && last ? Recompute::kAll : recompute();
+    if (pool || (offload && !last))
       return checkpoint(whole, xs, mode);
     torch::Tensor s = b->shortcut(xs);
     torch::Tensor h;
@@ -308,7 +312,11 @@ class UNet3d : public Classifier {
 // keep their boundaries alive through this block's backward and raise the
 // peak. Measured with `bench_memory --models unet3d --amp off -w 1 -n 2`
 // (64^3, feature_size 16, depth 3, instance norm, micro-batch 2, 1 rank):
-// ARCHITECTURE.md Note [Segment granularity].
+// ARCHITECTURE.md Note [Segment granularity]. With offload (Note [Host
+// offload]) the inputs are not kept anyway: every block but the last is
+// one checkpoint, shortcut included, so that the checkpoint is all that
+// holds its inputs and they leave the device; the last block's inputs are
+// the first needed in backward and stay.
 
 // Note [U-Net block order]
 // A block computes its shortcut (the 1x1x1 projection, or the input) before

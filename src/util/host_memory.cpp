@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <string>
 
 namespace memtrain {
 
@@ -31,6 +34,66 @@ uint64_t total_host_memory() {
   return pages > 0 && size > 0
              ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(size)
              : 0;
+}
+
+namespace {
+
+// The number in `path` ("max" and absent files: no limit, 0).
+uint64_t read_limit(const std::string& path) {
+  std::ifstream in(path);
+  std::string text;
+  if (!(in >> text) || text == "max")
+    return 0;
+  try {
+    return static_cast<uint64_t>(std::stoull(text));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// The smallest limit named `file` in `dir` and its parents up to `root`.
+uint64_t smallest_limit(
+    const std::string& root, std::string dir, const std::string& file) {
+  uint64_t least = 0;
+  for (;;) {
+    const uint64_t limit = read_limit(root + dir + "/" + file);
+    if (limit > 0 && (least == 0 || limit < least))
+      least = limit;
+    if (dir.empty() || dir == "/")
+      break;
+    const size_t slash = dir.find_last_of('/');
+    dir = slash == std::string::npos ? "" : dir.substr(0, slash);
+  }
+  return least;
+}
+
+}  // namespace
+
+uint64_t host_memory_limit() {
+  uint64_t limit = total_host_memory();
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    // "0::/path" (v2) or "N:controllers:/path" (v1).
+    const size_t a = line.find(':');
+    const size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos)
+      continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    const std::string path = line.substr(b + 1);
+    uint64_t cg = 0;
+    if (controllers.empty()) {
+      cg = smallest_limit("/sys/fs/cgroup", path, "memory.max");
+    } else if (
+        ("," + controllers + ",").find(",memory,") != std::string::npos) {
+      cg = smallest_limit(
+          "/sys/fs/cgroup/memory", path, "memory.limit_in_bytes");
+    }
+    // v1 reports "no limit" as a number near 2^63.
+    if (cg > 0 && (limit == 0 || cg < limit))
+      limit = cg;
+  }
+  return limit;
 }
 
 }  // namespace memtrain

@@ -19,35 +19,6 @@
 namespace memtrain {
 namespace {
 
-struct Resumed {
-  RunResult run;
-  std::string note;
-};
-
-// Like train(), but writing outputs (metrics, checkpoints) to cfg.output.dir
-// and resuming from `spec` first when it is not empty.
-Resumed train_out(
-    const TrainConfig& cfg, MPI_Comm handle, const std::string& spec = "") {
-  MpiCommunicator comm(handle);
-  Trainer t(cfg, comm, Trainer::Options{});
-  t.prepare();
-  Resumed r;
-  if (!spec.empty())
-    r.note = t.resume(spec);
-  r.run.summary = t.run();
-  for (auto& [name, p] : t.named_parameters()) {
-    r.run.params.emplace_back(name, p.detach().clone());
-  }
-  return r;
-}
-
-std::vector<double> losses(const RunResult& r) {
-  std::vector<double> out;
-  for (const auto& w : r.summary.window_results)
-    out.push_back(w.loss);
-  return out;
-}
-
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;

@@ -27,11 +27,7 @@ TrainConfig deep_config(const std::string& train) {
 }
 
 int64_t max_peak_reserved(const RunResult& r) {
-  int64_t m = 0;
-  for (const auto& w : r.summary.window_results) {
-    m = std::max(m, w.mem_peak_reserved);
-  }
-  return m;
+  return max_over_windows(r, &WindowResult::mem_peak_reserved);
 }
 
 // Issue check: a fixed micro-batch that does not fit recovers, reports
@@ -214,9 +210,10 @@ TEST(MemorySemantics, AutoCheckpointingTakesEachTierBetweenPeaks) {
   // What each tier needs: the tensor peak of its windows (a probe's
   // reserved peak under a loose budget also holds cached blocks a tight
   // budget would release).
-  const auto need_of = [&](Checkpointing mode) {
+  const auto need_of = [&](Checkpointing mode, int64_t micro = 2) {
     TrainConfig x = c;
     x.training.gradient_checkpointing = mode;
+    x.data.batch_size = micro;
     x.training.max_windows = 2;
     x.memory.budget = "1GiB";  // the lean forms a budget runs
     int64_t peak = 0;
@@ -227,8 +224,10 @@ TEST(MemorySemantics, AutoCheckpointingTakesEachTierBetweenPeaks) {
   const int64_t off = need_of(Checkpointing::kOff);
   const int64_t sel = need_of(Checkpointing::kSelective);
   const int64_t all = need_of(Checkpointing::kAll);
+  const int64_t offload = need_of(Checkpointing::kOffload);
   ASSERT_GT(off, sel + sel / 40) << "selective saves at least 2.5%";
   ASSERT_GT(sel, all + all / 10);
+  ASSERT_GT(all, offload + offload / 40) << "offload saves at least 2.5%";
   const MemoryPlan between_none_and_selective =
       plan_with(Checkpointing::kAuto, std::to_string((off + sel) / 2));
   EXPECT_TRUE(between_none_and_selective.selective)
@@ -238,15 +237,27 @@ TEST(MemorySemantics, AutoCheckpointingTakesEachTierBetweenPeaks) {
   const MemoryPlan below_selective =
       plan_with(Checkpointing::kAuto, std::to_string((sel + all) / 2));
   EXPECT_FALSE(below_selective.selective);
+  EXPECT_FALSE(below_selective.offload);
   EXPECT_GT(below_selective.checkpointed_segments, 0);
   EXPECT_LE(below_selective.predicted_peak, (sel + all) / 2);
-  // Nothing fits: the automatic micro-batch is refused by name.
+  // Below every segment whole: their inputs go to the host pool.
+  const MemoryPlan below_all =
+      plan_with(Checkpointing::kAuto, std::to_string((all + offload) / 2));
+  EXPECT_TRUE(below_all.offload)
+      << below_all.note << "; peaks all " << all << ", offload " << offload;
+  EXPECT_LE(below_all.predicted_peak, (all + offload) / 2);
+  EXPECT_GT(below_all.predicted_host_bytes, 0);
+  // Nothing fits, not even one sample with offload: the automatic
+  // micro-batch is refused by name.
+  const int64_t one = need_of(Checkpointing::kOffload, 1);
   c.data.batch_size = kAuto;
   try {
-    plan_with(Checkpointing::kAuto, std::to_string(all / 2));
+    plan_with(Checkpointing::kAuto, std::to_string(one - one / 20));
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("segments whole ("), std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("segments whole + offload ("),
+        std::string::npos)
         << e.what();
   }
 }

@@ -5,9 +5,11 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "memtrain/data/synthetic.h"
 #include "memtrain/dist/mpi_communicator.h"
@@ -101,6 +103,44 @@ inline RunResult train(const TrainConfig& cfg, MPI_Comm comm_handle) {
     r.params.emplace_back(name, p.detach().clone());
   }
   return r;
+}
+
+struct Resumed {
+  RunResult run;
+  std::string note;
+};
+
+// Like train(), but writing outputs (metrics, checkpoints) to cfg.output.dir
+// and resuming from `spec` first when it is not empty.
+inline Resumed train_out(
+    const TrainConfig& cfg, MPI_Comm handle, const std::string& spec = "") {
+  MpiCommunicator comm(handle);
+  Trainer t(cfg, comm, Trainer::Options{});
+  t.prepare();
+  Resumed r;
+  if (!spec.empty())
+    r.note = t.resume(spec);
+  r.run.summary = t.run();
+  for (auto& [name, p] : t.named_parameters()) {
+    r.run.params.emplace_back(name, p.detach().clone());
+  }
+  return r;
+}
+
+inline std::vector<double> losses(const RunResult& r) {
+  std::vector<double> out;
+  for (const auto& w : r.summary.window_results)
+    out.push_back(w.loss);
+  return out;
+}
+
+// The largest value of `field` over `r`'s windows.
+inline int64_t max_over_windows(
+    const RunResult& r, int64_t WindowResult::*field) {
+  int64_t m = 0;
+  for (const auto& w : r.summary.window_results)
+    m = std::max(m, w.*field);
+  return m;
 }
 
 // `model`'s parameters after one SGD step of `lr` from their gradients.

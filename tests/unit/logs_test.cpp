@@ -170,7 +170,8 @@ TEST(MetricsLog, CsvRowsCarryTheEpochOnItsLastWindowAndRebuildOnResume) {
       "micro_batch,accum_steps,window_s,t_data_s,t_compute_s,"
       "t_comm_exposed_s,t_optimizer_s,host_syncs,mem_allocated,"
       "mem_reserved,mem_peak,"
-      "mem_peak_reserved,oom_retries,cache_releases,skipped_steps,"
+      "mem_peak_reserved,host_reserved,host_peak,oom_retries,cache_releases,"
+      "skipped_steps,"
       "train_loss,val_loss,val_dice,val_dice_bg,val_dice_liver,val_dice_2\n";
   {
     MetricsLog log(out);
@@ -192,13 +193,14 @@ TEST(MetricsLog, CsvRowsCarryTheEpochOnItsLastWindowAndRebuildOnResume) {
     // the last row comes out when the log closes
     EXPECT_EQ(
         read_file(dir.file("metrics.csv")),
-        header + "1,0,1,2.5,0.5,,8,,,,,,,,,,,,1024,,,,,,,,,,\n" +
-            "2,0,2,1.25,0.5,,8,,,,,,,,,,,,1024,,,,,1.875,0.75,0.5,0.9,0.5,\n");
+        header + "1,0,1,2.5,0.5,,8,,,,,,,,,,,,1024,,,,,,,,,,,,\n" +
+            "2,0,2,1.25,0.5,,8,,,,,,,,,,,,1024,,,,,,,1.875,0.75,0.5,0.9,0.5,"
+            "\n");
   }
   const std::string full = read_file(dir.file("metrics.csv"));
   EXPECT_EQ(
       full.substr(full.rfind('\n', full.size() - 2) + 1),
-      "3,1,3,1.0,0.5,,8,,,,,,,,,,,,1024,,,,,,,,,,\n");
+      "3,1,3,1.0,0.5,,8,,,,,,,,,,,,1024,,,,,,,,,,,,\n");
   // Resumed after trimming to step 2: the CSV is rebuilt from metrics.jsonl.
   {
     std::ifstream in(dir.file("metrics.jsonl"));
@@ -217,11 +219,11 @@ TEST(MetricsLog, CsvRowsCarryTheEpochOnItsLastWindowAndRebuildOnResume) {
     log.write(window(3, 1, 0.5));
   }
   const std::string rows12 =
-      header + "1,0,1,2.5,0.5,,8,,,,,,,,,,,,1024,,,,,,,,,,\n" +
-      "2,0,2,1.25,0.5,,8,,,,,,,,,,,,1024,,,,,1.875,0.75,0.5,0.9,0.5,\n";
+      header + "1,0,1,2.5,0.5,,8,,,,,,,,,,,,1024,,,,,,,,,,,,\n" +
+      "2,0,2,1.25,0.5,,8,,,,,,,,,,,,1024,,,,,,,1.875,0.75,0.5,0.9,0.5,\n";
   EXPECT_EQ(
       read_file(dir.file("metrics.csv")),
-      rows12 + "3,1,3,0.5,0.5,,8,,,,,,,,,,,,1024,,,,,,,,,,\n");
+      rows12 + "3,1,3,0.5,0.5,,8,,,,,,,,,,,,1024,,,,,,,,,,,,\n");
   // Resumed at step 3, the last window of epoch 1 (a stop there): the
   // resumed run's validation and epoch records land on that window's row.
   out.resume_step = 3;  // still epoch 1: its records are dropped, none yet
@@ -232,7 +234,7 @@ TEST(MetricsLog, CsvRowsCarryTheEpochOnItsLastWindowAndRebuildOnResume) {
   }
   EXPECT_EQ(
       read_file(dir.file("metrics.csv")),
-      rows12 + "3,1,3,0.5,0.5,,8,,,,,,,,,,,,1024,,,,,0.25,,,,,\n");
+      rows12 + "3,1,3,0.5,0.5,,8,,,,,,,,,,,,1024,,,,,,,0.25,,,,,\n");
 }
 
 // DIR/metrics.jsonl of these records, one a line.

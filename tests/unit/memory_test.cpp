@@ -120,27 +120,38 @@ TEST_F(AccountingTest, CapThrowsLibTorchOutOfMemoryAndUnwindsCleanly) {
 
 // A synthetic memory curve: fixed part + per-sample activations, reduced
 // by checkpointing: each whole segment drops 80/segments of 100 per sample;
-// every segment selective drops 10.
+// every segment selective drops 10; every segment offloaded drops 90 (10
+// left), moving 70 per sample to the host.
 ProbeFn curve(int64_t budget, int64_t segments, int64_t* calls) {
   return [=](int64_t micro, const Tier& tier) {
     ++*calls;
     const int64_t act =
-        micro * (tier.selective ? 90 : 100 - 80 * tier.segments / segments);
+        micro * (tier.offload     ? 10
+                 : tier.selective ? 90
+                                  : 100 - 80 * tier.segments / segments);
     const int64_t peak = 1000 + act;
-    return ProbeResult{peak <= budget, peak, 0.0, false};
+    ProbeResult r{peak <= budget, peak, 0.0, false};
+    r.host_bytes = tier.offload ? 70 * micro : 0;
+    return r;
   };
 }
 
 // The same memory, and a time per sample that falls with the micro-batch
 // (1 + 4 / m) and rises with checkpointing: selective by 5%, s whole
-// segments by whole_cost * s / segments.
+// segments by whole_cost * s / segments, offload by that and offload_cost.
 ProbeFn timed_curve(
-    int64_t budget, int64_t segments, double whole_cost, int64_t* calls) {
+    int64_t budget,
+    int64_t segments,
+    double whole_cost,
+    int64_t* calls,
+    double offload_cost = 0.2) {
   const ProbeFn memory = curve(budget, segments, calls);
   return [=](int64_t micro, const Tier& tier) {
     ProbeResult r = memory(micro, tier);
-    const double cost =
-        tier.selective ? 0.05 : whole_cost * tier.segments / segments;
+    const double cost = tier.selective
+                            ? 0.05
+                            : whole_cost * tier.segments / segments +
+                                  (tier.offload ? offload_cost : 0.0);
     r.seconds_per_sample = (1.0 + cost) * (1.0 + 4.0 / micro);
     return r;
   };
@@ -276,21 +287,121 @@ TEST(Planner, AutoCheckpointingTakesFewestSegments) {
 // Note [Planning]: auto's tiers, cheapest in time first.
 TEST(Planner, TierLadders) {
   const auto ladder = tier_ladder(Checkpointing::kAuto, 3);
-  ASSERT_EQ(ladder.size(), 5u);
+  ASSERT_EQ(ladder.size(), 6u);
   EXPECT_EQ(ladder[0].segments, 0);
   EXPECT_TRUE(ladder[1].selective);
   EXPECT_EQ(ladder[1].segments, 3);
   for (int64_t s = 1; s <= 3; ++s) {
     EXPECT_EQ(ladder[static_cast<size_t>(s + 1)].segments, s);
     EXPECT_FALSE(ladder[static_cast<size_t>(s + 1)].selective);
+    EXPECT_FALSE(ladder[static_cast<size_t>(s + 1)].offload);
   }
+  EXPECT_TRUE(ladder[5].offload);
+  EXPECT_EQ(ladder[5].segments, 3);
+  EXPECT_FALSE(ladder[5].selective);
   EXPECT_EQ(tier_ladder(Checkpointing::kOff, 3).size(), 1u);
   EXPECT_EQ(tier_ladder(Checkpointing::kAll, 3).back().segments, 3);
   EXPECT_TRUE(tier_ladder(Checkpointing::kSelective, 3).back().selective);
+  EXPECT_TRUE(tier_ladder(Checkpointing::kOffload, 3).back().offload);
+  EXPECT_EQ(tier_ladder(Checkpointing::kOffload, 3).size(), 1u);
   EXPECT_EQ(tier_ladder(Checkpointing::kAuto, 0).size(), 1u);
+  EXPECT_TRUE(ladder_offloads(Checkpointing::kAuto, 3));
+  EXPECT_FALSE(ladder_offloads(Checkpointing::kAll, 3));
+  EXPECT_FALSE(ladder_offloads(Checkpointing::kAuto, 0));
   EXPECT_EQ(describe(ladder[0], 3), "0/3 segments");
   EXPECT_EQ(describe(ladder[1], 3), "3/3 segments selective");
   EXPECT_EQ(describe(ladder[3], 3), "2/3 segments whole");
+  EXPECT_EQ(describe(ladder[5], 3), "3/3 segments whole + offload");
+}
+
+// A budget below every segment whole's peak and above offload's: auto
+// goes down the ladder to offload, and records its host bytes.
+TEST(Planner, AutoOffloadsWhenEvenEverySegmentWholeDoesNotFit) {
+  int64_t calls = 0;
+  PlanRequest req;
+  req.rank_share = 32;
+  req.fixed_micro = 32;
+  req.checkpointing = Checkpointing::kAuto;
+  req.num_segments = 4;
+  // 4 whole: 1000 + 32 * 20 = 1640; offload 1320.
+  const MemoryPlan p = plan_memory(req, curve(1500, 4, &calls));
+  EXPECT_TRUE(p.fits);
+  EXPECT_TRUE(p.offload);
+  EXPECT_EQ(p.tier_index, 6);
+  EXPECT_EQ(p.checkpointed_segments, 4);
+  EXPECT_EQ(p.predicted_peak, 1320);
+  EXPECT_EQ(p.predicted_host_bytes, 70 * 32);
+  ASSERT_EQ(p.probes.size(), 7u);  // every tier, cheapest first
+  EXPECT_TRUE(p.probes.back().tier.offload);
+  EXPECT_EQ(p.probes.back().host_bytes, 70 * 32);
+  // Above the whole tier's peak, offload is never probed.
+  const MemoryPlan q = plan_memory(req, curve(1700, 4, &calls));
+  EXPECT_FALSE(q.offload);
+  EXPECT_EQ(q.checkpointed_segments, 4);
+  for (const auto& probe : q.probes)
+    EXPECT_FALSE(probe.tier.offload);
+}
+
+// memory.host_budget limits offload alone: a host pool too small for it
+// leaves the tiers on the device to plan as before, and only where nothing
+// else fits is the refusal about the host budget.
+TEST(Planner, AHostBudgetTooSmallForOffloadLimitsOnlyOffload) {
+  int64_t calls = 0;
+  PlanRequest req;
+  req.rank_share = 32;
+  req.checkpointing = Checkpointing::kAuto;
+  req.num_segments = 4;
+  const auto without_host = [&calls](int64_t budget) -> ProbeFn {
+    const ProbeFn device = curve(budget, 4, &calls);
+    return [device](int64_t micro, const Tier& tier) {
+      ProbeResult r = device(micro, tier);
+      if (tier.offload) {
+        r.fits = false;
+        r.host_exceeded = true;
+      }
+      return r;
+    };
+  };
+  // 4 whole segments fit up to 25 (1500): 16, dividing 32.
+  const MemoryPlan p = plan_memory(req, without_host(1500));
+  EXPECT_FALSE(p.offload);
+  EXPECT_EQ(p.micro_batch, 16);
+  EXPECT_EQ(p.checkpointed_segments, 4);
+  // Only offload would fit one sample on the device (1010 <= 1015).
+  try {
+    plan_memory(req, without_host(1015));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("passed memory.host_budget"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("or memory.host_budget"), std::string::npos) << what;
+  }
+}
+
+// Note [Planning]: offload's larger micro-batch is kept only when it is
+// faster per sample than every segment whole at its own largest one.
+TEST(Planner, OffloadOnlyWhenFasterPerSampleThanWholeAtItsMicroBatch) {
+  int64_t calls = 0;
+  PlanRequest req;
+  req.rank_share = 32;
+  req.checkpointing = Checkpointing::kAuto;
+  req.num_segments = 4;
+  // 1500: offload fits 32 (1320); 4 whole up to 25 -> 16 (divides 32).
+  // Dear offload: 1.5 x 1.125 = 1.69 per sample against whole's
+  // 1.3 x 1.25 = 1.625: whole at 16.
+  const MemoryPlan dear =
+      plan_memory(req, timed_curve(1500, 4, 0.3, &calls, 0.2));
+  EXPECT_FALSE(dear.offload);
+  EXPECT_EQ(dear.micro_batch, 16);
+  EXPECT_EQ(dear.checkpointed_segments, 4);
+  EXPECT_EQ(dear.memory_micro_batch, 32);  // the plan by memory offloads
+  EXPECT_EQ(dear.memory_tier_index, 6);
+  // Free offload: 1.3 x 1.125 = 1.46: offload at 32.
+  const MemoryPlan free =
+      plan_memory(req, timed_curve(1500, 4, 0.3, &calls, 0.0));
+  EXPECT_TRUE(free.offload);
+  EXPECT_EQ(free.micro_batch, 32);
 }
 
 // A budget between none's peak and the selective tier's: auto takes
@@ -353,12 +464,13 @@ TEST(Planner, RefusalNamesTheDeepestTiersPeak) {
   req.checkpointing = Checkpointing::kAuto;
   req.num_segments = 4;
   try {
-    plan_memory(req, curve(1000, 4, &calls));  // 1 sample: 1020
+    plan_memory(req, curve(1000, 4, &calls));  // 1 sample: 1010
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("4/4 segments whole"), std::string::npos) << what;
-    EXPECT_NE(what.find("measured peak 1020 B"), std::string::npos) << what;
+    EXPECT_NE(what.find("4/4 segments whole + offload"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("measured peak 1010 B"), std::string::npos) << what;
   }
 }
 

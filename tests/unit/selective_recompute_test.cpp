@@ -19,74 +19,16 @@
 #include "memtrain/model/unet3d.h"
 #include "memtrain/train/tasks/losses.h"
 #include "memtrain/util/error.h"
+#include "tier_steps.h"
 
 namespace memtrain {
 namespace {
 
-enum class Tier { kOff, kSelective, kAll };
-
-struct Step {
-  std::map<std::string, torch::Tensor> grads;
-  torch::Tensor out;
-  int64_t peak = 0;  // device-domain bytes above what the step started with
-};
-
-// One forward and backward of `net` at `tier` on (x, loss_of); the
-// parameters' gradients, the output and the peak.
-template <typename Loss>
-Step step(
-    Classifier& net,
-    Tier tier,
-    const torch::Tensor& x,
-    const Loss& loss_of,
-    bool bf16 = false) {
-  net.set_checkpointed(tier == Tier::kOff ? 0 : net.num_segments());
-  net.set_recompute(
-      tier == Tier::kSelective ? Recompute::kSelective : Recompute::kAll);
-  net.zero_grad();
-  memory::release_cache();
-  memory::reset_peak();
-  Step s;
-  {
-    memory::DeviceScope device;
-    const int64_t before = memory::stats().allocated;
-    torch::Tensor y;
-    {
-      compat::AutocastGuard amp(bf16, /*cuda=*/false, torch::kBFloat16);
-      y = net.forward(x);
-    }
-    loss_of(y.to(torch::kFloat32)).backward();
-    s.peak = memory::stats().peak_allocated - before;
-    s.out = y.detach();
-  }
-  for (const auto& p : net.named_parameters())
-    s.grads[p.key()] = p.value().grad().clone();
-  net.zero_grad();
-  return s;
-}
-
-void expect_bitwise(const Step& a, const Step& b, const char* what) {
-  EXPECT_TRUE(torch::equal(a.out, b.out)) << what << ": output";
-  ASSERT_EQ(a.grads.size(), b.grads.size());
-  for (const auto& [name, g] : a.grads) {
-    const torch::Tensor& h = b.grads.at(name);
-    EXPECT_TRUE(torch::equal(g, h)) << what << ": " << name << " differs by "
-                                    << (g - h).abs().max().item<double>();
-  }
-}
-
-std::shared_ptr<Classifier> unet(Norm norm, bool lean) {
-  ModelConfig cfg;
-  cfg.name = ModelName::kUnet3d;
-  cfg.depth = 3;
-  cfg.norm = norm;
-  cfg.feature_size = 4;
-  cfg.seed = 7;
-  torch::manual_seed(7);
-  auto net = make_unet3d(cfg, 1, 3);
-  net->set_memory_lean(lean);
-  return net;
-}
+using tier_test::expect_bitwise;
+using tier_test::step;
+using tier_test::Step;
+using tier_test::Tier;
+using tier_test::unet;
 
 // The U-Net, split decoder input (lean) or concatenated, instance or group
 // norm: selective equals no checkpointing bit for bit, and its peak lies
@@ -200,9 +142,7 @@ TEST(SelectiveRecompute, DualEncoderTowersGetTheMode) {
   const torch::Tensor c = torch::randn({4, 4});
   std::vector<Step> steps;
   for (Tier tier : {Tier::kOff, Tier::kSelective, Tier::kAll}) {
-    net->set_checkpointed(tier == Tier::kOff ? 0 : net->num_segments());
-    net->set_recompute(
-        tier == Tier::kSelective ? Recompute::kSelective : Recompute::kAll);
+    tier_test::set_tier(*net, tier);
     net->zero_grad();
     memory::release_cache();
     memory::reset_peak();

@@ -50,7 +50,7 @@ enum class Optimizer { kSgd, kAdamw };
 // training.nonfinite
 enum class Nonfinite { kSkip, kStop };
 // training.gradient_checkpointing
-enum class Checkpointing { kOff, kAll, kAuto, kSelective };
+enum class Checkpointing { kOff, kAll, kAuto, kSelective, kOffload };
 // training.contrastive_accumulation
 enum class ContrastiveAccumulation { kExact, kLocal };
 // training.amp
@@ -114,8 +114,8 @@ constexpr std::array<const char*, 2> choice_names(Optimizer) {
 constexpr std::array<const char*, 2> choice_names(Nonfinite) {
   return {{"skip", "stop"}};
 }
-constexpr std::array<const char*, 4> choice_names(Checkpointing) {
-  return {{"off", "all", "auto", "selective"}};
+constexpr std::array<const char*, 5> choice_names(Checkpointing) {
+  return {{"off", "all", "auto", "selective", "offload"}};
 }
 constexpr std::array<const char*, 2> choice_names(ContrastiveAccumulation) {
   return {{"exact", "local"}};

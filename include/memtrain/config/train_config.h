@@ -172,6 +172,9 @@ struct MemoryConfig {
   int64_t test_oom_rank = -1;            // tests only: this rank runs out once
   // ... micro_step | boundary_backward
   TestOomIn test_oom_in = TestOomIn::kMicroStep;
+  // Host memory for offloaded activations (Note [Host offload]): "auto"
+  // or a size (memory/host_pool.h: host_budget_bytes).
+  std::string host_budget = "auto";
   // CUDA caching allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax),
   // applied before the first CUDA allocation.
   std::string allocator_conf = "expandable_segments:True";

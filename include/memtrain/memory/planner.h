@@ -25,28 +25,41 @@ struct ProbeResult {
   double seconds_per_sample = 0;
   // An allocation passed the cap; `peak` is what it held until then.
   bool out_of_memory = false;
+  // Offload tiers: the host pool's peak bytes in the probe (Note [Host
+  // offload]); out of memory.host_budget (then `fits` is false).
+  int64_t host_bytes = 0;
+  bool host_exceeded = false;
 };
 
 // A checkpointing tier: the first `segments` segments checkpointed, whole
 // or, when `selective`, keeping their convolutions' outputs (Note
-// [Selective recompute]).
+// [Selective recompute]); with `offload`, whole, their inputs waiting in
+// the host pool (Note [Host offload]).
 struct Tier {
   int64_t segments = 0;
   bool selective = false;
+  bool offload = false;
   bool operator<(const Tier& o) const {
-    return segments != o.segments ? segments < o.segments
-                                  : selective < o.selective;
+    if (segments != o.segments)
+      return segments < o.segments;
+    return selective != o.selective ? selective < o.selective
+                                    : offload < o.offload;
   }
 };
 
 // The tiers a mode may use, cheapest in time first (Note [Planning]):
 // off: none; all: every segment whole; selective: every segment
-// selective; auto: none, every segment selective, then 1, 2, ... segments
-// whole.
+// selective; offload: every segment whole and offloaded; auto: none, every
+// segment selective, 1, 2, ... segments whole, then every segment whole
+// and offloaded.
 std::vector<Tier> tier_ladder(Checkpointing mode, int64_t num_segments);
 
-// "0/5 segments", "5/5 segments selective", "2/5 segments whole", for
-// banners and notes.
+// Whether a ladder of `mode` has an offload tier (the run needs a host
+// pool).
+bool ladder_offloads(Checkpointing mode, int64_t num_segments);
+
+// "0/5 segments", "5/5 segments selective", "2/5 segments whole",
+// "5/5 segments whole + offload", for banners and notes.
 std::string describe(const Tier& tier, int64_t num_segments);
 
 // probe(micro, tier)
@@ -65,6 +78,7 @@ struct ProbeRecord {
   bool fits;
   int64_t peak;
   double seconds_per_sample;
+  int64_t host_bytes;
 };
 
 struct MemoryPlan {
@@ -72,7 +86,9 @@ struct MemoryPlan {
   int64_t accumulation_steps = 0;  // ceil(rank_share / micro_batch)
   int64_t checkpointed_segments = 0;
   bool selective = false;  // those segments keep their convolutions' outputs
-  int64_t tier_index = 0;  // in tier_ladder(): what ranks agree on
+  bool offload = false;    // their inputs wait in the host pool
+  int64_t predicted_host_bytes = 0;  // the chosen probe's host pool peak
+  int64_t tier_index = 0;            // in tier_ladder(): what ranks agree on
   // The plan by memory alone (before the time-per-sample comparison),
   // which ranks fall back to when their timings chose differently.
   int64_t memory_micro_batch = 0;

@@ -21,8 +21,11 @@ using Segment = std::function<at::Tensor(const at::Tensor&)>;
 // recompute] in checkpointed.cpp). kAll: everything, only the inputs are
 // kept. kSelective: the outputs of its kept_conv() calls are kept through
 // the forward too, and backward recomputes only what lies between them
-// (normalisation, activations, additions, pooling).
-enum class Recompute { kAll, kSelective };
+// (normalisation, activations, additions, pooling). kAllOffload: as kAll,
+// and the inputs wait in the host pool (memory/host_pool.h,
+// memory::offload_pool()) from the forward to the backward, out of device
+// memory (Note [Host offload]).
+enum class Recompute { kAll, kSelective, kAllOffload };
 
 // Returns segment(x) without keeping the segment's activations: only `x` is
 // saved. In backward, the segment runs again with the RNG state (so dropout

@@ -13,4 +13,10 @@ uint64_t available_host_memory();
 // The machine's physical memory, in bytes; 0 when unknown.
 uint64_t total_host_memory();
 
+// What this process's job may use: total_host_memory(), or less where a
+// memory cgroup limits it (SLURM's --mem, a container): the smallest
+// memory.max (cgroup v2) or memory.limit_in_bytes (v1) from the process's
+// cgroup up to the root. 0 when unknown.
+uint64_t host_memory_limit();
+
 }  // namespace memtrain

@@ -2,6 +2,7 @@
 
 #include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/memory/host_pool.h"
 #include "memtrain/util/error.h"
 #include "train/loop/run_state.h"
 
@@ -11,7 +12,10 @@ namespace {
 // The model checkpoints as `tier` says (Note [Planning]).
 void set_tier(Classifier& model, const Tier& tier) {
   model.set_checkpointed(tier.segments);
-  model.set_recompute(tier.selective ? Recompute::kSelective : Recompute::kAll);
+  model.set_recompute(
+      tier.selective ? Recompute::kSelective
+      : tier.offload ? Recompute::kAllOffload
+                     : Recompute::kAll);
 }
 
 // Two forward/backward/optimizer steps at `micro_batch` with `tier` of
@@ -36,7 +40,9 @@ ProbeResult probe(RunState& run, int64_t micro_batch, const Tier& tier) {
   memory::set_cap(usable);
   memory::release_cache();
   memory::reset_peak();
-  bool ran = true;
+  if (run.host_pool)
+    run.host_pool->reset_peak();
+  bool ran = true, host_exceeded = false;
   double step_s = 0, optimizer_s = 0;
   {
     memory::DeviceScope device;
@@ -70,10 +76,15 @@ ProbeResult probe(RunState& run, int64_t micro_batch, const Tier& tier) {
       }
     } catch (const c10::OutOfMemoryError&) {
       ran = false;
+    } catch (const memory::HostBudgetExceeded&) {
+      ran = false;
+      host_exceeded = true;
     }
     compat::zero_grad_to_none(*opt);
   }
   const int64_t peak = memory::stats().peak_reserved;
+  const int64_t host_bytes =
+      run.host_pool ? run.host_pool->stats().peak_in_use : 0;
   {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < state.size(); ++i)
@@ -87,7 +98,9 @@ ProbeResult probe(RunState& run, int64_t micro_batch, const Tier& tier) {
       ran ? step_s / static_cast<double>(micro_batch) +
                 optimizer_s / static_cast<double>(run.shape.rank_share)
           : 0.0,
-      !ran};
+      !ran && !host_exceeded,
+      host_bytes,
+      host_exceeded};
 }
 
 // model.sync_bn: probes run on each rank's own terms (one rank's OOM must
@@ -186,9 +199,14 @@ void plan_run(RunState& run) {
   const Tier& tier = ladder.at(static_cast<size_t>(plan.tier_index));
   plan.checkpointed_segments = tier.segments;
   plan.selective = tier.selective;
+  plan.offload = tier.offload;
   run.shape = run.shape.with_micro(plan.micro_batch);
   plan.accumulation_steps = run.shape.accumulation_steps;
   set_tier(*run.model, tier);
+  // The probes' blocks go; training reserves what its micro-steps offload
+  // once, in its first (Note [Host offload]).
+  if (run.host_pool)
+    run.host_pool->trim();
 }
 
 }  // namespace memtrain

@@ -1,12 +1,17 @@
 #include <torch/torch.h>
 
+#include <cstdlib>
+
+#include "memtrain/dist/environment.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/memory/host_pool.h"
 #include "memtrain/train/eval/volume_model.h"
 #include "memtrain/train/loop/device_setup.h"
 #include "memtrain/train/loop/optimizers.h"
 #include "memtrain/train/loop/window_totals.h"
 #include "memtrain/train/run_files/model_state.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/host_memory.h"
 #include "memtrain/util/rank_log.h"
 #include "train/loop/run_state.h"
 #include "train/tasks/task.h"
@@ -16,7 +21,10 @@ namespace memtrain {
 RunState::RunState(const TrainConfig& c, Communicator& cm, const Placement& p)
     : cfg(c), comm(cm), placement(p) {}
 
-RunState::~RunState() = default;
+RunState::~RunState() {
+  if (host_pool && memory::offload_pool() == host_pool)
+    memory::set_offload_pool(nullptr);
+}
 
 std::array<int64_t, 3> RunState::roi() const {
   return validation_roi(cfg);
@@ -134,6 +142,26 @@ void build_model(RunState& run) {
       run.placement.pinned_host_buffers());
 }
 
+// The host pool, when the checkpointing mode may offload (offload; auto
+// with a budget, whose ladder ends with it).
+void set_up_host_pool(RunState& run) {
+  const Checkpointing mode = run.cfg.training.gradient_checkpointing;
+  if (!ladder_offloads(mode, run.model->num_segments()) ||
+      (mode == Checkpointing::kAuto && !run.budget.limited()))
+    return;
+  const LocalRank local =
+      local_rank_from_env([](const char* name) { return std::getenv(name); });
+  const int64_t bytes = memory::host_budget_bytes(
+      run.cfg.memory.host_budget,
+      host_memory_limit(),
+      local.local_size,
+      run.placement.is_cuda(),
+      memory::memlock_limit(),
+      &run.host_budget_note);
+  run.host_pool = std::make_shared<memory::HostPool>(bytes);
+  memory::set_offload_pool(run.host_pool);
+}
+
 }  // namespace
 
 std::unique_ptr<RunState> set_up_run(
@@ -168,6 +196,7 @@ std::unique_ptr<RunState> set_up_run(
         " allocated when it ran out); raise memory.budget or use a smaller "
         "model"));
   }
+  set_up_host_pool(*run);
   run->scaler = std::make_unique<LossScaler>(
       cfg.training.amp == Amp::kFp16,
       cfg.training.amp_init_scale,

@@ -25,6 +25,7 @@
 #include "memtrain/input/image_augment.h"
 #include "memtrain/input/prefetcher.h"
 #include "memtrain/memory/budget.h"
+#include "memtrain/memory/host_pool.h"
 #include "memtrain/memory/monitor.h"
 #include "memtrain/memory/planner.h"
 #include "memtrain/model/models.h"
@@ -79,6 +80,11 @@ struct RunState {
 
   WindowShape shape;  // micro-batch and steps set by planning
   MemoryPlan plan;    // what planning decided and measured
+  // Where offloaded activations wait (Note [Host offload]), when the
+  // checkpointing mode may offload; installed as memory::offload_pool()
+  // for the run's life. `host_budget_note`: how its budget was chosen.
+  std::shared_ptr<memory::HostPool> host_pool;
+  std::string host_budget_note;
 
   // The validation window: validation.roi, or the training patch.
   std::array<int64_t, 3> roi() const;

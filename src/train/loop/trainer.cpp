@@ -508,6 +508,11 @@ const MemoryPlan& Trainer::memory_plan() const {
   return impl_->run->plan;
 }
 
+memory::HostPoolStats Trainer::host_pool_stats() const {
+  return impl_->run->host_pool ? impl_->run->host_pool->stats()
+                               : memory::HostPoolStats{};
+}
+
 bool Trainer::selective_recompute() const {
   return impl_->run->model->checkpointed() > 0 &&
          impl_->run->model->recompute() == Recompute::kSelective;

@@ -173,8 +173,14 @@ Boundary exchange(
   memory::check_device_within(
       run.budget.bytes, run.budget.outside, "memory.budget=" + run.budget.spec);
   c.monitor.begin_window();  // the optimizer step counts in the next window
-  const RankWindowMemory mine{
+  RankWindowMemory mine{
       m.allocated, m.reserved, m.peak, m.peak_reserved, r.oom_retries};
+  if (run.host_pool) {
+    const memory::HostPoolStats h = run.host_pool->stats();
+    mine.host_reserved = h.reserved;
+    mine.host_peak = h.peak_in_use;
+    run.host_pool->reset_peak();
+  }
   at::Tensor extras = floats_to_device(
       run.placement,
       WindowTotals::pack(
@@ -280,6 +286,8 @@ void note_totals(const WindowTotals& t, WindowResult& r) {
   r.mem_peak = peak.value;
   r.mem_peak_rank = peak.rank;
   r.mem_peak_reserved = t.max_of(&RankWindowMemory::peak_reserved).value;
+  r.host_reserved = t.max_of(&RankWindowMemory::host_reserved).value;
+  r.host_peak = t.max_of(&RankWindowMemory::host_peak).value;
   const auto retries = t.max_of(&RankWindowMemory::oom_retries);
   r.oom_retries_max = retries.value;
   r.oom_retries_rank = retries.rank;

@@ -7,8 +7,8 @@
 namespace memtrain {
 namespace {
 
-constexpr int64_t kHeader = 3;   // loss sum, samples, stop requests
-constexpr int64_t kPerRank = 9;  // 4 byte counts x (hi, lo) + retries
+constexpr int64_t kHeader = 3;    // loss sum, samples, stop requests
+constexpr int64_t kPerRank = 13;  // 6 byte counts x (hi, lo) + retries
 constexpr int64_t kLow = int64_t{1} << 24;
 
 void put_bytes(float* slot, int64_t v) {
@@ -43,6 +43,8 @@ std::vector<float> WindowTotals::pack(
   put_bytes(s + 4, mine.peak);
   put_bytes(s + 6, mine.peak_reserved);
   s[8] = static_cast<float>(mine.oom_retries);
+  put_bytes(s + 9, mine.host_reserved);
+  put_bytes(s + 11, mine.host_peak);
   return v;
 }
 
@@ -60,6 +62,8 @@ WindowTotals WindowTotals::unpack(const std::vector<float>& summed, int world) {
     m.peak = get_bytes(s + 4);
     m.peak_reserved = get_bytes(s + 6);
     m.oom_retries = std::llround(s[8]);
+    m.host_reserved = get_bytes(s + 9);
+    m.host_peak = get_bytes(s + 11);
     t.ranks.push_back(m);
   }
   return t;

@@ -38,6 +38,8 @@ const char* const kWindowColumns[] = {
     "mem_reserved",
     "mem_peak",
     "mem_peak_reserved",
+    "host_reserved",
+    "host_peak",
     "oom_retries",
     "cache_releases",
     "skipped_steps"};

@@ -106,6 +106,8 @@ nlohmann::json window_record(
       {"mem_peak", r.mem_peak},
       {"mem_peak_rank", r.mem_peak_rank},
       {"mem_peak_reserved", r.mem_peak_reserved},
+      {"host_reserved", r.host_reserved},
+      {"host_peak", r.host_peak},
       {"oom_retries", r.oom_retries_max},
       {"oom_retries_rank", r.oom_retries_rank},
       {"oom_retries_total", r.oom_retries_total},
@@ -233,10 +235,12 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
         {{"micro_batch", p.micro},
          {"checkpointed_segments", p.tier.segments},
          {"selective", p.tier.selective},
+         {"offload", p.tier.offload},
          {"tier", describe(p.tier, run.model->num_segments())},
          {"fits", p.fits},
          {"seconds_per_sample", p.seconds_per_sample},
-         {"peak_bytes", p.peak}});
+         {"peak_bytes", p.peak},
+         {"host_bytes", p.host_bytes}});
   }
   std::vector<std::string> segments(
       run.model->segment_names().begin(),
@@ -260,6 +264,10 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
        to_string(run.cfg.training.gradient_checkpointing)},
       {"checkpointed_segments", segments},
       {"selective_recompute", plan.selective},
+      {"offload", plan.offload},
+      {"host_budget_bytes", run.host_pool ? run.host_pool->stats().budget : 0},
+      {"host_budget", run.host_budget_note},
+      {"predicted_host_bytes", plan.predicted_host_bytes},
       {"amp", to_string(run.cfg.training.amp)},
       {"predicted_peak_bytes", plan.predicted_peak},
       {"measured_peak_bytes", counters.measured_peak},
@@ -348,19 +356,33 @@ std::string describe_run(const RunState& m) {
   }
   out << "; checkpointing " << m.cfg.training.gradient_checkpointing << ": "
       << describe(
-             Tier{m.plan.checkpointed_segments, m.plan.selective},
+             Tier{
+                 m.plan.checkpointed_segments,
+                 m.plan.selective,
+                 m.plan.offload},
              m.model->num_segments())
       << "; predicted peak "
       << (m.plan.predicted_peak > 0
               ? format_bytes(static_cast<double>(m.plan.predicted_peak))
               : std::string("not measured"))
       << "; " << m.plan.note;
+  if (m.host_pool) {
+    out << "\nhost offload pool: "
+        << format_bytes(static_cast<double>(m.host_pool->stats().budget))
+        << " (" << m.host_budget_note << ")";
+    if (m.plan.offload) {
+      out << "; predicted "
+          << format_bytes(static_cast<double>(m.plan.predicted_host_bytes));
+    }
+  }
   if (!m.plan.probes.empty()) {
-    out << "\nmemory probes (micro-batch, tier: peak, time per sample):";
+    out << "\nmemory probes (micro-batch, tier: peak, host bytes, time per "
+           "sample):";
     for (const auto& p : m.plan.probes) {
       out << "\n  " << p.micro << ", "
           << describe(p.tier, m.model->num_segments()) << ": "
-          << format_bytes(static_cast<double>(p.peak)) << ", ";
+          << format_bytes(static_cast<double>(p.peak)) << ", "
+          << format_bytes(static_cast<double>(p.host_bytes)) << ", ";
       if (p.fits) {
         out << p.seconds_per_sample * 1e3 << " ms";
       } else {

@@ -18,6 +18,9 @@ struct RankWindowMemory {
   int64_t peak = 0;           // allocated, since the previous boundary
   int64_t peak_reserved = 0;  // reserved, since the previous boundary
   int64_t oom_retries = 0;    // window replays
+  // The host offload pool (Note [Host offload]); 0 without one.
+  int64_t host_reserved = 0;  // at the boundary
+  int64_t host_peak = 0;      // in use, since the previous boundary
 };
 
 struct WindowTotals {

@@ -47,6 +47,9 @@ struct WindowResult {
   int64_t mem_peak = 0;
   int mem_peak_rank = 0;
   int64_t mem_peak_reserved = 0;
+  // The host offload pool, largest rank (Note [Host offload]).
+  int64_t host_reserved = 0;
+  int64_t host_peak = 0;
   int64_t oom_retries_max = 0;
   int oom_retries_rank = 0;
   int64_t oom_retries_total = 0;
