@@ -214,14 +214,22 @@ class UNet3d : public Classifier {
     };
     if (rank >= checkpointed())
       return whole(xs);
-    // With offload, a block's inputs leave the device only when the
-    // checkpoint is all that keeps them: the shortcut goes inside too. The
-    // last block's are the first backward needs: they stay (kAll).
+    // With offload, a block's inputs leave the device only when no saved
+    // tensor keeps them: the projection is a checkpoint of its own too
+    // (sharing the inputs' host copy). The last block's inputs are the
+    // first backward needs: they stay (kAll).
     const bool offload = recompute() == Recompute::kAllOffload;
     const Recompute mode = offload && last ? Recompute::kAll : recompute();
-    if (pool || (offload && !last))
+    if (pool)
       return checkpoint(whole, xs, mode);
-    torch::Tensor s = b->shortcut(xs);
+    torch::Tensor s = offload && !last && b->proj
+                          ? checkpoint(
+                                [b](const std::vector<at::Tensor>& t) {
+                                  return b->shortcut(t);
+                                },
+                                xs,
+                                mode)
+                          : b->shortcut(xs);
     torch::Tensor h;
     if (last) {
       h = checkpoint(
@@ -313,10 +321,13 @@ class UNet3d : public Classifier {
 // peak. Measured with `bench_memory --models unet3d --amp off -w 1 -n 2`
 // (64^3, feature_size 16, depth 3, instance norm, micro-batch 2, 1 rank):
 // ARCHITECTURE.md Note [Segment granularity]. With offload (Note [Host
-// offload]) the inputs are not kept anyway: every block but the last is
-// one checkpoint, shortcut included, so that the checkpoint is all that
-// holds its inputs and they leave the device; the last block's inputs are
-// the first needed in backward and stay.
+// offload]) the inputs are not kept anyway: in every block but the last
+// the projection is a checkpoint of its own, so that no saved tensor
+// holds the inputs and they leave the device (the projection, a 1x1x1
+// convolution, is recomputed in backward; the graph keeps full
+// checkpointing's shape, so the gradients are its bit for bit, in bf16
+// too); the last block's inputs are the first needed in backward and
+// stay.
 
 // Note [U-Net block order]
 // A block computes its shortcut (the 1x1x1 projection, or the input) before

@@ -426,7 +426,14 @@ point_g() {
     { row g "NOT RUN" "bench_overlap or bench_memory not in $B"; return 0; }
   # On the GPU: both ranks of bench_overlap share the one GPU, so over MPI
   # (NCCL refuses two ranks on one GPU); bench_memory on one rank.
-  [ "$gpu" = 0 ] || { ov=(--device cuda --backend mpi); me=(--device cuda); }
+  # On the GPU bench_memory also measures the U-Net's tiers (none,
+  # selective, all, offload: issue 30) at the seed size with the caching
+  # allocator and the copy stream.
+  [ "$gpu" = 0 ] || {
+    ov=(--device cuda --backend mpi)
+    me=(--device cuda --models mlp,cnn,unet3d --volume-size 96 --unet-feature 48
+        --unet-depth 5 --unet-micro 1,2 --fits v100-16gb)
+  }
   timeout 900 "$MPIEXEC" --oversubscribe -np 2 "$B/bench_overlap" "${ov[@]}" >g_overlap.log 2>&1 || rc=$?
   timeout 900 "$MPIEXEC" --oversubscribe -np 1 "$B/bench_memory" "${me[@]}" >g_memory.log 2>&1 || rc2=$?
   detail "(g) bench_overlap -np 2 ${ov[*]} (exit $rc)" <g_overlap.log

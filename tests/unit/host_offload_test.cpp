@@ -74,6 +74,10 @@ TEST_F(HostOffload, UNetGradientsAreBitwiseThoseOfFullCheckpointing) {
       const Step all = step(*net, Tier::kAll, x, loss);
       const Step off = step(*net, Tier::kOffload, x, loss);
       expect_bitwise(all, off, "offload vs all");
+      expect_bitwise(
+          step(*net, Tier::kAll, x, loss, /*bf16=*/true),
+          step(*net, Tier::kOffload, x, loss, /*bf16=*/true),
+          "offload vs all, bf16");
       EXPECT_LT(off.peak, all.peak);
       EXPECT_EQ(all.host_peak, 0);
       EXPECT_GT(off.host_peak, 0);
