@@ -8,6 +8,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -15,8 +16,10 @@
 #include "memtrain/data/window_shape.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/model/unet3d.h"
 #include "memtrain/train/loop/oom_guard.h"
 #include "memtrain/train/loop/window_totals.h"
+#include "memtrain/train/tasks/losses.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 
@@ -176,6 +179,46 @@ TEST(OomGuard, HalvesUntilItFitsThenKeepsTheSize) {
       throw_oom();
   });
   EXPECT_EQ(tried, (std::vector<int64_t>{64, 3}));
+}
+
+// Note [A failed backward's leftovers]: an out-of-memory error in a
+// checkpointed backward leaves gradient buffers in the engine's queue until
+// the next backward; drop_failed_backward() lets go of them.
+TEST(OomGuard, FailedBackwardLeavesNothingHeld) {
+  ModelConfig cfg;
+  cfg.name = ModelName::kUnet3d;
+  cfg.depth = 3;
+  cfg.norm = Norm::kInstance;
+  cfg.feature_size = 16;
+  torch::manual_seed(7);
+  auto net = make_unet3d(cfg, 1, 2);
+  net->set_memory_lean(true);
+  net->set_checkpointed(4);
+  const torch::Tensor x = torch::randn({2, 1, 32, 32, 32});
+  const torch::Tensor target = torch::randint(0, 2, {2, 32, 32, 32});
+  int64_t ooms = 0, left_before_drop = 0;
+  for (int64_t cap_mib = 6; cap_mib <= 40; cap_mib += 2) {
+    memory::release_cache();
+    memory::DeviceScope device;
+    const int64_t before = memory::stats().allocated;
+    memory::set_cap(before + cap_mib * 1024 * 1024);
+    try {
+      dice_ce_loss_sum(net->forward(x), target).backward();
+    } catch (const c10::OutOfMemoryError&) {
+      ++ooms;
+      for (auto& p : net->parameters())
+        p.mutable_grad() = torch::Tensor();
+      left_before_drop =
+          std::max(left_before_drop, memory::stats().allocated - before);
+      drop_failed_backward();
+      EXPECT_EQ(memory::stats().allocated, before) << "cap " << cap_mib;
+    }
+    memory::set_cap(0);
+    for (auto& p : net->parameters())
+      p.mutable_grad() = torch::Tensor();
+  }
+  EXPECT_GT(ooms, 0);
+  EXPECT_GT(left_before_drop, 0) << "no leftovers: the test tests nothing";
 }
 
 TEST(OomGuard, GivesUpAtOneOrAfterMaxRetries) {

@@ -42,4 +42,11 @@ int64_t retry_on_oom(
     int64_t& size,
     const std::function<void(int64_t size)>& attempt);
 
+// After an exception out of a backward (an out-of-memory error): lets go
+// of what LibTorch's autograd engine still holds of the failed backward
+// on this thread (Note [A failed backward's leftovers] in oom_guard.cpp).
+// retry_on_oom() calls it; so does anything else that catches an
+// out-of-memory error from a backward and goes on.
+void drop_failed_backward();
+
 }  // namespace memtrain
