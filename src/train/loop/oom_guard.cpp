@@ -42,6 +42,8 @@ namespace memtrain {
 // CUDA nodes run on the engine's device thread, whose queue a backward of
 // a tensor on the (current) GPU runs: compiled, not run on a GPU.
 void drop_failed_backward() {
+  // Validation's OOMs come here too, with grad mode off.
+  const torch::AutoGradMode grad(true);
   std::vector<c10::Device> devices = {c10::Device(c10::kCPU)};
   if (torch::cuda::is_available())
     devices.emplace_back(c10::kCUDA);  // the current GPU: the rank's
