@@ -94,7 +94,8 @@ TEST_F(HostOffload, UNetGradientsAreBitwiseThoseOfFullCheckpointing) {
 
 // SE-ResNeXt50's bottlenecks: the same, with the running statistics
 // updated once; and under bf16 autocast the same bits as full
-// checkpointing under bf16.
+// checkpointing under bf16. (LibTorch 2.11 gives the two the same peak
+// at this size, 1.13 offload 0.9 MB less.)
 TEST_F(HostOffload, SeResNeXtAndBf16AreBitwiseThoseOfFullCheckpointing) {
   ModelConfig cfg;
   cfg.name = ModelName::kSeresnext50;
@@ -127,7 +128,9 @@ TEST_F(HostOffload, SeResNeXtAndBf16AreBitwiseThoseOfFullCheckpointing) {
     expect_bitwise(all, off, "offload vs all");
     for (const auto& [name, b] : after_all)
       EXPECT_TRUE(torch::equal(b, after_off.at(name))) << name;
-    EXPECT_LT(off.peak, all.peak);
+    // Its peak is not where its inputs are held (README "Benchmarks"):
+    // offload must not raise it, and need not lower it.
+    EXPECT_LE(off.peak, all.peak);
     EXPECT_GT(off.copied_in, 0);
   }
 }
