@@ -830,7 +830,8 @@ const std::vector<Key>& keys() {
           "(training.gradient_checkpointing offload, or auto's last tier): "
           "a size (16GiB) or auto, a quarter of the node's memory (its "
           "cgroup limit under SLURM) over the ranks on it; on a GPU it is "
-          "page-locked and must stay under ulimit -l"),
+          "page-locked by CUDA (a lower ulimit -l is reported, not "
+          "applied)"),
       optional_string_key(
           "memory.allocator_conf",
           [](TrainConfig& c) { return &c.memory.allocator_conf; },

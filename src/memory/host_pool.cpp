@@ -96,8 +96,7 @@ struct Entry {
   Slot* slot = nullptr;
   at::Tensor block;  // uint8, `size` bytes; undefined for an empty tensor
   int64_t size = 0;
-  int64_t bytes = 0;  // of the tensor
-  int64_t used = 0;   // bytes rounded up: what it counts in use
+  int64_t bytes = 0;  // of the tensor; in use: round_up(bytes)
   std::vector<int64_t> sizes, strides;
   at::TensorOptions options;
   std::optional<WeakImpl> source;  // the tensor offloaded: in-place check
@@ -199,7 +198,6 @@ struct HostPool::Impl {
       throw;
     }
     std::lock_guard<std::mutex> lock(mu);
-    s.blocks += 1;
     s.grows += 1;
     use(want);
     return {std::move(block), want};
@@ -220,12 +218,10 @@ struct HostPool::Impl {
       if (slot->free.empty())
         continue;
       slot->mover->synchronize();
-      s.synchronizations += 1;
       for (auto& [size, block] : slot->free) {
         bytes += size;
         out.push_back(std::move(block));
       }
-      s.blocks -= static_cast<int64_t>(slot->free.size());
       slot->free.clear();
     }
     s.reserved -= bytes;
@@ -273,7 +269,8 @@ struct HostPool::Impl {
 
 Entry::~Entry() {
   if (block.defined())
-    pool->give_back(*slot, std::move(block), size, used);
+    pool->give_back(
+        *slot, std::move(block), size, HostPool::Impl::round_up(bytes));
 }
 
 namespace {
@@ -345,7 +342,6 @@ std::shared_ptr<OffloadGroup> HostPool::offload(
       e->version = x._version();
       if (e->bytes > 0) {
         std::tie(e->block, e->size) = impl_->acquire(*e->slot, e->bytes, x);
-        e->used = Impl::round_up(e->bytes);
         e->slot->mover->copy_out(dense, e->block.data_ptr(), e->bytes);
         std::lock_guard<std::mutex> lock(impl_->mu);
         impl_->s.copied_out += e->bytes;
@@ -473,14 +469,16 @@ int64_t host_budget_bytes(
         ranks == 1 ? " rank" : " ranks",
         " on this node");
   }
-  // Page-locking through CUDA (cudaHostAlloc) is not what RLIMIT_MEMLOCK
-  // limits, so the limit is reported, not applied: a block that cannot be
-  // pinned is an error naming both (cuda_offload.cpp).
+  // CUDA pins through its driver (cudaHostAlloc), not mlock(), so
+  // RLIMIT_MEMLOCK is reported, not applied (not checked on a GPU): a
+  // block that cannot be pinned is an error naming both
+  // (cuda_offload.cpp).
   if (pinned && memlock_bytes >= 0 && memlock_bytes < bytes) {
     how += detail::concat(
         "; ulimit -l is ",
         format_bytes(static_cast<double>(memlock_bytes)),
-        ", below it (CUDA's page-locked blocks are not counted against it)");
+        ", below it (CUDA pins through its driver, not mlock: not "
+        "applied)");
   }
   if (why)
     *why = how;

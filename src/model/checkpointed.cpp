@@ -296,7 +296,6 @@ struct CheckpointBackward : torch::autograd::Node {
     // segment's (in backward order) once this one is done (Note [Host
     // offload]: one segment ahead).
     const std::shared_ptr<memory::OffloadGroup> group = std::move(offloaded);
-    offloaded.reset();
     torch::autograd::variable_list out =
         recompute_and_backward(std::move(grads), group.get());
     if (group)

@@ -210,7 +210,7 @@ TEST(OomGuard, FailedBackwardLeavesNothingHeld) {
         p.mutable_grad() = torch::Tensor();
       left_before_drop =
           std::max(left_before_drop, memory::stats().allocated - before);
-      drop_failed_backward();
+      drop_failed_backward(c10::Device(c10::kCPU));
       EXPECT_EQ(memory::stats().allocated, before) << "cap " << cap_mib;
     }
     memory::set_cap(0);

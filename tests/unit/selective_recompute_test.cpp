@@ -40,25 +40,19 @@ TEST(SelectiveRecompute, UNetGradientsAreBitwiseThoseOfNoCheckpointing) {
   const auto loss = [&](const torch::Tensor& y) {
     return dice_ce_loss_sum(y, target);
   };
-  for (Norm norm : {Norm::kInstance, Norm::kGroup}) {
-    for (bool lean : {true, false}) {
-      SCOPED_TRACE(
-          std::string(norm == Norm::kInstance ? "instance" : "group") +
-          (lean ? ", lean" : ", concatenated"));
-      auto net = unet(norm, lean);
-      const Step off = step(*net, Tier::kOff, x, loss);
-      const Step sel = step(*net, Tier::kSelective, x, loss);
-      const Step all = step(*net, Tier::kAll, x, loss);
-      expect_bitwise(off, sel, "selective vs off");
-      EXPECT_LT(sel.peak, off.peak);
-      EXPECT_GT(sel.peak, all.peak);
-      std::printf(
-          "unet3d 16^3 peak off %ld, selective %ld, all %ld\n",
-          static_cast<long>(off.peak),
-          static_cast<long>(sel.peak),
-          static_cast<long>(all.peak));
-    }
-  }
+  tier_test::for_each_unet_form([&](Classifier& net) {
+    const Step off = step(net, Tier::kOff, x, loss);
+    const Step sel = step(net, Tier::kSelective, x, loss);
+    const Step all = step(net, Tier::kAll, x, loss);
+    expect_bitwise(off, sel, "selective vs off");
+    EXPECT_LT(sel.peak, off.peak);
+    EXPECT_GT(sel.peak, all.peak);
+    std::printf(
+        "unet3d 16^3 peak off %ld, selective %ld, all %ld\n",
+        static_cast<long>(off.peak),
+        static_cast<long>(sel.peak),
+        static_cast<long>(all.peak));
+  });
 }
 
 // SE-ResNeXt50's bottlenecks (batch-norm, grouped convolutions, the SE

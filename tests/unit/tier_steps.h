@@ -98,4 +98,19 @@ inline std::shared_ptr<Classifier> unet(Norm norm, bool lean) {
   return net;
 }
 
+// fn(net) for each form of the U-Net -- instance or group norm, split
+// decoder input (lean) or concatenated -- freshly built, traced by name.
+template <typename Fn>
+void for_each_unet_form(const Fn& fn) {
+  for (Norm norm : {Norm::kInstance, Norm::kGroup}) {
+    for (bool lean : {true, false}) {
+      SCOPED_TRACE(
+          std::string(norm == Norm::kInstance ? "instance" : "group") +
+          (lean ? ", lean" : ", concatenated"));
+      const std::shared_ptr<Classifier> net = unet(norm, lean);
+      fn(*net);
+    }
+  }
+}
+
 }  // namespace memtrain::tier_test

@@ -18,7 +18,6 @@ namespace memtrain::memory {
 struct HostPoolStats {
   int64_t budget = 0;       // the most its blocks may hold (bytes)
   int64_t reserved = 0;     // its blocks, in use or free
-  int64_t blocks = 0;       // how many
   int64_t grows = 0;        // blocks reserved since the pool was made
   int64_t in_use = 0;       // bytes of offloaded tensors now
   int64_t peak_in_use = 0;  // since reset_peak()
@@ -28,8 +27,6 @@ struct HostPoolStats {
   // (something else kept them), used without a copy; since the pool was
   // made.
   int64_t still_on_device = 0;
-  // A host-blocking wait for copies (trim(), before blocks are freed).
-  int64_t synchronizations = 0;
 };
 
 // Offloading needed more than memory.host_budget: the message names both
@@ -104,8 +101,8 @@ void set_offload_pool(std::shared_ptr<HostPool> pool);
 // `node_bytes` (0: unknown) with `local_ranks` ranks. auto: a quarter of
 // the node's memory divided by its ranks. `why` gets how it was chosen;
 // where blocks are pinned (`pinned`) and `memlock_bytes` (`ulimit -l`,
-// -1: unlimited) is below the budget, it says so: CUDA's page-locking is
-// not counted against that limit, so it is reported, not applied.
+// -1: unlimited) is below the budget, it says so: CUDA pins through its
+// driver, not mlock, so that limit is reported, not applied.
 int64_t host_budget_bytes(
     const std::string& spec,
     uint64_t node_bytes,

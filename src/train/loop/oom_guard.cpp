@@ -35,18 +35,20 @@ namespace memtrain {
 // measured, the U-Net at 32^3 (feature size 16, depth 3, micro-batch 2,
 // 4 of 5 segments checkpointed) held 17,173,504 B more after an OOM in
 // backward, until the next step's backward; at 96^3 / feature 48 the
-// planner's offload probe then ran out at the very start of its forward
-// after eleven probes that had (measured: offload fitted alone). A
-// trivial backward runs the queue and drops them (the tasks of a finished
-// graph are skipped); `OomGuard.FailedBackwardLeavesNothingHeld` pins it.
-// CUDA nodes run on the engine's device thread, whose queue a backward of
-// a tensor on the (current) GPU runs: compiled, not run on a GPU.
-void drop_failed_backward() {
-  // Validation's OOMs come here too, with grad mode off.
+// planner's offload probe ran out at the very start of its forward (6.8
+// MiB offloaded) after eleven probes that had, and with the leftovers
+// dropped it fitted (3.5 GiB of a 3.8 GB budget). A trivial backward runs
+// the queue and drops them (the tasks of a finished graph are skipped);
+// `OomGuard.FailedBackwardLeavesNothingHeld` pins it. The training
+// window's cleanup and the planner's probes call it: the only backward
+// the guard replays. CUDA nodes run on the engine's device thread, whose
+// queue a backward of a tensor on that GPU runs: compiled, not run on a
+// GPU.
+void drop_failed_backward(const c10::Device& device) {
   const torch::AutoGradMode grad(true);
   std::vector<c10::Device> devices = {c10::Device(c10::kCPU)};
-  if (torch::cuda::is_available())
-    devices.emplace_back(c10::kCUDA);  // the current GPU: the rank's
+  if (!device.is_cpu())
+    devices.push_back(device);
   for (const c10::Device& d : devices) {
     const at::Tensor t =
         torch::zeros({1}, torch::TensorOptions().device(d).requires_grad(true));
@@ -63,7 +65,6 @@ int64_t retry_on_oom(
       attempt(size);
       return retries;
     } catch (const c10::OutOfMemoryError&) {
-      drop_failed_backward();
       if (how.cleanup)
         how.cleanup();
       memory::release_cache();

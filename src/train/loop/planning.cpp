@@ -76,7 +76,7 @@ ProbeResult probe(RunState& run, int64_t micro_batch, const Tier& tier) {
       }
     } catch (const c10::OutOfMemoryError&) {
       ran = false;
-      drop_failed_backward();
+      drop_failed_backward(run.placement.device());
     } catch (const memory::HostBudgetExceeded&) {
       ran = false;
       host_exceeded = true;

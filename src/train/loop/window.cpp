@@ -65,6 +65,7 @@ at::Tensor accumulate(
   for (const auto& b : run.buffers)
     buffers_before.push_back(b.detach().clone());
   how.cleanup = [&] {
+    drop_failed_backward(run.placement.device());
     compat::zero_grad_to_none(*run.optimizer);
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < buffers_before.size(); ++i)

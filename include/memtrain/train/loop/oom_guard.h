@@ -7,6 +7,10 @@
 #include <functional>
 #include <string>
 
+namespace c10 {
+struct Device;
+}
+
 namespace memtrain {
 
 struct OomRetry {
@@ -44,9 +48,10 @@ int64_t retry_on_oom(
 
 // After an exception out of a backward (an out-of-memory error): lets go
 // of what LibTorch's autograd engine still holds of the failed backward
-// on this thread (Note [A failed backward's leftovers] in oom_guard.cpp).
-// retry_on_oom() calls it; so does anything else that catches an
-// out-of-memory error from a backward and goes on.
-void drop_failed_backward();
+// on this thread and, for a GPU `device`, on its device thread (Note [A
+// failed backward's leftovers] in oom_guard.cpp). For whatever catches an
+// out-of-memory error from a backward and goes on: the training window's
+// OomRetry::cleanup, the planner's probes.
+void drop_failed_backward(const c10::Device& device);
 
 }  // namespace memtrain
