@@ -5,8 +5,17 @@
 # NIfTI and HDF5 inputs are built and the outputs read with them). Does
 # nothing when the venv already has them all, at these versions; prints one
 # line when it installs.
+# MONAI (tests/e2e/monai_validation.sh: its sliding window and DiceMetric
+# are the reference whole-volume validation is checked against) needs torch
+# >= 2.8, which Debian's python3-torch (1.13) is not: it goes into the torch
+# venv (launch/install_torch.sh, torch 2.11, the GPU nodes' version, which
+# the CUDA configuration installs anyway) with numpy and h5py, rather than a
+# second 4.6 GB copy of torch here.
 #   MEMTRAIN_PEERS_VENV   where (default /opt/memtrain/peers-venv)
+#   MEMTRAIN_TORCH_VENV   the torch venv MONAI joins (default
+#                         /opt/memtrain/torch-venv)
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 venv=${MEMTRAIN_PEERS_VENV:-/opt/memtrain/peers-venv}
 # Debian's interpreter (install_deps.sh installs python3 and python3-venv).
 python=/usr/bin/python3
@@ -23,7 +32,28 @@ import tensorboard.backend.event_processing.event_accumulator, nibabel, h5py, nu
 sys.exit(any(version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))
 PY
 }
-installed && exit 0
+monai() {  # MONAI with what it reads, into the torch venv
+  local tv=${MEMTRAIN_TORCH_VENV:-/opt/memtrain/torch-venv}
+  local want=("monai==1.6.1" "numpy==2.4.6" "h5py==3.16.0")
+  have() {
+    "$tv/bin/python" - "${want[@]}" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+import monai.inferers, monai.metrics, h5py, numpy, torch
+sys.exit(any(version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))
+PY
+  }
+  have && return 0
+  bash "$here/install_torch.sh"
+  echo "install_peers.sh: installing ${want[*]} into $tv"
+  "$tv/bin/python" -m pip install -q --disable-pip-version-check "${want[@]}"
+  have || { echo "install_peers.sh: ${want[*]} do not import from $tv" >&2; exit 1; }
+}
+
+if installed; then
+  monai
+  exit 0
+fi
 
 echo "install_peers.sh: installing ${packages[*]} into $venv"
 "$python" -c 'import ensurepip, venv' 2>/dev/null ||
@@ -31,3 +61,4 @@ echo "install_peers.sh: installing ${packages[*]} into $venv"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "${packages[@]}"
 installed || { echo "install_peers.sh: ${packages[*]} do not import from $venv" >&2; exit 1; }
+monai

@@ -539,7 +539,35 @@ const std::vector<Key>& keys() {
       choice_key(
           "validation.blend",
           [](TrainConfig& c) { return &c.validation.blend; },
-          "volumes: weight of a window's voxels when windows overlap"),
+          "volumes: weight of a window's voxels when windows overlap "
+          "(gaussian: MONAI's compute_importance_map)"),
+      float_key(
+          "validation.sigma_scale",
+          [](TrainConfig& c) { return &c.validation.sigma_scale; },
+          0,
+          true,
+          10,
+          "volumes, blend gaussian: sigma of the window weights, a fraction "
+          "of roi (MONAI's sigma_scale)"),
+      choice_key(
+          "validation.padding",
+          [](TrainConfig& c) { return &c.validation.padding; },
+          "volumes: where a case smaller than validation.roi (or, in "
+          "training, data.patch_size) on an axis sits: symmetric (MONAI's "
+          "sliding window and SpatialPad: half the padding before, the "
+          "extra voxel after) or end (all padding after: validation's rule "
+          "before 2026-11-27)"),
+      bool_key(
+          "validation.include_background",
+          [](TrainConfig& c) { return &c.validation.include_background; },
+          "Dice: class 0 counts in val_dice (MONAI DiceMetric's "
+          "include_background)"),
+      bool_key(
+          "validation.ignore_empty",
+          [](TrainConfig& c) { return &c.validation.ignore_empty; },
+          "Dice: a class absent from a case's labels is left out of the "
+          "means (MONAI DiceMetric's ignore_empty); false scores it 1 when "
+          "the prediction lacks it too, else 0"),
       choice_key(
           "validation.offload",
           [](TrainConfig& c) { return &c.validation.offload; },

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "memtrain/data/case_padding.h"
 #include "memtrain/data/counter_rng.h"
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/util/error.h"
@@ -14,13 +15,15 @@ PatchSampler::PatchSampler(
     int64_t patches_per_volume,
     double pos_fraction,
     uint64_t seed,
-    Flip flip)
+    Flip flip,
+    Padding padding)
     : data_(data),
       patch_(patch),
       num_volumes_(data.info().num_samples),
       per_volume_(patches_per_volume),
       pos_fraction_(pos_fraction),
-      seed_(seed) {
+      seed_(seed),
+      padding_(padding) {
   const DatasetInfo& info = data.info();
   MT_INTERNAL_ASSERT(info.kind == SampleKind::kVolumes, "not a volume file");
   // The array's [D, H, W] is the largest case on each axis: a patch larger
@@ -60,13 +63,17 @@ PatchRef PatchSampler::at(int64_t epoch, int64_t sample) const {
   const CounterDraws d{sample_key(seed_, 0x5851f42d4c957f2dULL, epoch, sample)};
   const std::vector<int64_t>& fg = data_.foreground(r.volume);
   // Corners keep the patch inside the case; on an axis where the case is
-  // smaller than the patch, the case lies inside the patch instead (a
-  // corner in [e - p, 0]; read_patch pads the rest).
+  // smaller than the patch, the case lies inside the patch instead, where
+  // validation's sliding window puts it (pad_before: by default MONAI's
+  // symmetric padding, as SpatialPad before a crop), and read_patch pads
+  // the rest. The draws below are the same either way: on such an axis
+  // below(.., 1) is 0.
   const auto& e = data_.info().volume_shape(r.volume);
+  const std::array<int64_t, 3> before = pad_before(e, patch_, padding_);
   std::array<int64_t, 3> lo{}, hi{};
   for (int i = 0; i < 3; ++i) {
-    lo[i] = std::min<int64_t>(0, e[i] - patch_[i]);
-    hi[i] = std::max<int64_t>(0, e[i] - patch_[i]);
+    lo[i] = e[i] < patch_[i] ? -before[i] : 0;
+    hi[i] = std::max<int64_t>(lo[i], e[i] - patch_[i]);
   }
   if (!fg.empty() && d.unit(0) < pos_fraction_) {
     const int64_t voxel = fg[d.below(1, static_cast<int64_t>(fg.size()))];

@@ -75,6 +75,10 @@ const TrainedOn& InferenceModel::trained_on() const {
   return impl_->on;
 }
 
+const TrainConfig& InferenceModel::config() const {
+  return impl_->cfg;
+}
+
 at::Tensor InferenceModel::predict_volume(
     const at::Tensor& volume, const std::string& where, int rank) {
   Impl& m = *impl_;

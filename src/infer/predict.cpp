@@ -10,6 +10,7 @@
 #include "memtrain/data/orientation.h"
 #include "memtrain/infer/inference_model.h"
 #include "memtrain/train/eval/seg_metrics.h"
+#include "memtrain/train/eval/validator.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -183,8 +184,13 @@ CaseResult predict_case(
         path,
         args.label_map,
         args.analyze_orientation);
-    for (const ClassMetrics& m :
-         segmentation_metrics(labels, truth, file_dims, c.spacing_mm, k)) {
+    for (const ClassMetrics& m : segmentation_metrics(
+             labels,
+             truth,
+             file_dims,
+             c.spacing_mm,
+             k,
+             dice_rule(model.config().validation))) {
       r.csv += in.name + "," + std::to_string(m.cls) + "," + num(m.dice) + "," +
                num(m.hd95_mm) + "," + std::to_string(m.pred_voxels) + "," +
                std::to_string(m.true_voxels) + "\n";

@@ -5,9 +5,10 @@
 #    volumes with their rows shuffled, grid 6); inspect names the volumes.
 # 2. 2 ranks, 2 epochs, --validation.dump_predictions=true: one prediction
 #    file per volume per epoch; tests/tools/volume_dice.py (h5py, numpy)
-#    recomputes every volume's Dice, the per-class Dice, val_dice, their
-#    volume mean and the accuracy from the dumped grids and the validation
-#    file, and finds metrics.jsonl's values within 1e-9; metrics.csv has
+#    recomputes every volume's Dice, the per-class Dice, val_dice (the
+#    volumes' mean, as MONAI's DiceMetric) and the accuracy from the dumped
+#    grids and the validation file, and finds metrics.jsonl's values and
+#    summary.json's within 1e-9; metrics.csv has
 #    the Dice columns.
 # 3. Validation's device peak (val_device_peak) is the same with 2 and 8
 #    validation volumes, and grows with the validation batch.
@@ -71,7 +72,7 @@ import csv, json
 val = [j for j in map(json.loads, open("fit/metrics.jsonl")) if j["type"] == "validation"]
 assert len(val) == 2, len(val)
 for j in val:
-    assert sorted(j["val_dice_volumes"]) == ["0", "1", "2", "3"], j["val_dice_volumes"]
+    assert [c["case"] for c in j["val_cases"]] == ["0", "1", "2", "3"], j["val_cases"]
     assert j["val_volumes"] == 4 and j["val_samples"] == 4 * 216, j
     assert 0 < j["val_dice"] <= 1 and 0 < j["val_accuracy"] <= 1, j
 rows = list(csv.DictReader(open("fit/metrics.csv")))
@@ -79,7 +80,7 @@ last = [r for r in rows if r["val_dice"]]
 assert len(last) == 2 and "val_dice_blob1" in rows[0], rows[0].keys()
 assert abs(float(last[-1]["val_dice"]) - val[-1]["val_dice"]) < 1e-9
 print("fit: val_dice by epoch", [round(j["val_dice"], 4) for j in val],
-      "; per volume", val[-1]["val_dice_volumes"])
+      "; per volume", {c["case"]: c["mean"] for c in val[-1]["val_cases"]})
 PYEOF
 
 # 3. The device holds one validation batch, whatever the number of volumes.
@@ -113,6 +114,6 @@ timeout 300 "$MPIEXEC" --oversubscribe -np 1 "$MEMTRAIN" train --config "$ROOT/l
 [ "$rc" = 0 ] || { cat yaml.log; fail "dino-head.yaml: exit $rc"; }
 grep -q "memory plan: budget v100-16gb" yaml.log || { cat yaml.log; fail "dino-head.yaml: no plan"; }
 [ "$(grep -c '"type":"window"' yaml/metrics.jsonl)" -ge 1 ] || fail "dino-head.yaml: no window"
-[ "$(grep -c '"val_dice_volumes"' yaml/metrics.jsonl)" = 1 ] || fail "dino-head.yaml: no per-volume validation"
+[ "$(grep -c '"val_cases"' yaml/metrics.jsonl)" = 1 ] || fail "dino-head.yaml: no per-volume validation"
 recompute val.h5 yaml
 echo "e2e dino_head: ok"

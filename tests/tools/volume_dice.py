@@ -11,18 +11,20 @@ int16, -1 where the volume has no row), looks up each row's predicted class
 at its voxel, and recomputes, independently of memtrain's code:
 
   - per volume and class c: Dice = 2|P∩T| / (|P| + |T|) over the volume's
-    rows; a class in neither P nor T does not count;
+    rows; a class the volume's labels lack (T empty) does not count (MONAI
+    DiceMetric's ignore_empty, memtrain's default);
   - a volume's Dice: the mean over its counted classes 1..K-1 (None when
     none counts);
   - val_dice_per_class[c]: the mean over the volumes that count c;
-  - val_dice: the mean of val_dice_per_class over classes 1..K-1 that
-    occur; val_dice_volume_mean: the mean of the volumes' Dice;
+  - val_dice: the mean of the volumes' Dice (DiceMetric's reduction
+    "mean");
   - val_accuracy over all rows.
 
 Checks them against the validation record of epoch EEE - 1 in
-RUN_DIR/metrics.jsonl (val_dice_volumes, val_dice, val_dice_per_class,
-val_dice_volume_mean, val_accuracy, val_volumes, val_samples) and each
-file's `dice` and `volume_id` attributes, within --tol; also that the grid
+RUN_DIR/metrics.jsonl (val_cases, val_dice, val_dice_per_class,
+val_accuracy, val_volumes, val_samples), the folder's summary.json
+(case_mean) and each file's `dice` and `volume_id` attributes, within
+--tol; also that the grid
 has the volume's extent, that every position without a row is -1 and every
 position with one a class. Prints one line per epoch; exits 1 on any
 mismatch. Needs h5py and numpy (Debian's python3-h5py, python3-numpy).
@@ -85,7 +87,13 @@ def main():
         if rec is None:
             failures.append(f"{folder}: no validation record of epoch {epoch}")
             continue
-        names = sorted(os.listdir(folder))
+        names = sorted(n for n in os.listdir(folder) if n != "summary.json")
+        try:
+            with open(os.path.join(folder, "summary.json")) as sj:
+                summary = json.load(sj)
+        except OSError as e:
+            failures.append(f"{folder}: no summary.json ({e})")
+            summary = {}
         want = sorted(f"volume-{v}.h5" for v in volumes)
         if names != want:
             failures.append(f"{folder}: files {names}, expected {want}")
@@ -125,7 +133,7 @@ def main():
             for c in range(k):
                 inter = int(((p == c) & (t == c)).sum())
                 both = int((p == c).sum()) + int((t == c).sum())
-                dice.append(2 * inter / both if both > 0 else None)
+                dice.append(2 * inter / both if (t == c).any() else None)
                 if dice[c] is not None:
                     per_class[c].append(dice[c])
             per_volume[v] = mean(dice[1:])
@@ -135,12 +143,11 @@ def main():
                     f"{folder}: volume-{v}.h5 attributes volume_id={vid}, "
                     f"dice={vdice}; recomputed {per_volume[v]}")
         class_mean = [mean(d) for d in per_class]
-        val_dice = mean(class_mean[1:])
-        volume_mean = mean(list(per_volume.values()))
+        val_dice = mean(list(per_volume.values()))
         accuracy = correct / len(labels)
-        got = rec.get("val_dice_volumes", {})
+        got = {c["case"]: c["mean"] for c in rec.get("val_cases", [])}
         if sorted(got) != sorted(str(v) for v in volumes):
-            failures.append(f"epoch {epoch + 1}: val_dice_volumes has volumes "
+            failures.append(f"epoch {epoch + 1}: val_cases has volumes "
                             f"{sorted(got)}, the file {volumes}")
         worst = 0.0
         for v in volumes:
@@ -157,8 +164,10 @@ def main():
             if not close(a, b, args.tol):
                 failures.append(f"epoch {epoch + 1}: val_dice_per_class[{c}] "
                                 f"{a}, recomputed {b}")
+        if summary and not close(summary["case_mean"]["Dice"], val_dice, args.tol):
+            failures.append(f"{folder}/summary.json: case_mean "
+                            f"{summary['case_mean']}, recomputed {val_dice}")
         for key, value in (("val_dice", val_dice),
-                           ("val_dice_volume_mean", volume_mean),
                            ("val_accuracy", accuracy)):
             if not close(rec.get(key), value, args.tol):
                 failures.append(f"epoch {epoch + 1}: {key} {rec.get(key)}, "

@@ -140,9 +140,14 @@ TEST(RaggedVolumes, SamplerDrawsInsideEachCase) {
       const PatchRef r = s->at(2, i);
       const auto& e = ds.info().volume_shape(r.volume);
       for (int a = 0; a < 3; ++a) {
-        // Inside the case, or (case smaller) the case inside the patch.
-        EXPECT_GE(r.corner[a], std::min<int64_t>(0, e[a] - patch[a]));
-        EXPECT_LE(r.corner[a], std::max<int64_t>(0, e[a] - patch[a]));
+        // Inside the case, or (case smaller) the case inside the patch
+        // where the sliding window puts it: MONAI's symmetric padding.
+        if (e[a] < patch[a]) {
+          EXPECT_EQ(r.corner[a], -((patch[a] - e[a]) / 2));
+        } else {
+          EXPECT_GE(r.corner[a], 0);
+          EXPECT_LE(r.corner[a], e[a] - patch[a]);
+        }
       }
       at::Tensor x = torch::empty({2, 6, 6, 12});
       at::Tensor y = torch::empty({6, 6, 12}, torch::kInt64);
@@ -158,6 +163,19 @@ TEST(RaggedVolumes, SamplerDrawsInsideEachCase) {
       }
     }
   }
+  // validation.padding: end puts such a case at the patch's start; the
+  // draws on the other axes are the same.
+  const PatchSampler end(ds, patch, 8, 0.0, 3, Flip::kNone, Padding::kEnd);
+  bool smaller = false;
+  for (int64_t i = 0; i < end.num_samples(); ++i) {
+    const PatchRef r = end.at(2, i), s = any.at(2, i);
+    const auto& e = ds.info().volume_shape(r.volume);
+    for (int a = 0; a < 3; ++a) {
+      smaller = smaller || e[a] < patch[a];
+      EXPECT_EQ(r.corner[a], e[a] < patch[a] ? 0 : s.corner[a]);
+    }
+  }
+  EXPECT_TRUE(smaller);  // the spec has cases smaller than the patch
   // Larger than every case on D: refused, naming the file.
   const std::string m = test::error_of([&] {
     PatchSampler(ds, {13, 4, 4}, 1, 0.5, 0);

@@ -202,10 +202,11 @@ TEST(OutputDir, AFreshRunIntoAUsedFolderIsRefusedWithTheWaysOut) {
   EXPECT_NO_THROW(check_output_dir(d, false, /*overwrite=*/true));
   std::filesystem::create_directories(dir.file("val/epoch-001"));
   std::ofstream(dir.file("val/epoch-001/case-000.png")) << "x";
+  std::ofstream(dir.file("val/epoch-001/summary.json")) << "{}";
   std::filesystem::create_directories(dir.file("tb"));
   std::ofstream(dir.file("tb/events.out.tfevents.0000000001.memtrain.0000"));
   const auto gone = clear_previous_run(d);
-  EXPECT_EQ(gone.size(), 5u);
+  EXPECT_EQ(gone.size(), 6u);
   EXPECT_FALSE(std::filesystem::exists(dir.file("val/epoch-001")));
   EXPECT_TRUE(previous_run_files(d).empty());
   EXPECT_TRUE(std::filesystem::exists(dir.file("rank-0.log")));

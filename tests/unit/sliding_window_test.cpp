@@ -51,14 +51,32 @@ TEST(SlidingWindow, WindowStartsCoverTheAxisExactly) {
   EXPECT_EQ(window_starts(5, 2, 0.9), (V{0, 1, 2, 3}));  // step >= 1
 }
 
+// Note [The Gaussian window weights]: MONAI's compute_importance_map,
+// unscaled (the peak of an even axis is below 1), floored at 1e-3.
 TEST(SlidingWindow, GaussianImportanceMap) {
   SlidingWindowOptions opt;
   opt.roi = {8, 6, 5};
   const torch::Tensor map = importance_map(opt);
   EXPECT_EQ(map.sizes(), torch::IntArrayRef({8, 6, 5}));
-  EXPECT_FLOAT_EQ(map.max().item<float>(), 1.0f);
-  EXPECT_GE(map.min().item<float>(), 1e-3f);
+  EXPECT_EQ(map.scalar_type(), torch::kFloat32);
+  // sigma = 0.125 * roi: 1, 0.75, 0.625; the centre voxels are 0.5, 0.5
+  // and 0 from the window's centre.
+  const double peak =
+      std::exp(-0.25 / 2) * std::exp(-0.25 / (2 * 0.75 * 0.75)) * 1.0;
+  EXPECT_NEAR(map.max().item<double>(), peak, 1e-6);
+  EXPECT_NEAR(map[3][2][2].item<double>(), peak, 1e-6);
+  // Off centre, by axis: x = -2.5 on D (the second voxel) and 1 on W.
+  EXPECT_NEAR(
+      map[1][2][3].item<double>(),
+      std::exp(-2.5 * 2.5 / 2) * std::exp(-0.25 / (2 * 0.75 * 0.75)) *
+          std::exp(-1.0 / (2 * 0.625 * 0.625)),
+      1e-7);
+  // The corners fall below the floor.
+  EXPECT_EQ(map.min().item<float>(), 1e-3f);
+  EXPECT_EQ(map[0][0][0].item<float>(), 1e-3f);
   EXPECT_TRUE(torch::equal(map, map.flip({0, 1, 2})));  // centred
+  opt.sigma_scale = 0.25;                               // wider: no floor
+  EXPECT_GT(importance_map(opt).min().item<float>(), 1e-3f);
   opt.blend = Blend::kConstant;
   EXPECT_TRUE(torch::equal(importance_map(opt), torch::ones({8, 6, 5})));
 }
@@ -118,6 +136,37 @@ TEST(SlidingWindow, AxisShorterThanRoiIsPaddedAndCropped) {
   EXPECT_EQ(probs.sizes(), torch::IntArrayRef({2, 8, 3, 8}));
   EXPECT_TRUE(probs.is_contiguous());
   EXPECT_LE(max_abs_diff(probs, whole_volume_probs(predict, volume)), 1e-5);
+}
+
+// (d) validation.padding: symmetric puts the extra voxel after (MONAI),
+// end puts all padding after. A 3x3x3 convolution sees the zeros, so the
+// probabilities show where the case sat in the window.
+TEST(SlidingWindow, SmallCaseSitsWherePaddingPutsIt) {
+  torch::manual_seed(9);
+  torch::nn::Conv3d conv(torch::nn::Conv3dOptions(1, 2, 3).padding(1));
+  const PatchPredictor predict = [&](const at::Tensor& x) { return conv(x); };
+  const torch::Tensor volume = torch::randn({1, 4, 1, 5});  // H 1 of roi 4
+  for (const Padding padding : {Padding::kSymmetric, Padding::kEnd}) {
+    SlidingWindowOptions opt;
+    opt.roi = {4, 4, 4};  // W: 5 >= 4, two windows
+    opt.overlap = 0.0;
+    opt.padding = padding;
+    const int64_t before = padding == Padding::kSymmetric ? 1 : 0;
+    EXPECT_EQ(
+        pad_before({4, 1, 5}, opt.roi, padding),
+        (std::array<int64_t, 3>{0, before, 0}));
+    const torch::Tensor probs =
+        sliding_window_probs(volume, 2, predict, opt, test::cpu_placement());
+    EXPECT_EQ(probs.sizes(), torch::IntArrayRef({2, 4, 1, 5}));
+    // The window at W 0..3, predicted on the padded case by hand.
+    const torch::Tensor padded = torch::constant_pad_nd(
+        volume.narrow(3, 0, 4), {0, 0, before, 3 - before, 0, 0});
+    const torch::Tensor expected =
+        torch::softmax(conv(padded.unsqueeze(0)), 1)[0].narrow(2, before, 1);
+    EXPECT_LE(
+        max_abs_diff(probs.narrow(3, 0, 1), expected.narrow(3, 0, 1)), 1e-6)
+        << padding;
+  }
 }
 
 TEST(SlidingWindow, BadInputsThrow) {

@@ -39,6 +39,8 @@ enum class Augment { kAuto, kNone, kFlip, kCropFlip };
 enum class Normalize { kAuto, kNone, kImagenet };
 // validation.blend
 enum class Blend { kGaussian, kConstant };
+// validation.padding
+enum class Padding { kSymmetric, kEnd };
 // validation.offload
 enum class Offload { kCpu, kDevice };
 // validation.best_mode
@@ -98,6 +100,9 @@ constexpr std::array<const char*, 3> choice_names(Normalize) {
 }
 constexpr std::array<const char*, 2> choice_names(Blend) {
   return {{"gaussian", "constant"}};
+}
+constexpr std::array<const char*, 2> choice_names(Padding) {
+  return {{"symmetric", "end"}};
 }
 constexpr std::array<const char*, 2> choice_names(Offload) {
   return {{"cpu", "device"}};

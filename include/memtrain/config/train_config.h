@@ -101,8 +101,18 @@ struct ValidationConfig {
   int64_t every_epochs = 1;  // validate after every n-th epoch (and the last)
   std::array<int64_t, 3> roi{0, 0, 0};  // sliding window; 0: data.patch_size
   double overlap = 0.25;
-  int64_t sw_batch = 4;             // windows per device batch
-  Blend blend = Blend::kGaussian;   // gaussian | constant
+  int64_t sw_batch = 4;            // windows per device batch
+  Blend blend = Blend::kGaussian;  // gaussian | constant
+  double sigma_scale = 0.125;      // gaussian: sigma = sigma_scale * roi
+  // Where a case smaller than the window (or the training patch) sits in
+  // it: symmetric (MONAI's: half the padding before, the rest after) or
+  // end (the case at the start, all padding after).
+  Padding padding = Padding::kSymmetric;
+  // Dice (Note [One Dice]): whether class 0 counts in the means, and
+  // whether a class absent from a case's labels is left out (NaN) or
+  // scored (1 when the prediction lacks it too, else 0).
+  bool include_background = false;
+  bool ignore_empty = true;
   Offload offload = Offload::kCpu;  // cpu | device: where sums live
   // best.safetensors: the validation metric that ranks epochs, a key of
   // the task's metrics or val_loss (auto: the task's first metric with a

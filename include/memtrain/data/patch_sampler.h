@@ -29,7 +29,8 @@ struct PatchRef {
 class PatchSampler {
  public:
   // Throws memtrain::Error naming the file when the patch is larger than
-  // every case on an axis; a case smaller than the patch is padded
+  // every case on an axis; a case smaller than the patch on an axis is
+  // placed in it by `padding` (pad_before, validation.padding) and padded
   // (H5Dataset::read_patch).
   PatchSampler(
       const H5Dataset& data,
@@ -37,7 +38,8 @@ class PatchSampler {
       int64_t patches_per_volume,
       double pos_fraction,
       uint64_t seed,
-      Flip flip = Flip::kNone);
+      Flip flip = Flip::kNone,
+      Padding padding = Padding::kSymmetric);
 
   int64_t num_samples() const {
     return num_volumes_ * per_volume_;
@@ -54,6 +56,7 @@ class PatchSampler {
   int64_t per_volume_;
   double pos_fraction_;
   uint64_t seed_;
+  Padding padding_;
   std::array<bool, 3> may_flip_{false, false, false};
 };
 

@@ -46,6 +46,8 @@ class InferenceModel {
   void load_weights(const std::string& path, const std::string& what);
 
   const TrainedOn& trained_on() const;
+  // The run's config (validation's window and Dice rule).
+  const TrainConfig& config() const;
 
   // The class probabilities (K, D, H, W), host memory, of one volume
   // ((C, D, H, W) float32, host memory, normalised as the training data)

@@ -132,11 +132,93 @@ std::vector<double> squared_distance_transform(
   return f;
 }
 
-double hard_dice(int64_t both, int64_t pred, int64_t truth) {
-  MT_INTERNAL_ASSERT(both >= 0 && both <= pred && both <= truth);
-  if (pred + truth == 0)
-    return std::numeric_limits<double>::quiet_NaN();
-  return 2.0 * static_cast<double>(both) / static_cast<double>(pred + truth);
+double hard_dice(const DiceCounts& c, bool ignore_empty) {
+  MT_INTERNAL_ASSERT(
+      c.both >= 0 && c.both <= c.pred && c.both <= c.truth,
+      "both ",
+      c.both,
+      " pred ",
+      c.pred,
+      " truth ",
+      c.truth);
+  if (c.truth == 0) {
+    if (ignore_empty)
+      return std::numeric_limits<double>::quiet_NaN();
+    return c.pred == 0 ? 1.0 : 0.0;
+  }
+  return 2.0 * static_cast<double>(c.both) /
+         static_cast<double>(c.pred + c.truth);
+}
+
+std::vector<DiceCounts> dice_counts_of(const double* triples, int64_t k) {
+  std::vector<DiceCounts> n(k);
+  for (int64_t c = 0; c < k; ++c) {
+    n[c] = {
+        std::llround(triples[3 * c]),
+        std::llround(triples[3 * c + 1]),
+        std::llround(triples[3 * c + 2])};
+  }
+  return n;
+}
+
+DiceTable::DiceTable(int64_t num_classes, DiceRule rule)
+    : k_(num_classes), rule_(rule) {
+  MT_INTERNAL_ASSERT(num_classes >= 1);
+}
+
+void DiceTable::add(std::string name, const std::vector<DiceCounts>& counts) {
+  MT_INTERNAL_ASSERT(static_cast<int64_t>(counts.size()) == k_);
+  names_.push_back(std::move(name));
+  for (const DiceCounts& c : counts) {
+    counts_.push_back(c);
+    dice_.push_back(hard_dice(c, rule_.ignore_empty));
+  }
+}
+
+namespace {
+
+double nan_mean(double sum, int64_t n) {
+  return n > 0 ? sum / static_cast<double>(n)
+               : std::numeric_limits<double>::quiet_NaN();
+}
+
+}  // namespace
+
+double DiceTable::case_mean(size_t i) const {
+  double sum = 0.0;
+  int64_t n = 0;
+  for (int64_t c = first_class(); c < k_; ++c) {
+    if (!std::isnan(dice(i, c))) {
+      sum += dice(i, c);
+      ++n;
+    }
+  }
+  return nan_mean(sum, n);
+}
+
+double DiceTable::class_mean(int64_t c) const {
+  double sum = 0.0;
+  int64_t n = 0;
+  for (size_t i = 0; i < num_cases(); ++i) {
+    if (!std::isnan(dice(i, c))) {
+      sum += dice(i, c);
+      ++n;
+    }
+  }
+  return nan_mean(sum, n);
+}
+
+double DiceTable::mean() const {
+  double sum = 0.0;
+  int64_t n = 0;
+  for (size_t i = 0; i < num_cases(); ++i) {
+    const double d = case_mean(i);
+    if (!std::isnan(d)) {
+      sum += d;
+      ++n;
+    }
+  }
+  return nan_mean(sum, n);
 }
 
 std::vector<ClassMetrics> segmentation_metrics(
@@ -144,10 +226,11 @@ std::vector<ClassMetrics> segmentation_metrics(
     const std::vector<uint8_t>& truth,
     const std::array<int64_t, 3>& dims,
     const std::array<double, 3>& spacing_mm,
-    int64_t num_classes) {
+    int64_t num_classes,
+    const DiceRule& rule) {
   MT_INTERNAL_ASSERT(pred.size() == truth.size());
   std::vector<ClassMetrics> out;
-  for (int64_t c = 1; c < num_classes; ++c) {
+  for (int64_t c = rule.include_background ? 0 : 1; c < num_classes; ++c) {
     ClassMetrics m;
     m.cls = c;
     std::vector<uint8_t> p(pred.size()), t(truth.size());
@@ -159,7 +242,7 @@ std::vector<ClassMetrics> segmentation_metrics(
       m.true_voxels += t[i];
       both += p[i] & t[i];
     }
-    m.dice = hard_dice(both, m.pred_voxels, m.true_voxels);
+    m.dice = hard_dice({both, m.pred_voxels, m.true_voxels}, rule.ignore_empty);
     if (m.pred_voxels + m.true_voxels == 0) {
       m.hd95_mm = 0.0;
     } else if (m.pred_voxels == 0 || m.true_voxels == 0) {

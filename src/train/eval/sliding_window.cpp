@@ -74,21 +74,32 @@ std::vector<int64_t> window_starts(int64_t size, int64_t roi, double overlap) {
   return starts;
 }
 
+// Note [The Gaussian window weights]
+// MONAI's compute_importance_map(roi, "gaussian", sigma_scale), op for op
+// in float32: per axis a of roi r, x = arange(-(r - 1) / 2, (r - 1) / 2 + 1)
+// and g_a = exp(x^2 / (-2 sigma^2)) with sigma = sigma_scale * r (a double,
+// as Python's); the map is (g_0 outer g_1) outer g_2, NOT scaled to a peak
+// of 1 (for an even r the centre lies between voxels: the peak is
+// exp(-1/(8 sigma^2)) per axis, 0.977 for a 32^3 roi at 0.125), and
+// clamped below at 1e-3 (MONAI: at max(min, 1e-3)), so that every covered
+// voxel has some weight. Only the ratios of weights reach the blended
+// probabilities, but the floor does not scale with the peak: scaling first
+// (memtrain before 2026-11-27) put the floor 2.4% lower relative to the
+// peak and moved a few voxels' argmax where two classes were within 1e-3.
 at::Tensor importance_map(const SlidingWindowOptions& opt) {
   const auto& r = opt.roi;
   if (opt.blend == Blend::kConstant)
     return torch::ones({r[0], r[1], r[2]});
   std::array<torch::Tensor, 3> axis;
   for (size_t a = 0; a < 3; ++a) {
-    const double sigma = opt.sigma_scale * static_cast<double>(r[a]);
-    const double centre = (static_cast<double>(r[a]) - 1.0) / 2.0;
-    const torch::Tensor i = torch::arange(r[a], torch::kFloat64);
-    axis[a] = torch::exp(-0.5 * ((i - centre) / sigma).square());
+    const double sigma = static_cast<double>(r[a]) * opt.sigma_scale;
+    const double half = static_cast<double>(r[a] - 1) / 2.0;
+    const torch::Tensor x = torch::arange(-half, half + 1, torch::kFloat32);
+    axis[a] = torch::exp(x.pow(2) / (-2 * (sigma * sigma)));
   }
-  torch::Tensor map = axis[0].view({-1, 1, 1}) * axis[1].view({1, -1, 1}) *
-                      axis[2].view({1, 1, -1});
-  map = map / map.max();
-  return map.clamp_min(1e-3).to(torch::kFloat32);
+  const torch::Tensor map = axis[0].view({-1, 1, 1}) *
+                            axis[1].view({1, -1, 1}) * axis[2].view({1, 1, -1});
+  return map.clamp_min(1e-3);
 }
 
 at::Tensor sliding_window_probs(
@@ -115,18 +126,19 @@ at::Tensor sliding_window_probs(
   std::array<int64_t, 3> padded{};
   for (size_t a = 0; a < 3; ++a)
     padded[a] = std::max(size[a], roi[a]);
+  const std::array<int64_t, 3> before = pad_before(size, roi, opt.padding);
 
   at::Tensor vol = volume;
   if (padded != size) {
     memory::HostScope host;
     vol = torch::constant_pad_nd(
         volume,
-        {0,
-         padded[2] - size[2],
-         0,
-         padded[1] - size[1],
-         0,
-         padded[0] - size[0]});
+        {before[2],
+         padded[2] - size[2] - before[2],
+         before[1],
+         padded[1] - size[1] - before[1],
+         before[0],
+         padded[0] - size[0] - before[0]});
   }
   struct Window {
     int64_t z, y, x;
@@ -239,9 +251,9 @@ at::Tensor sliding_window_probs(
   sum = at::Tensor();
   if (padded != size) {
     memory::HostScope host;
-    out = out.narrow(1, 0, size[0])
-              .narrow(2, 0, size[1])
-              .narrow(3, 0, size[2])
+    out = out.narrow(1, before[0], size[0])
+              .narrow(2, before[1], size[1])
+              .narrow(3, before[2], size[2])
               .contiguous();
   }
   return out;

@@ -3,7 +3,6 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <limits>
 
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/dist/communicator.h"
@@ -39,7 +38,7 @@ namespace {
 
 struct VolumeScore {
   double loss = 0.0;
-  std::vector<double> dice;  // per class; NaN: absent from mask and pred
+  std::vector<DiceCounts> counts;  // per class
 };
 
 // Scores one volume's aggregated probabilities (K, D, H, W) against its
@@ -52,8 +51,7 @@ VolumeScore score(const at::Tensor& probs, const at::Tensor& mask, int64_t k) {
   s.loss = dice_ce_loss_sum(
                probs.clamp_min(1e-8).log().unsqueeze(0), mask.unsqueeze(0))
                .item<double>();
-  // Hard Dice of the argmax (Note [Dice of an empty class]), from voxel
-  // counts per class.
+  // Voxel counts per class of the argmax (Note [One Dice]).
   const at::Tensor pred_1h =
       torch::one_hot(probs.reshape({k, -1}).argmax(0), k);
   const at::Tensor true_1h = torch::one_hot(mask.reshape({-1}), k);
@@ -61,10 +59,10 @@ VolumeScore score(const at::Tensor& probs, const at::Tensor& mask, int64_t k) {
   const at::Tensor pred = pred_1h.sum(0).contiguous();
   const at::Tensor truth = true_1h.sum(0).contiguous();
   for (int64_t c = 0; c < k; ++c) {
-    s.dice.push_back(hard_dice(
-        both[c].item<int64_t>(),
-        pred[c].item<int64_t>(),
-        truth[c].item<int64_t>()));
+    s.counts.push_back(
+        {both[c].item<int64_t>(),
+         pred[c].item<int64_t>(),
+         truth[c].item<int64_t>()});
   }
   return s;
 }
@@ -130,6 +128,8 @@ at::Tensor volume_probs(
     opt.overlap = cfg.overlap;
     opt.sw_batch = b;
     opt.blend = cfg.blend;
+    opt.sigma_scale = cfg.sigma_scale;
+    opt.padding = cfg.padding;
     opt.offload_cpu = cfg.offload == Offload::kCpu;
     probs = sliding_window_probs(volume, num_classes, predict, opt, placement);
   });
@@ -142,10 +142,15 @@ VolumeValResult Validator::run(
   const int64_t k = num_classes_;
   const int rank = comm_.rank();
   const int world = comm_.size();
+  const int64_t nv = info.num_samples;
   VolumeValResult out;
-  // [loss sum, volumes, dice sum per class (k), volumes per class (k)]
-  std::vector<double> totals(2 + 2 * k, 0.0);
-  for (int64_t v = rank; v < info.num_samples; v += world) {
+  out.dice = DiceTable(k, dice_rule(cfg_));
+  // One row per volume: [loss, then per class both, pred, truth]; the rank
+  // that validated it fills it, the others leave zeros, so the sum over
+  // ranks is every volume's figures exactly (counts are exact in float64).
+  const int64_t width = 1 + 3 * k;
+  std::vector<double> table(nv * width, 0.0);
+  for (int64_t v = rank; v < nv; v += world) {
     at::Tensor volume, mask;
     {
       memory::HostScope host;
@@ -170,36 +175,37 @@ VolumeValResult Validator::run(
     const VolumeScore s = score(probs, mask, k);
     if (!overlay_dir.empty())
       write_middle_slice(overlay_dir, v, volume, mask, probs);
-    totals[0] += s.loss;
-    totals[1] += 1;
+    double* row = table.data() + v * width;
+    row[0] = s.loss;
     for (int64_t c = 0; c < k; ++c) {
-      if (!std::isnan(s.dice[c])) {
-        totals[2 + c] += s.dice[c];
-        totals[2 + k + c] += 1;
-      }
+      row[1 + 3 * c] = static_cast<double>(s.counts[c].both);
+      row[2 + 3 * c] = static_cast<double>(s.counts[c].pred);
+      row[3 + 3 * c] = static_cast<double>(s.counts[c].truth);
     }
   }
-  at::Tensor t = torch::tensor(totals, torch::kFloat64);
+  at::Tensor t =
+      torch::from_blob(table.data(), {nv * width}, torch::kFloat64).clone();
   comm_.all_reduce_sum(t);
-  const auto* r = t.data_ptr<double>();
-  out.volumes = static_cast<int64_t>(r[1]);
-  out.loss = out.volumes > 0 ? r[0] / r[1] : 0.0;
-  double fg_sum = 0.0;
-  int64_t fg_n = 0;
-  for (int64_t c = 0; c < k; ++c) {
-    const double d = r[2 + k + c] > 0
-                         ? r[2 + c] / r[2 + k + c]
-                         : std::numeric_limits<double>::quiet_NaN();
-    out.dice_per_class.push_back(d);
-    if (c > 0 && !std::isnan(d)) {
-      fg_sum += d;
-      ++fg_n;
-    }
+  const double* all = t.data_ptr<double>();
+  // Every rank reduces the same table in the same order: the figures do not
+  // depend on the number of ranks.
+  double loss_sum = 0.0;
+  for (int64_t v = 0; v < nv; ++v) {
+    const double* row = all + v * width;
+    loss_sum += row[0];
+    out.dice.add(case_key(info, v), dice_counts_of(row + 1, k));
   }
-  out.dice =
-      fg_n > 0 ? fg_sum / fg_n : std::numeric_limits<double>::quiet_NaN();
+  out.volumes = nv;
+  out.loss = nv > 0 ? loss_sum / static_cast<double>(nv) : 0.0;
   out.sw_batch = sw_batch_;
   return out;
+}
+
+std::string case_key(const DatasetInfo& info, int64_t v) {
+  if (v < static_cast<int64_t>(info.case_names.size()) &&
+      !info.case_names[v].empty())
+    return info.case_names[v];
+  return std::to_string(v);
 }
 
 }  // namespace memtrain

@@ -95,6 +95,7 @@ std::vector<std::string> clear_previous_run(const std::string& dir) {
   for (const auto& epoch : names_in(dir + "/val", "epoch-", "")) {
     for (const auto& n : names_in(dir + "/val/" + epoch, "case-", ".png"))
       remove("val/" + epoch + "/" + n);
+    remove("val/" + epoch + "/summary.json");
     ::rmdir((dir + "/val/" + epoch).c_str());
   }
   for (const char* n :

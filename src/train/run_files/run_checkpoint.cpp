@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>
 
 #include <sys/stat.h>
@@ -21,7 +22,36 @@
 #include "train/records/records.h"
 
 namespace memtrain {
+
 namespace {
+
+// The first validation key that decides what a validation metric means and
+// differs between the checkpoint's resolved config `saved` and `cfg` ("" if
+// none): absent from an older checkpoint counts as different.
+std::string validation_changed(
+    const std::string& saved, const TrainConfig& cfg) {
+  YAML::Node then, now;
+  try {
+    then = YAML::Load(saved)["validation"];
+    now = YAML::Load(cfg.to_yaml())["validation"];
+  } catch (const YAML::Exception&) {
+    return "*";
+  }
+  for (const char* key :
+       {"roi",
+        "overlap",
+        "blend",
+        "sigma_scale",
+        "padding",
+        "include_background",
+        "ignore_empty",
+        "episodes"}) {
+    if (!then || !then[key] || YAML::Dump(then[key]) != YAML::Dump(now[key]))
+      return key;
+  }
+  return "";
+}
+
 
 // Every rank's `row` (a host tensor of bytes, the same length on every
 // rank), as a [world, length] int32 table on every rank.
@@ -215,12 +245,18 @@ ResumePoint resume_run(
   if (!m.scaler->enabled())
     counters.nonfinite_skips = s.scaler_skipped;
   counters.nonfinite_in_a_row = s.nonfinite_in_a_row;
-  // The best so far, when it was ranked by the same metric.
-  if (s.best_metric == best_metric(m)) {
+  // The best so far, when it was ranked by the same metric under the same
+  // validation settings (a checkpoint from before validation.padding and
+  // the Dice rule existed scored val_dice otherwise: Note [One Dice]).
+  std::string note;
+  const std::string changed = validation_changed(s.config_yaml, m.cfg);
+  if (s.best_metric == best_metric(m) && changed.empty()) {
     counters.best_value = s.best_value;
     counters.best_step = s.best_step;
+  } else if (!changed.empty()) {
+    note += " (best.safetensors ranks anew: validation." + changed +
+            " is not the checkpoint's)";
   }
-  std::string note;
   if (s.world_size == m.comm.size() &&
       static_cast<int64_t>(ck->rng.size()) == s.world_size) {
     RngState rng;
@@ -229,8 +265,8 @@ ResumePoint resume_run(
       rng.device = ck->rng_device[m.comm.rank()];
     m.placement.set_rng_state(rng);
   } else {
-    note = " (written by " + std::to_string(s.world_size) +
-           " ranks: random states not restored)";
+    note += " (written by " + std::to_string(s.world_size) +
+            " ranks: random states not restored)";
   }
   ResumePoint at;
   at.resumed = true;

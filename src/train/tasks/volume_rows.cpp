@@ -7,11 +7,12 @@
 
 #include <cmath>
 #include <cstdio>
-#include <limits>
 
 #include "memtrain/data/volume_rows.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/train/eval/dice_report.h"
 #include "memtrain/train/eval/seg_metrics.h"
+#include "memtrain/train/eval/validator.h"
 #include "memtrain/train/loop/oom_guard.h"
 #include "memtrain/util/error.h"
 #include "train/eval/validate.h"
@@ -20,38 +21,11 @@
 namespace memtrain {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 // One volume's slots of the all-reduced table: the loss sum, rows, correct
 // rows, then per class c the rows predicted c and labelled c, predicted c,
 // labelled c. Counts are integers (exact in float64).
 int64_t slot_width(int64_t k) {
   return 3 + 3 * k;
-}
-
-// Hard Dice per class of one volume's slots (Note [Dice of an empty class]).
-std::vector<double> class_dice(const double* slot, int64_t k) {
-  std::vector<double> d(k);
-  for (int64_t c = 0; c < k; ++c) {
-    d[c] = hard_dice(
-        std::llround(slot[3 + 3 * c]),
-        std::llround(slot[4 + 3 * c]),
-        std::llround(slot[5 + 3 * c]));
-  }
-  return d;
-}
-
-// The mean over classes 1..k-1 that count; NaN when none does.
-double foreground_mean(const std::vector<double>& dice) {
-  double sum = 0.0;
-  int64_t n = 0;
-  for (size_t c = 1; c < dice.size(); ++c) {
-    if (!std::isnan(dice[c])) {
-      sum += dice[c];
-      ++n;
-    }
-  }
-  return n > 0 ? sum / static_cast<double>(n) : kNaN;
 }
 
 }  // namespace
@@ -66,6 +40,7 @@ ValResult validate_volume_rows(
   const int64_t k = run.num_classes;
   const int64_t nv = index.volumes();
   const int64_t width = slot_width(k);
+  const DiceRule rule = dice_rule(run.cfg.validation);
   const int rank = run.comm.rank();
   const int world = run.comm.size();
   MT_CHECK(
@@ -131,10 +106,12 @@ ValResult validate_volume_rows(
       char name[48];
       std::snprintf(
           name, sizeof name, "/volume-%lld.h5", (long long)index.ids[v]);
+      DiceTable one(k, rule);
+      one.add(std::to_string(index.ids[v]), dice_counts_of(slot + 3, k));
       write_volume_prediction(
           dump_dir + name,
           index.ids[v],
-          foreground_mean(class_dice(slot, k)),
+          one.case_mean(0),
           index.extent[v],
           grid);
     }
@@ -149,36 +126,16 @@ ValResult validate_volume_rows(
   // Every rank scores the same table in the same order: the result does
   // not depend on the number of ranks.
   double loss_sum = 0.0, rows_all = 0.0, correct = 0.0;
-  std::vector<double> class_sum(k, 0.0), class_n(k, 0.0);
-  double volume_sum = 0.0;
-  int64_t volume_n = 0;
-  nlohmann::json per_volume = nlohmann::json::object();
+  DiceTable dice(k, rule);
   for (int64_t v = 0; v < nv; ++v) {
     const double* slot = all + v * width;
     loss_sum += slot[0];
     rows_all += slot[1];
     correct += slot[2];
-    const std::vector<double> dice = class_dice(slot, k);
-    for (int64_t c = 0; c < k; ++c) {
-      if (!std::isnan(dice[c])) {
-        class_sum[c] += dice[c];
-        class_n[c] += 1;
-      }
-    }
-    const double d = foreground_mean(dice);
-    per_volume[std::to_string(index.ids[v])] = number_or_null(d);
-    if (!std::isnan(d)) {
-      volume_sum += d;
-      ++volume_n;
-    }
+    dice.add(std::to_string(index.ids[v]), dice_counts_of(slot + 3, k));
   }
-  std::vector<double> dice_per_class;
-  nlohmann::json per_class = nlohmann::json::array();
-  for (int64_t c = 0; c < k; ++c) {
-    dice_per_class.push_back(class_n[c] > 0 ? class_sum[c] / class_n[c] : kNaN);
-    per_class.push_back(number_or_null(dice_per_class.back()));
-  }
-  const double dice = foreground_mean(dice_per_class);
+  if (!dump_dir.empty() && rank == 0)
+    write_dice_summary(dump_dir, dice);
   const double accuracy = rows_all > 0 ? correct / rows_all : 0.0;
   ValResult r;
   r.loss = rows_all > 0 ? loss_sum / rows_all : 0.0;
@@ -188,23 +145,19 @@ ValResult validate_volume_rows(
   r.metrics = {
       val_metric(
           "val_dice",
-          dice,
+          dice.mean(),
           Better::kHigher,
           "val Dice",
           " (" + std::to_string(nv) + " volumes)"),
       val_metric("val_accuracy", accuracy, Better::kHigher, "val accuracy")};
-  r.details =
-      nlohmann::json(
-          {
-              {"val_dice_per_class", per_class},
-              {"val_dice_volumes", per_volume},
-              {"val_dice_volume_mean",
-               number_or_null(volume_n > 0 ? volume_sum / volume_n : kNaN)},
-              {"val_volumes", nv},
-              {"val_samples", r.samples},
-              {"val_batch", r.batch},
-          })
-          .dump();
+  r.details = nlohmann::json({
+                                 {"val_dice_per_class", dice_per_class(dice)},
+                                 {"val_cases", dice_cases(dice)},
+                                 {"val_volumes", nv},
+                                 {"val_samples", r.samples},
+                                 {"val_batch", r.batch},
+                             })
+                  .dump();
   return r;
 }
 

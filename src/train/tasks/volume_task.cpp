@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "memtrain/data/patch_sampler.h"
+#include "memtrain/train/eval/dice_report.h"
 #include "memtrain/train/eval/validator.h"
 #include "memtrain/train/eval/volume_model.h"
 #include "memtrain/train/records/metrics.h"
@@ -47,7 +48,8 @@ class VolumeTask : public Task {
         cfg.data.patches_per_volume,
         cfg.data.pos_fraction,
         static_cast<uint64_t>(cfg.data.seed),
-        cfg.data.flip);
+        cfg.data.flip,
+        cfg.validation.padding);
     run.source = std::make_unique<PatchSource>(
         *run.train_data, *patches_, &run.train_finite);
   }
@@ -96,17 +98,18 @@ class VolumeTask : public Task {
     r.samples = v.volumes;
     r.oom_retries = v.oom_retries;
     r.batch = v.sw_batch;
-    r.metrics = {val_metric("val_dice", v.dice, Better::kHigher, "val Dice")};
-    // NaN (a class in no volume) is written as null.
-    nlohmann::json per_class = nlohmann::json::array();
-    for (double d : v.dice_per_class)
-      per_class.push_back(number_or_null(d));
+    r.metrics = {
+        val_metric("val_dice", v.dice.mean(), Better::kHigher, "val Dice")};
     r.details =
-        nlohmann::json({{"val_dice_per_class", per_class},
+        nlohmann::json({{"val_dice_per_class", dice_per_class(v.dice)},
+                        {"val_cases", dice_cases(v.dice)},
                         {"val_volumes", v.volumes},
                         {"val_sw_batch", v.sw_batch},
                         {"val_offload", to_string(run.cfg.validation.offload)}})
             .dump();
+    // The epoch's summary.json (nnU-Net's shape), next to its overlays.
+    if (!overlay_dir.empty() && run.comm.rank() == 0)
+      write_dice_summary(overlay_dir, v.dice);
     return r;
   }
 
@@ -129,7 +132,7 @@ class VolumeTask : public Task {
     out << " volume(s) " << (run.val_data->info().ragged ? "up to " : "")
         << shape_text(run.val_data->info().sample_shape) << ", sliding window "
         << r[0] << "x" << r[1] << "x" << r[2] << " overlap " << v.overlap << " "
-        << v.blend << ", sums on " << v.offload;
+        << v.blend << ", padding " << v.padding << ", sums on " << v.offload;
   }
 
   std::string describe_width(const RunState& run) const override {

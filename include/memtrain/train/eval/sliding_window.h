@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "memtrain/config/choices.h"
+#include "memtrain/data/case_padding.h"
 
 namespace memtrain {
 
@@ -24,6 +25,7 @@ struct SlidingWindowOptions {
   int64_t sw_batch = 4;                    // patches per device batch
   Blend blend = Blend::kGaussian;          // gaussian | constant
   double sigma_scale = 0.125;              // gaussian sigma = sigma_scale * roi
+  Padding padding = Padding::kSymmetric;   // a volume smaller than the roi
   bool offload_cpu = true;                 // aggregation buffers in host memory
 };
 
@@ -37,16 +39,17 @@ using PatchPredictor = std::function<at::Tensor(const at::Tensor&)>;
 std::vector<int64_t> window_starts(int64_t size, int64_t roi, double overlap);
 
 // (rd, rh, rw) float32 weights of a window's voxels: ones for "constant";
-// for "gaussian" the product of per-axis gaussians centred on the window
-// with sigma = sigma_scale * roi, normalised to max 1 and clamped below at
-// 1e-3 so that no covered voxel gets zero weight. Allocated in the calling
-// thread's current memory domain.
+// for "gaussian" MONAI's compute_importance_map (Note [The Gaussian window
+// weights]): the product of per-axis gaussians centred on the window with
+// sigma = sigma_scale * roi, unscaled, clamped below at 1e-3. Allocated in
+// the calling thread's current memory domain.
 at::Tensor importance_map(const SlidingWindowOptions& opt);
 
 // volume: (C, D, H, W) float32, host memory. Returns (K, D, H, W) float32,
 // host memory: for each voxel the importance-weighted average of the
 // softmax probabilities of every window covering it. An axis shorter than
-// its roi is zero-padded to the roi and the result cropped back.
+// its roi is zero-padded to the roi (pad_before(opt.padding)) and the
+// result cropped back.
 // Runs with grad off and blocks until done. Patches are gathered on the host
 // sw_batch at a time, moved to `placement`'s device, predicted,
 // softmaxed and weighted there, and added into aggregation buffers that live

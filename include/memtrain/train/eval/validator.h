@@ -13,26 +13,36 @@
 #include <vector>
 
 #include "memtrain/config/train_config.h"
+#include "memtrain/train/eval/seg_metrics.h"
 #include "memtrain/train/eval/sliding_window.h"
 
 namespace memtrain {
 
 class Communicator;
 class H5Dataset;
+struct DatasetInfo;
 class Placement;
 
 struct VolumeValResult {
   // Mean over volumes of (cross-entropy + 1 - mean soft Dice) of the
   // aggregated probabilities, as the training loss but on whole volumes.
   double loss = 0.0;
-  // Hard Dice (argmax) per class, the mean over the volumes in which the
-  // class occurs (in the mask or the prediction); NaN when it never does.
-  std::vector<double> dice_per_class;
-  double dice = 0.0;        // mean of dice_per_class over classes 1..K-1
+  // Every volume's hard Dice (argmax) per class, in the file's order, by
+  // case_key (Note [One Dice]); val_dice is dice.mean().
+  DiceTable dice{1, DiceRule{}};
   int64_t volumes = 0;      // over all ranks
   int64_t sw_batch = 0;     // this rank's windows per batch at the end
   int64_t oom_retries = 0;  // sw_batch halvings on this rank
 };
+
+// validation.include_background and validation.ignore_empty.
+inline DiceRule dice_rule(const ValidationConfig& v) {
+  return {v.include_background, v.ignore_empty};
+}
+
+// How records name volume v of a file: its /case_names entry, else its
+// index.
+std::string case_key(const DatasetInfo& info, int64_t v);
 
 // The whole-volume probabilities (K, D, H, W), host memory, of `volume`
 // ((C, D, H, W) float32, host memory) by sliding window on `placement`'s
