@@ -52,7 +52,6 @@ std::string validation_changed(
   return "";
 }
 
-
 // Every rank's `row` (a host tensor of bytes, the same length on every
 // rank), as a [world, length] int32 table on every rank.
 at::Tensor gather_rows(Communicator& comm, const at::Tensor& row) {
