@@ -34,12 +34,12 @@ PY
 }
 monai() {  # MONAI with what it reads, into the torch venv
   local tv=${MEMTRAIN_TORCH_VENV:-/opt/memtrain/torch-venv}
-  local want=("monai==1.6.1" "numpy==2.4.6" "h5py==3.16.0")
+  local want=("monai==1.6.1" "einops==0.8.2" "numpy==2.4.6" "h5py==3.16.0")
   have() {
     "$tv/bin/python" - "${want[@]}" 2>/dev/null <<'PY'
 import sys
 from importlib.metadata import version
-import monai.inferers, monai.metrics, h5py, numpy, torch
+import monai.inferers, monai.metrics, einops, h5py, numpy, torch
 sys.exit(any(version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))
 PY
   }

@@ -15,6 +15,31 @@
 
 namespace memtrain::compat {
 
+at::Tensor attention_math(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    const at::Tensor& bias,
+    double scale) {
+  at::Tensor a = at::matmul(q * scale, k.transpose(-2, -1));
+  a = a + bias.to(a.scalar_type());
+  return at::matmul(at::softmax(a, -1, at::kFloat).to(v.scalar_type()), v);
+}
+
+at::Tensor attention(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    const at::Tensor& bias,
+    double scale) {
+#if MEMTRAIN_TORCH_AT_LEAST(2, 1)
+  return at::scaled_dot_product_attention(
+      q, k, v, bias.to(q.scalar_type()), 0.0, false, scale);
+#else
+  return attention_math(q, k, v, bias, scale);
+#endif
+}
+
 void zero_grad_to_none(torch::optim::Optimizer& optimizer) {
   // Not 2.x's Optimizer::zero_grad(true): it calls detach_() on each
   // gradient first, which throws for a view -- and gradients here are views

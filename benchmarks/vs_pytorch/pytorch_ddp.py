@@ -323,9 +323,10 @@ def load_safetensors(path):
 def save_safetensors(path, tensors, metadata):
     header, offset, chunks = {"__metadata__": metadata}, 0, []
     for name, t in tensors.items():
-        a = t.detach().cpu().contiguous().numpy().astype("<f4")
+        code, dt = ("I64", "<i8") if t.dtype == torch.int64 else ("F32", "<f4")
+        a = t.detach().cpu().contiguous().numpy().astype(dt)
         data = a.tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
+        header[name] = {"dtype": code, "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
         offset += len(data)
         chunks.append(data)
     h = json.dumps(header).encode("utf-8")

@@ -6,6 +6,7 @@
 // 2.10 for CUDA 12.8, the V100s' (CI builds memtrain against it). Nothing
 // else in the tree tests TORCH_VERSION_*.
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/ScalarType.h>
 #include <torch/version.h>
@@ -126,6 +127,27 @@ class AutocastGuard {
  private:
   std::optional<AutocastStateGuard> region_;
 };
+
+// Attention with an additive bias: softmax(q k^T * scale + bias) v, for q,
+// k, v of (N, H, L, E) and a bias broadcastable to (N, H, L, L) (no
+// dropout, not causal). LibTorch 2.x: at::scaled_dot_product_attention (a
+// GPU gets its fused kernels); 1.13 has none: attention_math(). Both in
+// the dtype of q (the softmax in float32).
+at::Tensor attention(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    const at::Tensor& bias,
+    double scale);
+
+// The same written out as MONAI's WindowAttention computes it: (q * scale)
+// k^T + bias, softmax over the last axis in float32, cast back, times v.
+at::Tensor attention_math(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    const at::Tensor& bias,
+    double scale);
 
 // training.deterministic: LibTorch's deterministic algorithms (warning, not
 // failing, where an op has none), cuDNN deterministic and not benchmarking,

@@ -242,7 +242,8 @@ const std::vector<Key>& keys() {
           [](TrainConfig& c) { return &c.model.name; },
           "model: mlp (for /features files), cnn, resnet50 or "
           "seresnext50_32x4d (for /images; the ResNets are timm's, with "
-          "timm's tensor names and batch-norm), unet3d (for /volumes) or "
+          "timm's tensor names and batch-norm), unet3d or swin_unetr "
+          "(MONAI's SwinUNETR, its tensor names) (for /volumes) or "
           "dual_encoder (for pair files: two towers, symmetric InfoNCE)"),
       int_key(
           "model.hidden",
@@ -264,12 +265,14 @@ const std::vector<Key>& keys() {
           256,
           "MLP residual blocks / CNN stages / U-Net levels; each is a "
           "checkpoint segment (a U-Net level is two)"),
-      int_key(
+      auto_int_key(
           "model.feature_size",
           [](TrainConfig& c) { return &c.model.feature_size; },
           1,
           4096,
-          "unet3d: channels of the first level (doubling per level)"),
+          "unet3d: channels of the first level (doubling per level; auto: "
+          "16); swin_unetr: MONAI's feature_size, a multiple of 12 (auto: "
+          "48)"),
       int_key(
           "model.in_channels",
           [](TrainConfig& c) { return &c.model.in_channels; },
@@ -1541,10 +1544,17 @@ void TrainConfig::validate() const {
       model.name,
       " has none");
   MT_CHECK(
-      model.norm != Norm::kInstance || model.name == ModelName::kUnet3d,
-      "config: model.norm=instance is unet3d's; model.name=",
+      model.norm != Norm::kInstance || is_volume_model(model.name),
+      "config: model.norm=instance is unet3d's and swin_unetr's; "
+      "model.name=",
       model.name,
       " has none or group (set model.norm=none or group)");
+  MT_CHECK(
+      model.name != ModelName::kSwinUnetr || model.norm != Norm::kGroup,
+      "config: model.name=swin_unetr normalises as MONAI's SwinUNETR "
+      "(instance norm in its convolution blocks, layer norm in its "
+      "transformer); model.norm=group is unet3d's (set model.norm=none or "
+      "instance)");
   MT_CHECK(
       model.norm == Norm::kNone || !is_resnet(model.name),
       "config: model.name=",

@@ -15,13 +15,13 @@ namespace memtrain {
 
 TrainedOn trained_on(const TrainConfig& cfg, const std::string& cmd) {
   MT_CHECK(
-      cfg.model.name == ModelName::kUnet3d,
+      is_volume_model(cfg.model.name),
       cmd,
       ": model.name=",
       cfg.model.name,
       "; ",
       cmd,
-      " segments volumes with a unet3d config");
+      " segments volumes with a unet3d or swin_unetr config");
   TrainedOn on;
   on.data = H5Dataset::open(cfg.data.train, "data.train").info();
   check_model_fits(

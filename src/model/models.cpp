@@ -4,6 +4,7 @@
 
 #include "memtrain/model/checkpointed.h"
 #include "memtrain/model/resnet.h"
+#include "memtrain/model/swin_unetr.h"
 #include "memtrain/model/unet3d.h"
 #include "memtrain/util/error.h"
 
@@ -257,7 +258,9 @@ void check_model_fits(
                                                          : ModelName::kUnet3d;
   const bool image_model = model == ModelName::kCnn || is_resnet(model);
   MT_CHECK(
-      model == fits || (!paired && kind == SampleKind::kImages && image_model),
+      model == fits ||
+          (!paired && kind == SampleKind::kImages && image_model) ||
+          (!paired && kind == SampleKind::kVolumes && is_volume_model(model)),
       "model.name=",
       model,
       " cannot train on ",
@@ -267,7 +270,8 @@ void check_model_fits(
       "); use model.name=",
       fits,
       " (mlp: /features, cnn, resnet50 or seresnext50_32x4d: /images, "
-      "unet3d: /volumes, dual_encoder: pairs of /features_a or /images with "
+      "unet3d or swin_unetr: /volumes, dual_encoder: pairs of /features_a "
+      "or /images with "
       "/features_b)");
 }
 
@@ -299,6 +303,8 @@ std::shared_ptr<Classifier> make_model(
       return make_resnet(cfg, input.sample_shape.at(0), input.num_classes);
     case ModelName::kUnet3d:
       return make_unet3d(cfg, input.sample_shape.at(0), input.num_classes);
+    case ModelName::kSwinUnetr:
+      return make_swin_unetr(cfg, input.sample_shape.at(0), input.num_classes);
     case ModelName::kDualEncoder:
       break;  // refused by check_model_fits: it trains on pairs
   }

@@ -128,7 +128,7 @@ class UNet3d : public Classifier {
       : depth_(cfg.depth),
         in_channels_(in_channels),
         divisor_(unet3d_divisor(cfg.depth)) {
-    const int64_t f = cfg.feature_size;
+    const int64_t f = model_feature_size(cfg);
     enc_ = register_module("enc", torch::nn::ModuleList());
     up_ = register_module("up", torch::nn::ModuleList());
     dec_ = register_module("dec", torch::nn::ModuleList());
@@ -380,9 +380,9 @@ std::shared_ptr<Classifier> make_unet3d(
       cfg.depth,
       ": unet3d needs at least 1 level");
   MT_CHECK(
-      cfg.feature_size >= 1,
+      model_feature_size(cfg) >= 1,
       "model.feature_size=",
-      cfg.feature_size,
+      model_feature_size(cfg),
       ": must be at least 1");
   MT_CHECK(
       in_channels >= 1 && num_classes >= 1,

@@ -53,7 +53,7 @@ TEST(InferenceModel, TrainedOnChecksTheConfigAgainstDataTrain) {
   EXPECT_NE(
       error_of([&] { trained_on(mlp, "predict"); })
           .find("predict: model.name=mlp; predict segments volumes with a "
-                "unet3d config"),
+                "unet3d or swin_unetr config"),
       std::string::npos);
   TrainConfig channels = volume_config(dir);
   channels.model.in_channels = 3;

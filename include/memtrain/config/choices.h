@@ -25,7 +25,8 @@ enum class ModelName {
   kResnet50,
   kSeresnext50,
   kUnet3d,
-  kDualEncoder
+  kDualEncoder,
+  kSwinUnetr
 };
 // model.norm
 enum class Norm { kNone, kGroup, kInstance };
@@ -74,14 +75,20 @@ enum class ProgressDisplay { kAuto, kTty, kLines };
 enum class Switch { kAuto, kOn, kOff };
 
 // choice_names(E{})[i] spells the value i of E, in `--help`'s order.
-constexpr std::array<const char*, 6> choice_names(ModelName) {
+constexpr std::array<const char*, 7> choice_names(ModelName) {
   return {
       {"mlp",
        "cnn",
        "resnet50",
        "seresnext50_32x4d",
        "unet3d",
-       "dual_encoder"}};
+       "dual_encoder",
+       "swin_unetr"}};
+}
+
+// Models of /volumes: unet3d and swin_unetr.
+constexpr bool is_volume_model(ModelName m) {
+  return m == ModelName::kUnet3d || m == ModelName::kSwinUnetr;
 }
 constexpr std::array<const char*, 3> choice_names(Norm) {
   return {{"none", "group", "instance"}};

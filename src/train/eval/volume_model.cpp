@@ -1,6 +1,7 @@
 #include "memtrain/train/eval/volume_model.h"
 
 #include "memtrain/data/h5_dataset.h"
+#include "memtrain/model/swin_unetr.h"
 #include "memtrain/model/unet3d.h"
 #include "memtrain/util/error.h"
 
@@ -27,9 +28,11 @@ void check_volume_model(const TrainConfig& cfg, const DatasetInfo& ti) {
       " channel(s); set it to ",
       ti.sample_shape[0],
       " or 0 (from the data)");
-  // The U-Net halves the patch depth-1 times: check the training patch
-  // and the validation window now, not after an epoch.
-  const int64_t div = unet3d_divisor(cfg.model.depth);
+  // The U-Net halves the patch depth-1 times, SwinUNETR 5 times: check the
+  // training patch and the validation window now, not after an epoch.
+  const bool swin = cfg.model.name == ModelName::kSwinUnetr;
+  const int64_t div =
+      swin ? kSwinUnetrDivisor : unet3d_divisor(cfg.model.depth);
   const std::array<int64_t, 3> window = validation_roi(cfg);
   for (int i = 0; i < 3; ++i) {
     MT_CHECK(
@@ -48,11 +51,29 @@ void check_volume_model(const TrainConfig& cfg, const DatasetInfo& ti) {
         window[2],
         "] must be multiples of ",
         div,
-        " on every axis: model.depth=",
-        cfg.model.depth,
-        " halves them ",
-        cfg.model.depth - 1,
-        " time(s)");
+        " on every axis: ",
+        swin ? "swin_unetr halves them 5 times (MONAI's SwinUNETR)"
+             : "model.depth=" + std::to_string(cfg.model.depth) +
+                   " halves them " + std::to_string(cfg.model.depth - 1) +
+                   " time(s)");
+  }
+  // MONAI's SwinUNETR instance-normalises its 1/32 grid: one voxel there
+  // has no statistics (MONAI refuses it; LibTorch would give zeros).
+  if (swin) {
+    for (const auto* w : {&cfg.data.patch_size, &window}) {
+      MT_CHECK(
+          (*w)[0] * (*w)[1] * (*w)[2] >
+              kSwinUnetrDivisor * kSwinUnetrDivisor * kSwinUnetrDivisor,
+          w == &window ? "validation.roi=[" : "data.patch_size=[",
+          (*w)[0],
+          ", ",
+          (*w)[1],
+          ", ",
+          (*w)[2],
+          "] leaves swin_unetr one voxel at 1/32 of it, whose instance norm "
+          "has no statistics (MONAI's SwinUNETR refuses it too); make one "
+          "axis 64 or more");
+    }
   }
 }
 

@@ -136,7 +136,7 @@ class VolumeTask : public Task {
   }
 
   std::string describe_width(const RunState& run) const override {
-    return "feature_size " + std::to_string(run.cfg.model.feature_size);
+    return "feature_size " + std::to_string(model_feature_size(run.cfg.model));
   }
 
   std::string describe_outputs(const RunState& run) const override {

@@ -1,0 +1,35 @@
+#pragma once
+// MONAI's SwinUNETR (model.name=swin_unetr), 3D, as
+// monai.networks.nets.SwinUNETR(in_channels, out_channels, feature_size)
+// builds it with its defaults (MONAI 1.6.1): patch size 2, depths
+// (2, 2, 2, 2), heads (3, 6, 12, 24), window 7, MLP ratio 4, qkv bias,
+// PatchMerging ("merging"), no patch norm, normalized hidden states,
+// instance norm (no affine) in the convolution blocks, not use_v2 (say so:
+// MONAI's v2 adds a residual convolution block before each stage; not
+// built here). Tensor names, shapes and state-dict order are MONAI's
+// ("swinViT.layers1.0.blocks.0.attn.qkv.weight", ...), so a MONAI state
+// dict loads by name (Note [SwinUNETR as MONAI] in swin_unetr.cpp).
+//
+// Checkpoint segments, largest activations first: "layers1", "decoder1",
+// "encoder1", "decoder2", "encoder2", "layers2", "decoder3", "encoder3",
+// "layers3", "decoder4", "encoder4", "layers4", "decoder5", "encoder10":
+// each Swin stage (its blocks and patch merging), each decoder block (the
+// transposed convolution, the concatenation, the residual block) and each
+// encoder block.
+
+#include <cstdint>
+#include <memory>
+
+#include "memtrain/model/models.h"
+
+namespace memtrain {
+
+// Every spatial size of a SwinUNETR input is a multiple of this: 2^5.
+constexpr int64_t kSwinUnetrDivisor = 32;
+
+// Throws memtrain::Error for a feature size that is not a multiple of 12
+// (MONAI's rule: the stages' widths divide among 3, 6, 12, 24 heads).
+std::shared_ptr<Classifier> make_swin_unetr(
+    const ModelConfig& cfg, int64_t in_channels, int64_t num_classes);
+
+}  // namespace memtrain

@@ -1,0 +1,117 @@
+// model.name=swin_unetr (MONAI's SwinUNETR; the comparison with MONAI
+// itself is tests/e2e/swin_unetr_monai.sh): attention through compat
+// against the written-out math, checkpointing at every tier against none,
+// the segments, and what it refuses.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "memtrain/compat.h"
+#include "memtrain/memory/host_pool.h"
+#include "memtrain/model/swin_unetr.h"
+#include "memtrain/train/tasks/losses.h"
+#include "test_support.h"
+#include "tier_steps.h"
+
+namespace memtrain {
+namespace {
+
+using tier_test::Step;
+using tier_test::Tier;
+
+std::shared_ptr<Classifier> swin(int64_t feature = 12) {
+  ModelConfig cfg;
+  cfg.name = ModelName::kSwinUnetr;
+  cfg.feature_size = feature;
+  cfg.seed = 3;
+  torch::manual_seed(3);
+  return make_swin_unetr(cfg, 1, 3);
+}
+
+// compat::attention (scaled_dot_product_attention on LibTorch 2.x, the math
+// on 1.13) against the written-out math, with a bias per (batch, head)
+// broadcast over the batch, forward and backward, to fp32 rounding.
+TEST(SwinUnetr, AttentionAgreesWithTheMath) {
+  torch::manual_seed(0);
+  auto make = [](std::initializer_list<int64_t> s) {
+    return torch::randn(s).requires_grad_();
+  };
+  const torch::Tensor q = make({2, 6, 49, 8}), k = make({2, 6, 49, 8}),
+                      v = make({2, 6, 49, 8}), bias = make({6, 49, 49});
+  const torch::Tensor a = compat::attention(q, k, v, bias, 0.35);
+  const torch::Tensor g = torch::randn_like(a);
+  const auto grads = torch::autograd::grad({a}, {q, k, v, bias}, {g});
+  const torch::Tensor m = compat::attention_math(q, k, v, bias, 0.35);
+  const auto mgrads = torch::autograd::grad({m}, {q, k, v, bias}, {g});
+  EXPECT_LE((a - m).abs().max().item<double>(), 1e-5);
+  for (size_t i = 0; i < grads.size(); ++i)
+    EXPECT_LE((grads[i] - mgrads[i]).abs().max().item<double>(), 1e-5) << i;
+}
+
+TEST(SwinUnetr, SegmentsAndMonaiNames) {
+  const auto net = swin();
+  EXPECT_EQ(net->num_segments(), 14);
+  EXPECT_EQ(net->segment_names().front(), "layers1");
+  EXPECT_EQ(net->segment_names().back(), "encoder10");
+  const auto params = net->named_parameters();
+  EXPECT_TRUE(params.contains(
+      "swinViT.layers1.0.blocks.1.attn.relative_position_bias_table"));
+  EXPECT_TRUE(params.contains("swinViT.layers4.0.downsample.reduction.weight"));
+  EXPECT_TRUE(params.contains("decoder1.conv_block.conv3.conv.weight"));
+  EXPECT_TRUE(params.contains("out.conv.conv.bias"));
+  EXPECT_EQ(
+      net->named_buffers()
+          ["swinViT.layers1.0.blocks.0.attn.relative_position_index"]
+              .sizes(),
+      torch::IntArrayRef({343, 343}));
+}
+
+// Every segment checkpointed, at each tier: the output of no checkpointing
+// bit for bit and its gradients to fp32 rounding (all, selective and
+// offload recompute the same arithmetic; the patch embedding's bias sums
+// a gradient that reaches it in another memory layout: 1.2e-10 apart),
+// with a lower device peak.
+TEST(SwinUnetr, CheckpointedTiersGiveTheSameGradients) {
+  const auto pool = std::make_shared<memory::HostPool>(0);
+  memory::set_offload_pool(pool);
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::randn({1, 1, 32, 32, 64});
+  const torch::Tensor target = torch::randint(0, 3, {1, 32, 32, 64});
+  const auto loss = [&](const torch::Tensor& y) {
+    return dice_ce_loss_sum(y, target);
+  };
+  const auto net = swin();
+  const Step off = tier_test::step(*net, Tier::kOff, x, loss);
+  for (const Tier t : {Tier::kAll, Tier::kSelective, Tier::kOffload}) {
+    const Step s = tier_test::step(*net, t, x, loss);
+    EXPECT_TRUE(torch::equal(off.out, s.out));
+    for (const auto& [name, g] : off.grads) {
+      const double scale = g.abs().max().item<double>();
+      EXPECT_LE(
+          (g - s.grads.at(name)).abs().max().item<double>(),
+          1e-6 * scale + 1e-9)
+          << name << " at tier " << static_cast<int>(t);
+    }
+    EXPECT_LT(s.peak, off.peak) << static_cast<int>(t);
+  }
+  memory::set_offload_pool(nullptr);
+}
+
+TEST(SwinUnetr, RefusesWhatMonaiRefuses) {
+  std::string m = test::error_of([] { swin(16); });
+  EXPECT_NE(m.find("needs a multiple of 12"), std::string::npos) << m;
+  const auto net = swin();
+  m = test::error_of([&] { net->forward(torch::zeros({1, 1, 32, 32, 48})); });
+  EXPECT_NE(m.find("multiples of 32"), std::string::npos) << m;
+  m = test::error_of([&] { net->forward(torch::zeros({1, 1, 32, 32, 32})); });
+  EXPECT_NE(m.find("one voxel at 1/32"), std::string::npos) << m;
+  m = test::error_of([&] { net->forward(torch::zeros({1, 2, 32, 32, 64})); });
+  EXPECT_NE(m.find("expected an input (N, 1, D, H, W)"), std::string::npos)
+      << m;
+}
+
+}  // namespace
+}  // namespace memtrain
