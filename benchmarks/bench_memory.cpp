@@ -9,10 +9,13 @@
 //                [--tiers off,selective,all,offload,auto]
 //                [--image-size 224] [--resnet-micro 8]
 //                [--volume-size 64] [--unet-micro 2] [--unet-feature 16]
-//                [--unet-depth 3] [--fits v100-16gb] [--csv FILE]
+//                [--unet-depth 3] [--swin-feature 48]
+//                [--fits v100-16gb] [--csv FILE]
 //   -b/-e/-f  micro-batch sweep of mlp and cnn: begin, end, factor
 //   models    also unet3d (--unet-feature, --unet-depth, instance norm, one
-//             patch = a whole volume of --volume-size^3) and
+//             patch = a whole volume of --volume-size^3), swin_unetr
+//             (MONAI's SwinUNETR, --swin-feature, the same volumes and
+//             micro-batches as unet3d) and
 //             seresnext50_32x4d (--image-size^2 RGB images, 10 classes),
 //             each at its own micro-batch (--unet-micro, --resnet-micro:
 //             one or more, comma-separated)
@@ -156,6 +159,7 @@ int main(int argc, char** argv) {
   std::string models = "mlp,cnn", csv = "bench_memory.csv", device = "cpu";
   std::string amps = "off,bf16";
   int64_t image_size = 224, volume_size = 64, unet_feature = 16, unet_depth = 3;
+  int64_t swin_feature = 48;
   std::string resnet_micros = "8", unet_micros = "2", fits;
   std::string tiers = "off,selective,all,offload,auto";
   app.add_option("--device", device, "cpu, or cuda (a CUDA build)")
@@ -168,7 +172,10 @@ int main(int argc, char** argv) {
   app.add_option("-n", iters, "timed windows")->capture_default_str();
   app.add_option("-c", check, "check before timing (0/1)")
       ->capture_default_str();
-  app.add_option("--models", models, "of mlp, cnn, unet3d, seresnext50_32x4d")
+  app.add_option(
+         "--models",
+         models,
+         "of mlp, cnn, unet3d, swin_unetr, seresnext50_32x4d")
       ->capture_default_str();
   app.add_option("--amp", amps, "of off, bf16")->capture_default_str();
   app.add_option("--tiers", tiers, "of off, selective, all, offload, auto")
@@ -183,6 +190,9 @@ int main(int argc, char** argv) {
   app.add_option("--unet-feature", unet_feature, "unet3d: model.feature_size")
       ->capture_default_str();
   app.add_option("--unet-depth", unet_depth, "unet3d: model.depth")
+      ->capture_default_str();
+  app.add_option(
+         "--swin-feature", swin_feature, "swin_unetr: model.feature_size")
       ->capture_default_str();
   app.add_option("--fits", fits, "a budget each row's peak is read against")
       ->capture_default_str();
@@ -228,7 +238,7 @@ int main(int argc, char** argv) {
       big.height = big.width = image_size;
       make_synthetic(big, std::string(dir) + "/big_images.h5");
     }
-    if (wanted("unet3d")) {
+    if (wanted("unet3d") || wanted("swin_unetr")) {
       SyntheticSpec v;
       v.kind = "volumes";
       v.samples = largest(unet_micros) * (iters + warmup);
@@ -285,9 +295,10 @@ int main(int argc, char** argv) {
       if (base.model.name == ModelName::kSeresnext50) {
         base.data.train = std::string(dir) + "/big_images.h5";
         micros = numbers(resnet_micros);
-      } else if (base.model.name == ModelName::kUnet3d) {
+      } else if (is_volume_model(base.model.name)) {
+        const bool swin = base.model.name == ModelName::kSwinUnetr;
         base.model.depth = unet_depth;
-        base.model.feature_size = unet_feature;
+        base.model.feature_size = swin ? swin_feature : unet_feature;
         base.model.norm = Norm::kInstance;
         base.data.train = std::string(dir) + "/volumes.h5";
         base.data.patch_size = {volume_size, volume_size, volume_size};
