@@ -55,6 +55,13 @@ std::shared_ptr<ConvHolderImpl> conv_holder(
       nn::Conv3dOptions(in, out, k).padding(k / 2).bias(bias));
 }
 
+// Layer norm in float32, as CUDA's autocast runs it (CPU autocast in
+// LibTorch 1.13 would hand a bfloat16 input to float32 weights, which
+// layer_norm refuses).
+torch::Tensor fp32_norm(nn::LayerNorm& norm, const torch::Tensor& x) {
+  return norm->forward(x.to(torch::kFloat32));
+}
+
 // InstanceNorm3d(affine=False), in float32 under autocast.
 torch::Tensor instance_norm(const torch::Tensor& x) {
   return torch::instance_norm(
@@ -310,7 +317,7 @@ struct BlockImpl : nn::Module {
     const int64_t b = x.size(0), c = x.size(4);
     const Dims size = {x.size(1), x.size(2), x.size(3)};
     const auto [w, s] = window_and_shift(size, window, shift);
-    torch::Tensor h = norm1->forward(x);
+    torch::Tensor h = fp32_norm(norm1, x);
     Dims padded{};
     for (size_t a = 0; a < 3; ++a)
       padded[a] = size[a] + (w[a] - size[a] % w[a]) % w[a];
@@ -341,7 +348,7 @@ struct BlockImpl : nn::Module {
     }
     torch::Tensor y = x + h;
     return y + mlp->linear2->forward(
-                   torch::gelu(mlp->linear1->forward(norm2->forward(y))));
+                   torch::gelu(mlp->linear1->forward(fp32_norm(norm2, y))));
   }
 
   Dims window, shift;
@@ -380,7 +387,7 @@ struct MergingImpl : nn::Module {
                           .slice(2, o[1], c10::nullopt, 2)
                           .slice(3, o[2], c10::nullopt, 2));
     }
-    return reduction->forward(norm->forward(torch::cat(parts, -1)));
+    return reduction->forward(fp32_norm(norm, torch::cat(parts, -1)));
   }
 
   nn::Linear reduction{nullptr};
@@ -451,7 +458,7 @@ struct SwinViTImpl : nn::Module {
 // proj_out(normalize=True): layer norm over channels, no weights.
 torch::Tensor proj_out(const torch::Tensor& x) {
   const int64_t c = x.size(1);
-  return torch::layer_norm(x.permute({0, 2, 3, 4, 1}), {c})
+  return torch::layer_norm(x.permute({0, 2, 3, 4, 1}).to(torch::kFloat32), {c})
       .permute({0, 4, 1, 2, 3});
 }
 

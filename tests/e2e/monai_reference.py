@@ -1,9 +1,9 @@
 """MONAI's own sliding window and Dice on a network memtrain trained.
 
 Usage: monai_reference.py make-val SRC.h5 OUT.h5 SHAPES
-       monai_reference.py finetune TRAIN.h5 WEIGHTS FEATURE DEPTH NORM OUT
-       monai_reference.py check VAL.h5 WEIGHTS FEATURE DEPTH NORM ROI OVERLAP
-                          BLEND MEMTRAIN.json
+       monai_reference.py finetune TRAIN.h5 WEIGHTS NET OUT PATCH
+       monai_reference.py check VAL.h5 WEIGHTS NET ROI OVERLAP BLEND
+                          MEMTRAIN.json
 
 make-val: a ragged validation file in memtrain's layout (data/FORMAT.md)
 from the first cases of SRC.h5 (a make-data volume file), cropped to SHAPES
@@ -11,12 +11,16 @@ from the first cases of SRC.h5 (a make-data volume file), cropped to SHAPES
 their highest class (set to 0): a class the labels lack, which a network
 may still predict.
 
-finetune: WEIGHTS trained further in PyTorch with MONAI's DiceCELoss,
-written to OUT (safetensors, memtrain's names).
+finetune: NET with WEIGHTS ("-": its own initial ones) trained in PyTorch
+with MONAI's DiceCELoss on PATCH-sized patches, written to OUT
+(safetensors, the network's names).
 
-check: the 3D U-Net written after memtrain's
-(benchmarks/vs_pytorch/pytorch_ddp.py's UNet3d, memtrain's parameter names)
-with WEIGHTS (memtrain's model.safetensors), in eval mode; for every case of
+NET: "unet,FEATURE,DEPTH,NORM", the 3D U-Net written after memtrain's
+(benchmarks/vs_pytorch/pytorch_ddp.py's UNet3d, memtrain's parameter
+names), or "swin,FEATURE", MONAI's own SwinUNETR.
+
+check: NET with WEIGHTS (memtrain's model.safetensors, or MONAI-trained
+weights), in eval mode; for every case of
 VAL.h5 MONAI's sliding_window_inference (roi ROI, overlap OVERLAP, mode
 BLEND, sigma_scale 0.125, zero padding, the predictor returning softmax
 probabilities: memtrain blends probabilities) and MONAI's DiceMetric
@@ -76,10 +80,22 @@ def make_val(src, out, shapes):
         f.create_dataset("case_names", data=np.array([f"case_{i}".encode() for i in range(n)], dtype="S16"))
 
 
-def finetune(train, weights, feature, depth, norm, out, steps=20):
-    """WEIGHTS trained on in PyTorch with MONAI's DiceCELoss (softmax,
-    one-hot labels) and Adam, on random 16^3 patches of TRAIN: a network
-    whose weights come from MONAI's training, not memtrain's."""
+def make_net(spec, channels, k):
+    """NET: "unet,FEATURE,DEPTH,NORM" (memtrain's U-Net written in PyTorch)
+    or "swin,FEATURE" (MONAI's own SwinUNETR)."""
+    kind, *args = spec.split(",")
+    if kind == "unet":
+        return UNet3d(channels, int(args[0]), int(args[1]), k, args[2])
+    from monai.networks.nets import SwinUNETR
+
+    return SwinUNETR(in_channels=channels, out_channels=k, feature_size=int(args[0]))
+
+
+def finetune(train, weights, spec, out, patch, steps=20):
+    """WEIGHTS ("-": the network's own initial ones, seed 0) trained on in
+    PyTorch with MONAI's DiceCELoss (softmax, one-hot labels) and Adam, on
+    random patches of PATCH ("d,h,w") of TRAIN: a network whose weights come
+    from MONAI's training, not memtrain's."""
     from monai.losses import DiceCELoss
 
     torch.manual_seed(0)
@@ -90,17 +106,19 @@ def finetune(train, weights, feature, depth, norm, out, steps=20):
         shift = float(f["volumes"].attrs.get("shift", 0.0))
         vols = f["volumes"][:].astype(np.float32) * np.float32(scale) + np.float32(shift)
         masks = f["masks"][:].astype(np.int64)
-    net = UNet3d(vols.shape[1], feature, depth, k, norm)
-    net.load_state_dict(load_safetensors(weights))
+    net = make_net(spec, vols.shape[1], k)
+    if weights != "-":
+        net.load_state_dict(load_safetensors(weights))
     net.train()
+    p = [int(v) for v in patch.split(",")]
     loss_fn = DiceCELoss(to_onehot_y=True, softmax=True)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     for _ in range(steps):
         xs, ys = [], []
         for _ in range(2):
             i = rng.integers(len(vols))
-            c = [rng.integers(s - 16 + 1) for s in vols.shape[2:]]
-            sl = tuple(slice(a, a + 16) for a in c)
+            c = [rng.integers(s - q + 1) for s, q in zip(vols.shape[2:], p)]
+            sl = tuple(slice(a, a + q) for a, q in zip(c, p))
             xs.append(vols[i][(slice(None),) + sl])
             ys.append(masks[i][sl][None])
         loss = loss_fn(net(torch.from_numpy(np.stack(xs))), torch.from_numpy(np.stack(ys)))
@@ -113,7 +131,7 @@ def finetune(train, weights, feature, depth, norm, out, steps=20):
     print(f"finetuned {steps} steps with MONAI's DiceCELoss: last loss {float(loss.detach()):.4f}")
 
 
-def check(val, weights, feature, depth, norm, roi, overlap, blend, record):
+def check(val, weights, spec, roi, overlap, blend, record):
     rec = json.loads(Path(record).read_text())
     with h5py.File(val, "r") as f:
         k = int(f.attrs["num_classes"])
@@ -125,7 +143,7 @@ def check(val, weights, feature, depth, norm, roi, overlap, blend, record):
             x = vols[i, :, :d, :h, :w].astype(np.float32) * np.float32(scale) + np.float32(shift)
             y = f["masks"][i, :d, :h, :w].astype(np.int64)
             cases.append((f["case_names"][i].decode(), x, y))
-    net = UNet3d(cases[0][1].shape[0], feature, depth, k, norm)
+    net = make_net(spec, cases[0][1].shape[0], k)
     state = load_safetensors(weights)
     missing = set(net.state_dict()) ^ set(state)
     assert not missing, f"parameter names differ: {sorted(missing)}"
@@ -194,7 +212,7 @@ if __name__ == "__main__":
         make_val(*sys.argv[2:5])
     elif sys.argv[1] == "finetune":
         a = sys.argv[2:]
-        finetune(a[0], a[1], int(a[2]), int(a[3]), a[4], a[5])
+        finetune(*a[:5])
     else:
         a = sys.argv[2:]
-        sys.exit(check(a[0], a[1], int(a[2]), int(a[3]), a[4], a[5], float(a[6]), a[7], a[8]))
+        sys.exit(check(a[0], a[1], a[2], a[3], float(a[4]), a[5], a[6]))

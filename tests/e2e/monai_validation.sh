@@ -9,8 +9,9 @@
 # must give every case's Dice per class as MONAI's (within 1e-6), val_dice
 # as DiceMetric's mean and the loss within 1e-6 relative; the training
 # run's own validation record and its val/epoch-EEE/summary.json too; and
-# weights trained further in PyTorch with MONAI's DiceCELoss. padding=end
-# (the old rule) must differ.
+# weights trained further in PyTorch with MONAI's DiceCELoss, and MONAI's own
+# SwinUNETR trained so (model.name=swin_unetr). padding=end (the old rule)
+# must differ.
 # Python: the torch venv (torch 2.11, MONAI, h5py, numpy:
 # launch/install_peers.sh installs MONAI there).
 source "$(dirname "$0")/common.sh"
@@ -41,7 +42,7 @@ timeout 600 "$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train "${UNET[@]}" \
 
 check() {  # NAME RECORD BLEND OVERLAP
   "$MPY" "$HERE/monai_reference.py" check val.h5 "${MONAI_WEIGHTS:-run/model.safetensors}" \
-    8 3 instance 16,16,16 "$4" "$3" "$2" >"$1.txt" 2>&1 || { cat "$1.txt"; fail "$1: memtrain and MONAI differ"; }
+    "${NET:-unet,8,3,instance}" "${ROI:-16,16,16}" "$4" "$3" "$2" >"$1.txt" 2>&1 || { cat "$1.txt"; fail "$1: memtrain and MONAI differ"; }
   tail -1 "$1.txt"
 }
 
@@ -82,12 +83,26 @@ for blend in gaussian constant; do
 done
 # Weights trained in PyTorch with MONAI's loss, validated by memtrain (eval)
 # and by MONAI: the same figures.
-"$MPY" "$HERE/monai_reference.py" finetune train.h5 run/model.safetensors 8 3 instance \
-  monai.safetensors || fail "finetune in PyTorch"
+"$MPY" "$HERE/monai_reference.py" finetune train.h5 run/model.safetensors \
+  unet,8,3,instance monai.safetensors 16,16,16 || fail "finetune in PyTorch"
 "$MEMTRAIN" eval "${UNET[@]}" --data.train=train.h5 --output.dir=run \
   --weights monai.safetensors >eval-monai.log 2>&1 || { cat eval-monai.log; fail "eval of MONAI's weights"; }
 grep '"type":"eval"' eval-monai.log >eval-monai.json
 MONAI_WEIGHTS=monai.safetensors check eval-monai eval-monai.json gaussian 0.25
+
+# MONAI's own SwinUNETR trained in PyTorch with MONAI's loss, validated by
+# memtrain (model.name=swin_unetr, eval) and by MONAI: the same figures.
+# Its roi is 32x32x64 (multiples of 32): every case is smaller and padded.
+"$MEMTRAIN" make-data --kind volumes --out train64.h5 --samples 2 --channels 1 \
+  --depth 32 --height 32 --width 64 --classes $K --noise 0.7 --split train >/dev/null ||
+  fail "make-data train64"
+"$MPY" "$HERE/monai_reference.py" finetune train64.h5 - swin,12 swin.safetensors 32,32,64 ||
+  fail "SwinUNETR in PyTorch"
+"$MEMTRAIN" eval --model.name=swin_unetr --model.feature_size=12 --data.train=train64.h5 \
+  --data.val=val.h5 --data.patch_size=[32,32,64] --output.dir=run \
+  --weights swin.safetensors >eval-swin.log 2>&1 || { cat eval-swin.log; fail "eval of MONAI's SwinUNETR"; }
+grep '"type":"eval"' eval-swin.log >eval-swin.json
+NET=swin,12 ROI=32,32,64 MONAI_WEIGHTS=swin.safetensors check eval-swin eval-swin.json gaussian 0.25
 
 # The comparison has teeth: validation.padding=end (memtrain's rule before
 # issue 34) must differ from MONAI on the cases smaller than the roi.
@@ -95,7 +110,7 @@ MONAI_WEIGHTS=monai.safetensors check eval-monai eval-monai.json gaussian 0.25
   --validation.padding=end --weights run/model.safetensors >end.log 2>&1 ||
   { cat end.log; fail "eval with padding end"; }
 grep '"type":"eval"' end.log >end.json
-if "$MPY" "$HERE/monai_reference.py" check val.h5 run/model.safetensors 8 3 instance \
+if "$MPY" "$HERE/monai_reference.py" check val.h5 run/model.safetensors unet,8,3,instance \
   16,16,16 0.25 gaussian end.json >end.txt 2>&1; then
   cat end.txt; fail "padding=end agrees with MONAI: the comparison cannot tell paddings apart"
 fi

@@ -100,6 +100,28 @@ TEST(SwinUnetr, CheckpointedTiersGiveTheSameGradients) {
   memory::set_offload_pool(nullptr);
 }
 
+// bf16 autocast (CPU): the norms run in float32, as CUDA's autocast runs
+// them; the logits stay near fp32's, every gradient finite, checkpointed
+// or not.
+TEST(SwinUnetr, Bf16AutocastTrains) {
+  torch::manual_seed(2);
+  const torch::Tensor x = torch::randn({1, 1, 32, 32, 64});
+  const torch::Tensor target = torch::randint(0, 3, {1, 32, 32, 64});
+  const auto loss = [&](const torch::Tensor& y) {
+    return dice_ce_loss_sum(y, target);
+  };
+  const auto net = swin();
+  const Step fp32 = tier_test::step(*net, Tier::kOff, x, loss);
+  for (const Tier t : {Tier::kOff, Tier::kAll}) {
+    const Step s = tier_test::step(*net, t, x, loss, /*bf16=*/true);
+    EXPECT_LE(
+        (s.out.to(torch::kFloat32) - fp32.out).abs().max().item<double>(),
+        0.05 * fp32.out.abs().max().item<double>());
+    for (const auto& [name, g] : s.grads)
+      EXPECT_TRUE(torch::isfinite(g).all().item<bool>()) << name;
+  }
+}
+
 TEST(SwinUnetr, RefusesWhatMonaiRefuses) {
   std::string m = test::error_of([] { swin(16); });
   EXPECT_NE(m.find("needs a multiple of 12"), std::string::npos) << m;
