@@ -62,10 +62,14 @@ torch::Tensor fp32_norm(nn::LayerNorm& norm, const torch::Tensor& x) {
   return norm->forward(x.to(torch::kFloat32));
 }
 
-// InstanceNorm3d(affine=False), in float32 under autocast.
+// InstanceNorm3d(affine=False): the statistics in float32 under autocast,
+// the output in the input's dtype (CUDA's autocast runs instance_norm in
+// the input's dtype; a float32 output would keep every residual block's
+// output and skip in float32).
 torch::Tensor instance_norm(const torch::Tensor& x) {
   return torch::instance_norm(
-      x.to(torch::kFloat32), {}, {}, {}, {}, true, 0.1, 1e-5, false);
+             x.to(torch::kFloat32), {}, {}, {}, {}, true, 0.1, 1e-5, false)
+      .to(x.scalar_type());
 }
 
 // MONAI's UnetResBlock (kernel 3, stride 1, instance norm): lrelu(norm2(
@@ -211,10 +215,12 @@ torch::Tensor compute_mask(
       }
     }
   }
-  const torch::Tensor mw = window_partition(img, w).squeeze(-1);  // (nW, n)
+  // The region of each window's tokens, (nW, n), is small: the (nW, n, n)
+  // mask is made where it is used (154 MiB for the first stage of a 96^3
+  // patch; built on the host and copied, it took 327 ms there).
+  const torch::Tensor mw = window_partition(img, w).squeeze(-1).to(device);
   torch::Tensor mask = mw.unsqueeze(1) - mw.unsqueeze(2);
-  mask = mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0);
-  return mask.to(device);
+  return mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0);
 }
 
 // relative_position_index of a window: (n, n) int64.
@@ -271,9 +277,10 @@ struct WindowAttentionImpl : nn::Module {
       // (B, windows x heads, n, E): each (window, head) pair attends on its
       // own, with its own bias (Note [SwinUNETR as MONAI]).
       const int64_t nw = mask.size(0), bb = b / nw, e = c / heads;
-      const torch::Tensor bias =
-          (rel.unsqueeze(0) + mask.unsqueeze(1).to(rel.scalar_type()))
-              .reshape({nw * heads, n, n});
+      // In q's dtype: under autocast no float32 copy of it is made.
+      const torch::Tensor bias = (rel.to(q.scalar_type()).unsqueeze(0) +
+                                  mask.unsqueeze(1).to(q.scalar_type()))
+                                     .reshape({nw * heads, n, n});
       auto fold = [&](const torch::Tensor& t) {
         return t.reshape({bb, nw * heads, n, e});
       };
@@ -413,8 +420,11 @@ struct StageImpl : nn::Module {
     Dims padded{};
     for (size_t a = 0; a < 3; ++a)
       padded[a] = (size[a] + w[a] - 1) / w[a] * w[a];
+    // Only the shifted blocks use the mask; none is shifted where every
+    // axis fits one window. Made anew each forward (and recomputation):
+    // kept, it would hold device memory between steps.
     torch::Tensor mask;
-    {
+    if (s[0] > 0 || s[1] > 0 || s[2] > 0) {
       torch::NoGradGuard no_grad;
       mask = compute_mask(padded, w, s, input.device());
     }
