@@ -157,7 +157,7 @@ for np in 1 2; do
   # for mlp before any file is opened).
   expect_error $np "model.name=mlp cannot train on volumes (data.train 'train.h5'" \
     --data.train=train.h5 --model.name=mlp --model.norm=none
-  expect_error $np "model.norm=instance is unet3d's; model.name=mlp" \
+  expect_error $np "model.norm=instance is unet3d's and swin_unetr's; model.name=mlp" \
     --data.train=train.h5 --model.name=mlp
   expect_error $np "data.patch_size=[18, 18, 18]" --data.train=train.h5 --data.patch_size=18
 done
