@@ -171,18 +171,26 @@ torch::Tensor window_reverse(
       .view({b, dims[0], dims[1], dims[2], -1});
 }
 
-// get_window_size: on an axis no longer than the window, the window is the
-// axis and there is no shift.
-std::pair<Dims, Dims> window_and_shift(
-    const Dims& size, const Dims& window, const Dims& shift) {
-  Dims w = window, s = shift;
+// The windows of a feature map of `size`: get_window_size (on an axis no
+// longer than the window, the window is the axis and there is no shift),
+// and the size padded up to whole windows.
+struct Windows {
+  Dims w, s, padded;
+  bool shifted() const {
+    return s[0] > 0 || s[1] > 0 || s[2] > 0;
+  }
+};
+
+Windows windows_of(const Dims& size, const Dims& window, const Dims& shift) {
+  Windows r{window, shift, {}};
   for (size_t a = 0; a < 3; ++a) {
     if (size[a] <= window[a]) {
-      w[a] = size[a];
-      s[a] = 0;
+      r.w[a] = size[a];
+      r.s[a] = 0;
     }
+    r.padded[a] = (size[a] + r.w[a] - 1) / r.w[a] * r.w[a];
   }
-  return {w, s};
+  return r;
 }
 
 // compute_mask: (windows, n, n), 0 within a region, -100 across.
@@ -323,11 +331,9 @@ struct BlockImpl : nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask) {
     const int64_t b = x.size(0), c = x.size(4);
     const Dims size = {x.size(1), x.size(2), x.size(3)};
-    const auto [w, s] = window_and_shift(size, window, shift);
+    const Windows win = windows_of(size, window, shift);
+    const Dims &w = win.w, &s = win.s, &padded = win.padded;
     torch::Tensor h = fp32_norm(norm1, x);
-    Dims padded{};
-    for (size_t a = 0; a < 3; ++a)
-      padded[a] = size[a] + (w[a] - size[a] % w[a]) % w[a];
     if (padded != size) {
       h = torch::constant_pad_nd(
           h,
@@ -340,7 +346,7 @@ struct BlockImpl : nn::Module {
            0,
            padded[0] - size[0]});
     }
-    const bool shifted = s[0] > 0 || s[1] > 0 || s[2] > 0;
+    const bool shifted = win.shifted();
     if (shifted)
       h = torch::roll(h, {-s[0], -s[1], -s[2]}, {1, 2, 3});
     h = attn->forward(window_partition(h, w), shifted ? mask : torch::Tensor());
@@ -375,10 +381,13 @@ struct MergingImpl : nn::Module {
         "norm", nn::LayerNorm(nn::LayerNormOptions({8 * dim}).eps(1e-5)));
   }
 
-  torch::Tensor forward(torch::Tensor x) {  // (B, D, H, W, C)
-    const int64_t d = x.size(1), h = x.size(2), w = x.size(3);
-    if (d % 2 || h % 2 || w % 2)
-      x = torch::constant_pad_nd(x, {0, 0, 0, w % 2, 0, h % 2, 0, d % 2});
+  // MONAI pads an odd axis first; none is odd here (every input axis is a
+  // multiple of 32, SwinUnetr::check_input).
+  torch::Tensor forward(const torch::Tensor& x) {  // (B, D, H, W, C)
+    MT_INTERNAL_ASSERT(
+        x.size(1) % 2 == 0 && x.size(2) % 2 == 0 && x.size(3) % 2 == 0,
+        "patch merging of ",
+        x.sizes());
     static constexpr int64_t kOrder[8][3] = {
         {0, 0, 0},
         {1, 0, 0},
@@ -416,17 +425,14 @@ struct StageImpl : nn::Module {
   // (B, C, D, H, W) -> (B, 2C, D/2, H/2, W/2).
   torch::Tensor forward(const torch::Tensor& input) {
     const Dims size = {input.size(2), input.size(3), input.size(4)};
-    const auto [w, s] = window_and_shift(size, kWindow, kShift);
-    Dims padded{};
-    for (size_t a = 0; a < 3; ++a)
-      padded[a] = (size[a] + w[a] - 1) / w[a] * w[a];
+    const Windows win = windows_of(size, kWindow, kShift);
     // Only the shifted blocks use the mask; none is shifted where every
     // axis fits one window. Made anew each forward (and recomputation):
     // kept, it would hold device memory between steps.
     torch::Tensor mask;
-    if (s[0] > 0 || s[1] > 0 || s[2] > 0) {
+    if (win.shifted()) {
       torch::NoGradGuard no_grad;
-      mask = compute_mask(padded, w, s, input.device());
+      mask = compute_mask(win.padded, win.w, win.s, input.device());
     }
     torch::Tensor x = input.permute({0, 2, 3, 4, 1});
     for (const auto& m : *blocks)
