@@ -59,12 +59,9 @@ class HostOffload : public ::testing::Test {
 // norm: offload equals full checkpointing bit for bit, with less device
 // memory; the host holds what the device no longer does.
 TEST_F(HostOffload, UNetGradientsAreBitwiseThoseOfFullCheckpointing) {
-  torch::manual_seed(1);
-  const torch::Tensor x = torch::randn({2, 1, 16, 16, 16});
-  const torch::Tensor target = torch::randint(0, 3, {2, 16, 16, 16});
-  const auto loss = [&](const torch::Tensor& y) {
-    return dice_ce_loss_sum(y, target);
-  };
+  const tier_test::VolumeBatch batch(1, {2, 16, 16, 16});
+  const torch::Tensor& x = batch.x;
+  const auto loss = [&](const torch::Tensor& y) { return batch.loss(y); };
   tier_test::for_each_unet_form([&](Classifier& net) {
     const Step all = step(net, Tier::kAll, x, loss);
     const Step off = step(net, Tier::kOffload, x, loss);

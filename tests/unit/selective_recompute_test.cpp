@@ -34,12 +34,9 @@ using tier_test::unet;
 // norm: selective equals no checkpointing bit for bit, and its peak lies
 // between full checkpointing's and none's.
 TEST(SelectiveRecompute, UNetGradientsAreBitwiseThoseOfNoCheckpointing) {
-  torch::manual_seed(1);
-  const torch::Tensor x = torch::randn({2, 1, 16, 16, 16});
-  const torch::Tensor target = torch::randint(0, 3, {2, 16, 16, 16});
-  const auto loss = [&](const torch::Tensor& y) {
-    return dice_ce_loss_sum(y, target);
-  };
+  const tier_test::VolumeBatch batch(1, {2, 16, 16, 16});
+  const torch::Tensor& x = batch.x;
+  const auto loss = [&](const torch::Tensor& y) { return batch.loss(y); };
   tier_test::for_each_unet_form([&](Classifier& net) {
     const Step off = step(net, Tier::kOff, x, loss);
     const Step sel = step(net, Tier::kSelective, x, loss);
@@ -165,12 +162,9 @@ TEST(SelectiveRecompute, DualEncoderTowersGetTheMode) {
 // checkpointing (to rounding), not fp32's.
 TEST(SelectiveRecompute, Bf16KeepsAutocastsCasts) {
   auto net = unet(Norm::kInstance, true);
-  torch::manual_seed(4);
-  const torch::Tensor x = torch::randn({2, 1, 16, 16, 16});
-  const torch::Tensor target = torch::randint(0, 3, {2, 16, 16, 16});
-  const auto loss = [&](const torch::Tensor& y) {
-    return dice_ce_loss_sum(y, target);
-  };
+  const tier_test::VolumeBatch batch(4, {2, 16, 16, 16});
+  const torch::Tensor& x = batch.x;
+  const auto loss = [&](const torch::Tensor& y) { return batch.loss(y); };
   const Step off = step(*net, Tier::kOff, x, loss, true);
   const Step sel = step(*net, Tier::kSelective, x, loss, true);
   const Step fp32 = step(*net, Tier::kOff, x, loss, false);

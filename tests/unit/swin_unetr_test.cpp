@@ -77,12 +77,9 @@ TEST(SwinUnetr, SegmentsAndMonaiNames) {
 TEST(SwinUnetr, CheckpointedTiersGiveTheSameGradients) {
   const auto pool = std::make_shared<memory::HostPool>(0);
   memory::set_offload_pool(pool);
-  torch::manual_seed(1);
-  const torch::Tensor x = torch::randn({1, 1, 32, 32, 64});
-  const torch::Tensor target = torch::randint(0, 3, {1, 32, 32, 64});
-  const auto loss = [&](const torch::Tensor& y) {
-    return dice_ce_loss_sum(y, target);
-  };
+  const tier_test::VolumeBatch batch(1, {1, 32, 32, 64});
+  const torch::Tensor& x = batch.x;
+  const auto loss = [&](const torch::Tensor& y) { return batch.loss(y); };
   const auto net = swin();
   const Step off = tier_test::step(*net, Tier::kOff, x, loss);
   for (const Tier t : {Tier::kAll, Tier::kSelective, Tier::kOffload}) {
@@ -104,12 +101,9 @@ TEST(SwinUnetr, CheckpointedTiersGiveTheSameGradients) {
 // them; the logits stay near fp32's, every gradient finite, checkpointed
 // or not.
 TEST(SwinUnetr, Bf16AutocastTrains) {
-  torch::manual_seed(2);
-  const torch::Tensor x = torch::randn({1, 1, 32, 32, 64});
-  const torch::Tensor target = torch::randint(0, 3, {1, 32, 32, 64});
-  const auto loss = [&](const torch::Tensor& y) {
-    return dice_ce_loss_sum(y, target);
-  };
+  const tier_test::VolumeBatch batch(2, {1, 32, 32, 64});
+  const torch::Tensor& x = batch.x;
+  const auto loss = [&](const torch::Tensor& y) { return batch.loss(y); };
   const auto net = swin();
   const Step fp32 = tier_test::step(*net, Tier::kOff, x, loss);
   for (const Tier t : {Tier::kOff, Tier::kAll}) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
@@ -15,10 +16,26 @@
 #include "memtrain/model/checkpointed.h"
 #include "memtrain/model/models.h"
 #include "memtrain/model/unet3d.h"
+#include "memtrain/train/tasks/losses.h"
 
 namespace memtrain::tier_test {
 
 enum class Tier { kOff, kSelective, kAll, kOffload };
+
+// One-channel volumes (N, 1, D, H, W) from the default generator seeded
+// with `seed`, 3-class voxel targets (N, D, H, W) drawn after them, and the
+// segmentation loss of a model's logits on them.
+struct VolumeBatch {
+  VolumeBatch(uint64_t seed, const std::vector<int64_t>& ndhw) {
+    torch::manual_seed(seed);
+    x = torch::randn({ndhw[0], 1, ndhw[1], ndhw[2], ndhw[3]});
+    target = torch::randint(0, 3, ndhw);
+  }
+  torch::Tensor loss(const torch::Tensor& y) const {
+    return dice_ce_loss_sum(y, target);
+  }
+  torch::Tensor x, target;
+};
 
 inline void set_tier(Classifier& net, Tier tier) {
   net.set_checkpointed(tier == Tier::kOff ? 0 : net.num_segments());
