@@ -332,9 +332,10 @@ const std::vector<Key>& keys() {
       optional_string_key(
           "model.pretrained",
           [](TrainConfig& c) { return &c.model.pretrained; },
-          "a safetensors file whose tensors are loaded by name (and shape) "
-          "before training, on every rank; \"\" for none; not on resume "
-          "(the checkpoint wins)"),
+          "a safetensors file, or a torch.save file (.pt/.pth) holding a "
+          "state dict (at its top or under 'state_dict', 'model', ...), whose "
+          "tensors are loaded by name (and shape) before training, on every "
+          "rank; \"\" for none; not on resume (the checkpoint wins)"),
       bool_key(
           "model.pretrained_strict",
           [](TrainConfig& c) { return &c.model.pretrained_strict; },
@@ -342,6 +343,13 @@ const std::vector<Key>& keys() {
           "another shape stops the run (exit 2) naming it; false: load what "
           "matches, report the rest, keep model.seed's values for it (a "
           "new head)"),
+      strings_key(
+          "model.pretrained_rename",
+          [](TrainConfig& c) { return &c.model.pretrained_rename; },
+          "rules 'REGEX -> REPLACEMENT' renaming model.pretrained's names "
+          "before they are matched, in order, each replacing every match "
+          "($1 for a group): ['^module\\. -> '] drops DataParallel's "
+          "prefix; a rule matching no name stops the run"),
       strings_key(
           "model.freeze",
           [](TrainConfig& c) { return &c.model.freeze; },
@@ -1484,6 +1492,10 @@ void TrainConfig::validate() const {
       "config: data.train is empty; set it to a training HDF5 file "
       "(memtrain make-data makes one)");
   MT_CHECK(!output.dir.empty(), "config: output.dir is empty; set a folder");
+  MT_CHECK(
+      model.pretrained_rename.empty() || !model.pretrained.empty(),
+      "config: model.pretrained_rename is set but model.pretrained is not; "
+      "set the weights file or drop the rules");
   MT_CHECK(
       std::none_of(
           output.dir.begin(),

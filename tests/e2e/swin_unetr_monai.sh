@@ -6,11 +6,17 @@
 #    its tensor names, shapes and order, and gives its logits within 1e-4
 #    (relative, fp32): 2 channels, feature size 12, a 64x32x96 input
 #    (windows cut to the feature map on some axes and not others, mixed
-#    shifts); 1 channel, feature size 24, 32x32x64.
+#    shifts), read from the torch.save file MONAI's state_dict() makes
+#    (monai.pt); 1 channel, feature size 24, 32x32x64, from safetensors.
 # 2. 2 ranks train swin_unetr (feature size 12, 32x32x64 patches, every
 #    segment checkpointed) and validate by sliding window; a patch size
 #    that is not a multiple of 32, or 32^3 (one voxel at 1/32, where
 #    MONAI's instance norm refuses to run), is refused at start-up.
+# 3. Self-supervised encoder weights laid out as MONAI's model_swinvit.pt
+#    load through model.pretrained with model.pretrained_strict=false and
+#    two model.pretrained_rename rules: the swinViT.* tensors take the
+#    values MONAI's own SwinUNETR.load_from gives them (and keep them,
+#    frozen by model.freeze), and the report names what was not loaded.
 # Python: the torch venv (torch 2.11, MONAI, einops:
 # launch/install_peers.sh).
 source "$(dirname "$0")/common.sh"
@@ -21,17 +27,17 @@ FWD=$(dirname "$MEMTRAIN")/tests/forward_logits
   fail "no MONAI in $MPY: run bash launch/install_peers.sh (it installs MONAI into the torch venv)"
 [ -x "$FWD" ] || fail "no $FWD (cmake --build build --target forward_logits)"
 
-compare() {  # NAME IN CLASSES FEATURE D H W SEED
+compare() {  # NAME FORMAT IN CLASSES FEATURE D H W SEED
   local d=$1
   mkdir -p "$d"
-  "$MPY" "$HERE/swin_unetr_reference.py" make "$d" "${@:2}" || fail "$d: MONAI side"
-  "$FWD" --weights "$d/monai.safetensors" --input "$d/x.safetensors" \
+  "$MPY" "$HERE/swin_unetr_reference.py" make "$d" "${@:3}" || fail "$d: MONAI side"
+  "$FWD" --weights "$d/monai.$2" --input "$d/x.safetensors" \
     --out "$d/memtrain_logits.safetensors" --names "$d/memtrain_names.txt" \
-    --classes "$3" model.name=swin_unetr model.feature_size="$4" || fail "$d: memtrain side"
+    --classes "$4" model.name=swin_unetr model.feature_size="$5" || fail "$d: memtrain side"
   "$MPY" "$HERE/swin_unetr_reference.py" compare "$d" || fail "$d: memtrain's swin_unetr is not MONAI's"
 }
-compare ragged 2 3 12 64 32 96 7
-compare small 1 2 24 32 32 64 11
+compare ragged pt 2 3 12 64 32 96 7
+compare small safetensors 1 2 24 32 32 64 11
 
 # 2. Training and validation, 2 ranks.
 "$MEMTRAIN" make-data --kind volumes --out train.h5 --samples 4 --channels 1 \
@@ -64,4 +70,17 @@ rc=0
 "$MEMTRAIN" train "${SWIN[@]}" --data.patch_size=32 --output.dir=bad >bad32.log 2>&1 || rc=$?
 [ "$rc" = 2 ] || { cat bad32.log; fail "patch 32^3: exit $rc, want 2"; }
 grep -q "one voxel at 1/32" bad32.log || { cat bad32.log; fail "patch 32^3: no message"; }
+
+# 3. model_swinvit.pt's layout through model.pretrained, 1 rank, the
+#    encoder frozen.
+mkdir -p ssl
+"$MPY" "$HERE/swin_unetr_reference.py" ssl ssl 1 3 12 5 || fail "ssl: MONAI side"
+timeout 600 "$MEMTRAIN" train "${SWIN[@]}" --training.epochs=1 --model.freeze=[swinViT] \
+  --output.save_initial=true --model.pretrained=ssl/model_swinvit.pt \
+  --model.pretrained_strict=false \
+  "--model.pretrained_rename=['^module\\. -> swinViT.', '\\.mlp\\.fc([12])\\. -> .mlp.linear\$1.']" \
+  --output.dir=ssl_run >ssl.log 2>&1 || { tail -30 ssl.log; fail "ssl train"; }
+grep -q "model.pretrained: ssl/model_swinvit.pt ('state_dict'): " ssl.log ||
+  { cat ssl.log; fail "ssl: no load report"; }
+"$MPY" "$HERE/swin_unetr_reference.py" check-ssl ssl ssl_run || fail "ssl: not loaded as MONAI's load_from loads it"
 echo "PASS swin_unetr_monai"

@@ -138,7 +138,7 @@ echo "allreduce_bytes: $free_b without freeze, $frozen_b with; frozen parameters
 grep -q "of them frozen (33 tensors, model.freeze)" frozen.log || fail "banner: frozen"
 
 # 5. Bad inputs.
-expect_fail missing_pretrained "model.pretrained: safetensors: cannot open 'nope.safetensors'" \
+expect_fail missing_pretrained "model.pretrained: cannot open 'nope.safetensors'" \
   mpi -np 2 "$MEMTRAIN" train "${common[@]}" --model.pretrained=nope.safetensors --output.dir=d
 expect_fail freeze_nothing "'layer9' matches no parameter" \
   mpi -np 2 "$MEMTRAIN" train "${common[@]}" --model.freeze=[conv1,layer9] --output.dir=d

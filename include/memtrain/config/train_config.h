@@ -41,6 +41,7 @@ struct ModelConfig {
   // unexpected or shape-mismatched tensor is a start-up error.
   std::string pretrained;
   bool pretrained_strict = true;
+  std::vector<std::string> pretrained_rename;  // "REGEX -> REPLACEMENT"
   // Name prefixes of parameters that do not train
   // (train/run_files/model_state.h).
   std::vector<std::string> freeze;

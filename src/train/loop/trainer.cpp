@@ -448,7 +448,11 @@ std::vector<std::string> Trainer::load_pretrained() {
     return {};
   }
   const LoadReport r = load_weights_file(
-      *m.run->model, cfg.pretrained, cfg.pretrained_strict, "model.pretrained");
+      *m.run->model,
+      cfg.pretrained,
+      cfg.pretrained_strict,
+      "model.pretrained",
+      cfg.pretrained_rename);
   m.pretrained_done = true;
   m.pretrained = pretrained_record(r, cfg.pretrained_strict);
   const auto lines = r.lines("model.pretrained");

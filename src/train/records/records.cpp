@@ -29,6 +29,8 @@ nlohmann::json pretrained_record(const LoadReport& r, bool strict) {
   return {
       {"type", "pretrained"},
       {"path", r.path},
+      {"entry", r.entry},
+      {"renamed", r.renamed},
       {"strict", strict},
       {"model_tensors", r.model_tensors},
       {"loaded", r.loaded.size()},
@@ -313,7 +315,10 @@ std::string describe_run(const RunState& m) {
   for (const auto& p : m.params)
     numel += p.numel();
   out << "\nmodel: " << m.cfg.model.name << " (";
-  if (m.buffers.empty()) {
+  if (m.cfg.model.name == ModelName::kSwinUnetr) {
+    out << m.task->describe_width(m) << ", norm " << m.cfg.model.norm << ", "
+        << m.buffers.size() << " buffers (relative position indices)";
+  } else if (m.buffers.empty()) {
     out << m.task->describe_width(m) << ", depth " << m.cfg.model.depth
         << ", norm " << m.cfg.model.norm;
   } else {  // the ResNets: fixed layers, batch-norm

@@ -1,9 +1,12 @@
 #include "memtrain/train/run_files/model_state.h"
 
+#include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "memtrain/dist/communicator.h"
+#include "memtrain/train/run_files/torch_file.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -67,11 +70,16 @@ std::vector<std::string> LoadReport::lines(const std::string& what) const {
       what,
       ": ",
       path,
+      entry.empty() ? "" : " ('" + entry + "')",
       ": ",
       loaded.size(),
       " of ",
       model_tensors,
       " tensors loaded"));
+  if (renamed > 0) {
+    out.push_back(detail::concat(
+        what, ": ", renamed, " names renamed by model.pretrained_rename"));
+  }
   if (!missing.empty()) {
     out.push_back(detail::concat(
         what,
@@ -148,6 +156,34 @@ LoadReport load_state(
     if (!known.count(name))
       r.unexpected.push_back(name);
   }
+  // A file saved from (Distributed)DataParallel: every name "module.*".
+  bool all_module = !file.empty();
+  for (const auto& [name, t] : file)
+    all_module = all_module && name.rfind("module.", 0) == 0;
+  const std::string prefix_hint =
+      all_module ? "; the file's names all start with 'module.' (saved from "
+                   "DataParallel or DistributedDataParallel): add "
+                   "model.pretrained_rename: ['^module\\. -> ']"
+                 : "";
+  if (!strict && r.loaded.empty() && !mine.empty()) {
+    std::vector<std::string> theirs, ours;
+    for (const auto& [name, t] : file)
+      theirs.push_back(name);
+    for (const auto& [name, t] : mine)
+      ours.push_back(name);
+    throw Error(detail::concat(
+        what,
+        " '",
+        path,
+        "': none of its ",
+        file.size(),
+        " tensors matches one of the model's by name and shape (its names: ",
+        first_few(theirs, 4),
+        "; the model's: ",
+        first_few(ours, 4),
+        ")",
+        prefix_hint));
+  }
   if (strict && !r.complete()) {
     // The categories' lines, without the first (the count loaded) and the
     // absent counters' (not a mismatch).
@@ -186,7 +222,8 @@ LoadReport load_state(
                               ? "; set model.pretrained_strict=false to load "
                                 "what matches and keep model.seed's values for "
                                 "the rest"
-                              : "")));
+                              : ""),
+        prefix_hint));
   }
   torch::NoGradGuard no_grad;
   std::map<std::string, at::Tensor> live;
@@ -197,21 +234,91 @@ LoadReport load_state(
   return r;
 }
 
+int64_t rename_tensors(
+    NamedTensors& tensors, const std::vector<std::string>& rules) {
+  const std::string arrow = " -> ";
+  std::vector<std::string> before;
+  for (const auto& [name, t] : tensors)
+    before.push_back(name);
+  for (const auto& rule : rules) {
+    const size_t at = rule.find(arrow);
+    MT_CHECK(
+        at != std::string::npos,
+        "model.pretrained_rename: rule '",
+        rule,
+        "' has no ' -> ': write 'REGEX -> REPLACEMENT', e.g. "
+        "'^module\\. -> ' to drop DataParallel's prefix");
+    std::regex from;
+    try {
+      from = std::regex(rule.substr(0, at), std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw Error(
+          "model.pretrained_rename: rule '" + rule +
+          "': not a regular expression (ECMAScript): " + e.what());
+    }
+    const std::string to = rule.substr(at + arrow.size());
+    bool any = false;
+    for (auto& [name, t] : tensors) {
+      if (std::regex_search(name, from)) {
+        any = true;
+        name = std::regex_replace(name, from, to);
+      }
+    }
+    MT_CHECK(
+        any,
+        "model.pretrained_rename: rule '",
+        rule,
+        "' matches no name of the file (after the rules before it); its "
+        "names are ",
+        first_few(before, 4));
+  }
+  std::map<std::string, size_t> seen;
+  int64_t changed = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto [it, fresh] = seen.emplace(tensors[i].first, i);
+    MT_CHECK(
+        fresh,
+        "model.pretrained_rename: '",
+        before[it->second],
+        "' and '",
+        before[i],
+        "' are both renamed to '",
+        tensors[i].first,
+        "'");
+    changed += tensors[i].first != before[i];
+  }
+  return changed;
+}
+
 LoadReport load_weights_file(
     torch::nn::Module& model,
     const std::string& path,
     bool strict,
-    const std::string& what) {
-  NamedTensors file;
+    const std::string& what,
+    const std::vector<std::string>& rename) {
+  TorchWeights file;
+  int64_t renamed = 0;
   try {
-    file = load_safetensors(path);
+    MT_CHECK(
+        std::ifstream(path, std::ios::binary).good(),
+        "cannot open '",
+        path,
+        "'");
+    if (is_zip_file(path))
+      file = load_torch_weights(path);
+    else
+      file.tensors = load_safetensors(path);
+    renamed = rename_tensors(file.tensors, rename);
   } catch (const Error& e) {
     throw Error(what + ": " + e.what());
   }
   std::string head;
   for (const auto& c : model.named_children())
     head = c.key();  // the last registered module: the head
-  return load_state(model, file, path, strict, what, head);
+  LoadReport r = load_state(model, file.tensors, path, strict, what, head);
+  r.entry = file.entry;
+  r.renamed = renamed;
+  return r;
 }
 
 std::vector<std::string> freeze_parameters(

@@ -1,6 +1,7 @@
 #pragma once
 // A model's weights by name: its parameters and buffers in PyTorch's
-// state-dict order, loading them from a safetensors file by name with a
+// state-dict order, loading them from a safetensors or torch.save file by
+// name (renamed by rules where the file's names differ) with a
 // report of what did not match, freezing parameters by name prefix, and
 // keeping buffers (batch-norm running statistics) equal on every rank.
 //
@@ -30,6 +31,10 @@ NamedTensors state_tensors(const torch::nn::Module& model);
 // What loading a file by name found.
 struct LoadReport {
   std::string path;
+  // Where in a torch.save file the state dict was ("" for the file's own
+  // object or a safetensors file; "state_dict", "model": a checkpoint's).
+  std::string entry;
+  int64_t renamed = 0;        // file names changed by the rename rules
   int64_t model_tensors = 0;  // in state_tensors()
   std::vector<std::string> loaded;
   std::vector<std::string> missing;     // in the model, not in the file
@@ -49,6 +54,8 @@ struct LoadReport {
   }
   // One line per category with counts and the first few names:
   //   "<what>: FILE: 318 of 320 tensors loaded"
+  //   "<what>: FILE ('state_dict'): ..." (a checkpoint's state dict)
+  //   "<what>: 150 of 170 names renamed by model.pretrained_rename"
   //   "<what>: 2 missing (in the model, not in the file): fc.weight, ..."
   //   "<what>: 1 unexpected (in the file, not in the model): ..."
   //   "<what>: 2 shape-mismatched (file vs model): fc.weight [1000, 2048]
@@ -71,13 +78,25 @@ LoadReport load_state(
     const std::string& what,
     const std::string& head);
 
-// Reads `path` (safetensors) and load_state()s it. A file that cannot be
-// read is a memtrain::Error naming `what` and the file.
+// model.pretrained_rename: rules "REGEX -> REPLACEMENT" (ECMAScript regex,
+// $1.. in the replacement), applied in order to every name of the file,
+// each replacing all its matches (std::regex_replace). Throws
+// memtrain::Error naming a rule without " -> " or with a bad regex, a rule
+// that matches no name (with a few of the names), and two names renamed
+// alike. Returns the count of names changed.
+int64_t rename_tensors(
+    NamedTensors& tensors, const std::vector<std::string>& rules);
+
+// Reads `path` (safetensors, or a torch.save file: torch_file.h) and
+// load_state()s it, after renaming its tensors by `rename`
+// (rename_tensors). A file that cannot be read is a memtrain::Error naming
+// `what` and the file.
 LoadReport load_weights_file(
     torch::nn::Module& model,
     const std::string& path,
     bool strict,
-    const std::string& what);
+    const std::string& what,
+    const std::vector<std::string>& rename = {});
 
 // model.freeze: every parameter whose name is a prefix p, starts with
 // "p.", or (p ending in '.') starts with p stops requiring a gradient.

@@ -1,0 +1,40 @@
+#pragma once
+// Weights saved by PyTorch's torch.save (.pt, .pth, .bin): the zip format
+// PyTorch writes since 1.6 (a pickle, data.pkl, whose tensors point at
+// storages stored beside it as data/<key>). memtrain reads the state dict
+// in it, the form users have (MONAI's and timm's checkpoints,
+// `torch.save(model.state_dict(), F)`), without Python and without
+// executing anything: the pickle is read by a restricted reader that knows
+// PyTorch's tensor and storage constructors and keeps every other object
+// as an inert placeholder. Note [Reading torch.save files] in
+// ARCHITECTURE.md.
+
+#include <string>
+
+#include "memtrain/train/run_files/safetensors.h"
+
+namespace memtrain {
+
+// A state dict found in a torch.save file.
+struct TorchWeights {
+  NamedTensors tensors;  // in the file's order, on the host, in its dtype
+  // Where it was: "" when the file's object is the state dict itself, else
+  // the key of the top-level dict that holds it ("state_dict", "model",
+  // ...: a training checkpoint).
+  std::string entry;
+};
+
+// True when `path` starts as a zip archive does (a torch.save file of
+// PyTorch >= 1.6; safetensors files start with their header's length).
+bool is_zip_file(const std::string& path);
+
+// Reads the state dict of the torch.save file `path`. Throws memtrain::Error
+// naming the file and what is wrong: not a torch.save zip (or the legacy
+// format of PyTorch < 1.6, with the command that converts it), a
+// TorchScript archive, a pickled module rather than its state_dict(), no
+// dict of tensors at the top or under a known key (the keys it has are
+// named), a tensor of a kind memtrain cannot hold (quantized, sparse), a
+// storage missing or of the wrong size, a truncated pickle.
+TorchWeights load_torch_weights(const std::string& path);
+
+}  // namespace memtrain
