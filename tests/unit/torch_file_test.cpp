@@ -2,6 +2,7 @@
 // PyTorch 2.11 itself (tests/data/torch_files/make.py says what each
 // holds), and model.pretrained_rename (model_state.h).
 
+#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -67,7 +68,8 @@ void expect_state(const NamedTensors& t) {
 }
 
 TEST(TorchFile, StateDictOfAModuleWithItsDtypesViewsAndCounters) {
-  EXPECT_TRUE(is_zip_file(fixture("state.pt")));
+  EXPECT_TRUE(is_torch_file(fixture("state.pt")));
+  EXPECT_TRUE(is_torch_file(fixture("legacy.pt")));
   const TorchWeights w = load_torch_weights(fixture("state.pt"));
   EXPECT_EQ(w.entry, "");
   expect_state(w.tensors);
@@ -103,14 +105,54 @@ TEST(TorchFile, WhatIsNotAStateDictIsRefusedNamingWhy) {
       }).find("is a TorchScript archive (torch.jit.save)"),
       std::string::npos);
   EXPECT_NE(
-      error_of([] {
-        load_torch_weights(fixture("nodict.pt"));
-      }).find("holds a dict with keys 'epoch', 'weights' and no state dict"),
+      error_of([] { load_torch_weights(fixture("nodict.pt")); })
+          .find("holds a dict with keys 'epoch', 'weights' that is not a state "
+                "dict ('epoch' is an int, not a tensor)"),
       std::string::npos);
   EXPECT_NE(
       error_of([] {
         load_torch_weights(fixture("quant.pt"));
       }).find("tensor 'w' is made by torch._utils._rebuild_qtensor"),
+      std::string::npos);
+  // The first key checkpoints use holds a dict that is not one of tensors:
+  // named, not passed over for the next.
+  EXPECT_NE(
+      error_of([] { load_torch_weights(fixture("badentry.pt")); })
+          .find("its 'state_dict' is not a state dict: 'x' is None, not a "
+                "tensor"),
+      std::string::npos);
+}
+
+TEST(TorchFile, NegatedViewsReadAsTorchLoadGivesThemAndExtraStateIsSkipped) {
+  const TorchWeights w = load_torch_weights(fixture("neg.pt"));
+  ASSERT_EQ(w.tensors.size(), 1u);
+  EXPECT_EQ(w.tensors[0].first, "w");
+  EXPECT_TRUE(torch::equal(w.tensors[0].second, torch::tensor({-2.0f, 4.0f})));
+}
+
+TEST(TorchFile, LegacyFileThroughTheWeightsLoaderGetsTheResaveCommand) {
+  torch::nn::Linear net(2, 2);
+  const std::string m = error_of([&] {
+    load_weights_file(*net, fixture("legacy.pt"), true, "model.pretrained");
+  });
+  EXPECT_NE(m.find("model.pretrained: '"), std::string::npos) << m;
+  EXPECT_NE(m.find("PyTorch's legacy format"), std::string::npos) << m;
+}
+
+TEST(TorchFile, DeeplyNestedPickleIsRefusedWithoutExhaustingTheStack) {
+  // A million nested tuples: no recursion in reading or freeing them.
+  test::TempDir dir("tf");
+  const std::string path = dir.file("deep.pt");
+  {
+    caffe2::serialize::PyTorchStreamWriter zip(path);
+    const std::string pkl = "\x80\x02N" + std::string(1000000, '\x85') + ".";
+    zip.writeRecord("data.pkl", pkl.data(), pkl.size());
+    zip.writeEndOfFile();
+  }
+  EXPECT_NE(
+      error_of([&] {
+        load_torch_weights(path);
+      }).find("holds a tuple, not a dict of tensors"),
       std::string::npos);
 }
 

@@ -257,6 +257,9 @@ int64_t rename_tensors(
           "': not a regular expression (ECMAScript): " + e.what());
     }
     const std::string to = rule.substr(at + arrow.size());
+    std::vector<std::string> now;
+    for (const auto& [name, t] : tensors)
+      now.push_back(name);
     bool any = false;
     for (auto& [name, t] : tensors) {
       if (std::regex_search(name, from)) {
@@ -270,7 +273,7 @@ int64_t rename_tensors(
         rule,
         "' matches no name of the file (after the rules before it); its "
         "names are ",
-        first_few(before, 4));
+        first_few(now, 4));
   }
   std::map<std::string, size_t> seen;
   int64_t changed = 0;
@@ -278,13 +281,11 @@ int64_t rename_tensors(
     const auto [it, fresh] = seen.emplace(tensors[i].first, i);
     MT_CHECK(
         fresh,
-        "model.pretrained_rename: '",
-        before[it->second],
-        "' and '",
-        before[i],
-        "' are both renamed to '",
-        tensors[i].first,
-        "'");
+        before[it->second] == before[i]
+            ? "the file holds '" + before[i] + "' twice"
+            : "model.pretrained_rename: '" + before[it->second] + "' and '" +
+                  before[i] + "' are both renamed to '" + tensors[i].first +
+                  "'");
     changed += tensors[i].first != before[i];
   }
   return changed;
@@ -304,7 +305,7 @@ LoadReport load_weights_file(
         "cannot open '",
         path,
         "'");
-    if (is_zip_file(path))
+    if (is_torch_file(path))
       file = load_torch_weights(path);
     else
       file.tensors = load_safetensors(path);

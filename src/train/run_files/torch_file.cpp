@@ -15,9 +15,11 @@ namespace {
 
 // A value of the pickle. Python objects memtrain has no use for (an
 // optimizer's state, numpy scalars, a class instance) are kObject: their
-// constructor's name, arguments and items are kept, nothing is called.
+// constructor's name is kept, nothing is called. Every value is owned by
+// the Unpickler's arena and points at others by raw pointer, so that a
+// deeply nested or cyclic pickle neither recurses in destructors nor leaks.
 struct Obj;
-using V = std::shared_ptr<Obj>;
+using V = Obj*;
 struct Obj {
   enum Kind {
     kNone,
@@ -37,21 +39,34 @@ struct Obj {
   int64_t i = 0;
   double f = 0;
   std::string s;
-  std::vector<V> items;                  // kTuple, kList; kObject's args
+  std::vector<V> items;                  // kTuple, kList (sets too)
   std::vector<std::pair<V, V>> entries;  // kDict; kObject's SETITEMS
   at::Tensor tensor;                     // kTensor; kStorage (1-D)
 };
 
-V make(Obj::Kind k) {
-  auto v = std::make_shared<Obj>();
-  v->kind = k;
-  return v;
+const char* kind_name(const Obj& v) {
+  static const char* const names[] = {
+      "None",
+      "a bool",
+      "an int",
+      "a float",
+      "a string",
+      "bytes",
+      "a tuple",
+      "a list",
+      "a dict",
+      "a class",
+      "an object",
+      "a storage",
+      "a tensor"};
+  return names[v.kind];
 }
 
-V make_str(Obj::Kind k, std::string s) {
-  V v = make(k);
-  v->s = std::move(s);
-  return v;
+// a * b + c into *out, false on overflow.
+bool mul_add(int64_t a, int64_t b, int64_t c, int64_t* out) {
+  int64_t ab = 0;
+  return !__builtin_mul_overflow(a, b, &ab) &&
+         !__builtin_add_overflow(ab, c, out);
 }
 
 struct StorageType {
@@ -77,6 +92,17 @@ constexpr StorageType kStorages[] = {
 
 class Unpickler {
  public:
+  V make(Obj::Kind k) {
+    arena_.push_back(std::make_unique<Obj>());
+    arena_.back()->kind = k;
+    return arena_.back().get();
+  }
+  V make_str(Obj::Kind k, std::string s) {
+    V v = make(k);
+    v->s = std::move(s);
+    return v;
+  }
+
   Unpickler(
       const std::string& path,
       caffe2::serialize::PyTorchStreamReader& zip,
@@ -153,8 +179,24 @@ class Unpickler {
           push(make_str(Obj::kBytes, take(le(4))));
           break;
         case 0x8e:  // BINBYTES8
+        case 0x96:  // BYTEARRAY8
           push(make_str(Obj::kBytes, take(le(8))));
           break;
+        case 0x8f:  // EMPTY_SET: kept as a list
+          push(make(Obj::kList));
+          break;
+        case 0x90: {  // ADDITEMS
+          auto xs = pop_mark();
+          V set = top();
+          set->items.insert(set->items.end(), xs.begin(), xs.end());
+          break;
+        }
+        case 0x91: {  // FROZENSET
+          V v = make(Obj::kList);
+          v->items = pop_mark();
+          push(v);
+          break;
+        }
         case '}':
           push(make(Obj::kDict));
           break;
@@ -252,16 +294,14 @@ class Unpickler {
           break;
         }
         case 0x81: {  // NEWOBJ: cls.__new__(cls, *args)
-          V args = pop();
-          V cls = pop();
-          push(object_of(cls, args));
+          pop();      // args
+          push(object_of(pop()));
           break;
         }
         case 0x92: {  // NEWOBJ_EX: cls, args, kwargs
           pop();
-          V args = pop();
-          V cls = pop();
-          push(object_of(cls, args));
+          pop();
+          push(object_of(pop()));
           break;
         }
         case 'b':  // BUILD: an object's state (an OrderedDict's
@@ -315,7 +355,7 @@ class Unpickler {
   }
 
   void push(V v) {
-    stack_.push_back(std::move(v));
+    stack_.push_back(v);
   }
   void push_int(int64_t x) {
     V v = make(Obj::kInt);
@@ -343,7 +383,7 @@ class Unpickler {
   }
   V pop() {
     need(1);
-    V v = std::move(stack_.back());
+    V v = stack_.back();
     stack_.pop_back();
     return v;
   }
@@ -374,10 +414,8 @@ class Unpickler {
       target->entries.emplace_back(kv[k], kv[k + 1]);
   }
 
-  V object_of(const V& cls, const V& args) {
-    V v = make_str(Obj::kObject, cls->kind == Obj::kGlobal ? cls->s : "?");
-    v->items = args->items;
-    return v;
+  V object_of(const V& cls) {
+    return make_str(Obj::kObject, cls->kind == Obj::kGlobal ? cls->s : "?");
   }
 
   // The constructors a state dict is made of; anything else is inert.
@@ -393,7 +431,7 @@ class Unpickler {
          name == "torch._utils._rebuild_parameter_with_state") &&
         !a.empty() && a[0]->kind == Obj::kTensor)
       return a[0];  // a Parameter's data
-    return object_of(fn, args);
+    return object_of(fn);
   }
 
   std::vector<int64_t> ints(const V& v, const char* what) const {
@@ -426,8 +464,12 @@ class Unpickler {
     for (size_t d = 0; d < size.size(); ++d) {
       if (size[d] < 0 || stride[d] < 0)
         fail("a tensor with a negative size or stride");
-      numel *= size[d];
-      last += (size[d] - 1) * stride[d];
+      if (!mul_add(numel, size[d], 0, &numel))
+        fail("a tensor whose size overflows");
+    }
+    for (size_t d = 0; numel > 0 && d < size.size(); ++d) {
+      if (!mul_add(size[d] - 1, stride[d], last, &last))
+        fail("a tensor whose extent overflows");
     }
     if (numel > 0 && last >= storage.numel())
       fail(detail::concat(
@@ -437,8 +479,19 @@ class Unpickler {
           storage.numel(),
           " (a damaged file?)"));
     V v = make(Obj::kTensor);
-    v->tensor = numel == 0 ? torch::empty(size, storage.options())
-                           : storage.as_strided(size, stride, offset);
+    v->tensor = storage.as_strided(size, stride, offset);
+    // _rebuild_tensor_v2's 7th argument: the tensor's bits ({"neg": True}
+    // for a lazily negated view, saved as the unnegated data).
+    if (a.size() > 6 && a[6]->kind == Obj::kDict) {
+      for (const auto& [k, x] : a[6]->entries) {
+        const bool on = x->kind == Obj::kBool && x->i != 0;
+        if (k->kind == Obj::kStr && k->s == "neg" && on)
+          v->tensor = v->tensor.neg();
+        else if (on || x->kind != Obj::kBool)
+          return make_str(
+              Obj::kObject, "torch._utils._rebuild_tensor_v2 with " + k->s);
+      }
+    }
     return v;
   }
 
@@ -464,19 +517,20 @@ class Unpickler {
     if (!zip_.hasRecord(record))
       fail("storage " + key + " has no " + record + " in the archive");
     auto [data, bytes] = zip_.getRecord(record);
-    const size_t want =
-        static_cast<size_t>(numel) * c10::elementSize(type->type);
-    if (numel < 0 || bytes != want)
+    const size_t element = c10::elementSize(type->type);
+    const size_t want = static_cast<size_t>(numel) * element;
+    if (numel < 0 || static_cast<size_t>(numel) > bytes / element ||
+        bytes != want)
       fail(detail::concat(
           "storage ",
           key,
           " holds ",
           bytes,
-          " bytes, its ",
+          " bytes, not its ",
           numel,
-          " elements need ",
-          want,
-          " (a damaged file?)"));
+          " elements of ",
+          element,
+          " bytes (a damaged file?)"));
     V v = make(Obj::kStorage);
     v->tensor = torch::empty({numel}, torch::TensorOptions(type->type));
     if (bytes > 0)
@@ -494,6 +548,7 @@ class Unpickler {
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, V> memo_;
   std::unordered_map<std::string, V> storages_;
+  std::vector<std::unique_ptr<Obj>> arena_;  // owns every value
 };
 
 // A tensor, or what a rebuild function memtrain does not follow made.
@@ -503,15 +558,29 @@ bool tensor_like(const V& v) {
           v->s.rfind("torch._utils._rebuild", 0) == 0);
 }
 
-// A dict of string keys whose values are all tensors (or tensor-like).
-bool is_state_dict(const V& v) {
-  if (v->kind != Obj::kDict || v->entries.empty())
-    return false;
+// A module's extra state (get_extra_state()): none of memtrain's models has
+// one, and it need not be a tensor; skipped.
+bool extra_state(const std::string& name) {
+  const std::string tail = "_extra_state";
+  return name.size() >= tail.size() &&
+         name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// "" when `v` is a state dict (string keys, tensors), else why not.
+std::string why_not_state_dict(const V& v) {
+  if (v->kind != Obj::kDict)
+    return std::string("it is ") + kind_name(*v);
+  if (v->entries.empty())
+    return "it is empty";
   for (const auto& [k, x] : v->entries) {
-    if (k->kind != Obj::kStr || !tensor_like(x))
-      return false;
+    if (k->kind != Obj::kStr)
+      return std::string("a key is ") + kind_name(*k);
+    if (!tensor_like(x) && !extra_state(k->s))
+      return "'" + k->s + "' is " + kind_name(*x) +
+             (x->kind == Obj::kObject ? " (" + x->s + ")" : "") +
+             ", not a tensor";
   }
-  return true;
+  return "";
 }
 
 // The keys under which checkpoints keep a model's state dict, in the order
@@ -540,57 +609,64 @@ std::string key_list(const V& dict) {
   return out;
 }
 
-}  // namespace
+// The legacy format's start: PROTO 2, then LONG1 of 10 bytes, the magic
+// number 0x1950a86a20f9469cfc6c.
+constexpr unsigned char kLegacyMagic[] = {
+    0x80,
+    0x02,
+    0x8a,
+    0x0a,
+    0x6c,
+    0xfc,
+    0x9c,
+    0x46,
+    0xf9,
+    0x20,
+    0x6a,
+    0xa8,
+    0x50,
+    0x19};
 
-bool is_zip_file(const std::string& path) {
+bool starts_with(const std::string& path, const void* magic, size_t n) {
   std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  return in.read(magic, 4) && std::memcmp(magic, "PK\x03\x04", 4) == 0;
+  std::string head(n, '\0');
+  return in.read(head.data(), static_cast<std::streamsize>(n)) &&
+         std::memcmp(head.data(), magic, n) == 0;
 }
 
-TorchWeights load_torch_weights(const std::string& path) {
-  {
-    std::ifstream in(path, std::ios::binary);
-    MT_CHECK(in.good(), "cannot open '", path, "'");
-    char first = 0;
-    in.read(&first, 1);
-    MT_CHECK(
-        static_cast<uint8_t>(first) != 0x80,
-        "'",
-        path,
-        "' is a pickle in PyTorch's legacy format (before PyTorch 1.6, or "
-        "saved with _use_new_zipfile_serialization=False), which memtrain "
-        "does not read: re-save it with python -c \"import torch; "
-        "torch.save(torch.load('",
-        path,
-        "', weights_only=True), 'new.pt')\"");
-    MT_CHECK(
-        is_zip_file(path),
-        "'",
-        path,
-        "' is neither a safetensors file nor a torch.save zip archive");
-  }
-  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> zip;
-  try {
-    zip = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
-  } catch (const c10::Error& e) {
-    throw Error(
-        "'" + path + "' is not a torch.save archive memtrain can read: " +
-        e.what_without_backtrace());
-  }
+bool is_zip_file(const std::string& path) {
+  return starts_with(path, "PK\x03\x04", 4);
+}
+
+TorchWeights read(const std::string& path) {
   MT_CHECK(
-      !zip->hasRecord("constants.pkl"),
+      !starts_with(path, kLegacyMagic, sizeof(kLegacyMagic)),
+      "'",
+      path,
+      "' is in PyTorch's legacy format (before PyTorch 1.6, or saved with "
+      "_use_new_zipfile_serialization=False), which memtrain does not read: "
+      "re-save it with python -c \"import torch; torch.save(torch.load('",
+      path,
+      "', weights_only=True), 'new.pt')\"");
+  MT_CHECK(
+      is_zip_file(path),
+      "'",
+      path,
+      "' is neither a safetensors file nor a torch.save zip archive");
+  caffe2::serialize::PyTorchStreamReader zip(path);
+  MT_CHECK(
+      !zip.hasRecord("constants.pkl"),
       "'",
       path,
       "' is a TorchScript archive (torch.jit.save), not a state dict: save "
       "model.state_dict() with torch.save");
   MT_CHECK(
-      zip->hasRecord("data.pkl"),
+      zip.hasRecord("data.pkl"),
       "'",
       path,
       "' has no data.pkl: not a torch.save archive");
-  if (zip->hasRecord("byteorder")) {
-    auto [order, n] = zip->getRecord("byteorder");
+  if (zip.hasRecord("byteorder")) {
+    auto [order, n] = zip.getRecord("byteorder");
     MT_CHECK(
         std::string(static_cast<const char*>(order.get()), n) == "little",
         "'",
@@ -598,33 +674,46 @@ TorchWeights load_torch_weights(const std::string& path) {
         "' was saved on a big-endian machine: re-save it on a little-endian "
         "one");
   }
-  auto [pkl, pkl_size] = zip->getRecord("data.pkl");
-  const V root =
-      Unpickler(path, *zip, static_cast<const char*>(pkl.get()), pkl_size)
-          .run();
+  auto [pkl, pkl_size] = zip.getRecord("data.pkl");
+  Unpickler unpickler(path, zip, static_cast<const char*>(pkl.get()), pkl_size);
+  const V root = unpickler.run();
 
   TorchWeights out;
-  V dict;
-  if (is_state_dict(root)) {
-    dict = root;
-  } else if (root->kind == Obj::kDict) {
+  V dict = nullptr;
+  if (root->kind == Obj::kDict) {
     for (const char* name : kEntries) {
       for (const auto& [k, x] : root->entries) {
-        if (!dict && k->kind == Obj::kStr && k->s == name && is_state_dict(x)) {
+        if (!dict && k->kind == Obj::kStr && k->s == name &&
+            x->kind == Obj::kDict) {
+          const std::string why = why_not_state_dict(x);
+          MT_CHECK(
+              why.empty(),
+              "'",
+              path,
+              "': its '",
+              name,
+              "' is not a state dict: ",
+              why);
           dict = x;
           out.entry = name;
         }
       }
     }
-    MT_CHECK(
-        dict,
-        "'",
-        path,
-        "' holds a dict with keys ",
-        key_list(root),
-        " and no state dict: memtrain reads a dict of tensors by name, at "
-        "the top of the file or under 'state_dict', 'model', "
-        "'model_state_dict', 'module', 'network_weights' or 'net'");
+    if (!dict) {
+      const std::string why = why_not_state_dict(root);
+      MT_CHECK(
+          why.empty(),
+          "'",
+          path,
+          "' holds a dict with keys ",
+          key_list(root),
+          " that is not a state dict (",
+          why,
+          "): memtrain reads a dict of tensors by name, at the top of the "
+          "file or under 'state_dict', 'model', 'model_state_dict', "
+          "'module', 'network_weights' or 'net'");
+      dict = root;
+    }
   } else {
     throw Error(
         "'" + path + "' holds " +
@@ -632,9 +721,11 @@ TorchWeights load_torch_weights(const std::string& path) {
              ? "a pickled " + root->s +
                    " (torch.save(model)?), not a state dict: save "
                    "model.state_dict() with torch.save"
-             : std::string("no dict of tensors")));
+             : std::string(kind_name(*root)) + ", not a dict of tensors"));
   }
   for (const auto& [k, x] : dict->entries) {
+    if (x->kind != Obj::kTensor && extra_state(k->s))
+      continue;
     MT_CHECK(
         x->kind == Obj::kTensor,
         "'",
@@ -643,11 +734,35 @@ TorchWeights load_torch_weights(const std::string& path) {
         k->s,
         "' is made by ",
         x->s,
-        " (a quantized, complex, sparse or other special tensor), which "
-        "memtrain cannot load: save a dense float, integer or bool one");
+        " (a quantized, complex, sparse or conjugated tensor, or one of a "
+        "dtype memtrain does not hold: uint16-64, float8), which memtrain "
+        "cannot load: save a dense float, integer or bool one");
     out.tensors.emplace_back(k->s, x->tensor);
   }
   return out;
+}
+
+}  // namespace
+
+bool is_torch_file(const std::string& path) {
+  return is_zip_file(path) ||
+         starts_with(path, kLegacyMagic, sizeof(kLegacyMagic));
+}
+
+TorchWeights load_torch_weights(const std::string& path) {
+  MT_CHECK(std::ifstream(path).good(), "cannot open '", path, "'");
+  try {
+    return read(path);
+  } catch (const c10::Error& e) {  // the zip reader, a tensor op
+    throw Error(
+        "'" + path + "' is not a torch.save file memtrain can read: " +
+        e.what_without_backtrace());
+  } catch (const std::bad_alloc&) {
+    throw Error(
+        "'" + path +
+        "': out of host memory while reading it (a damaged file whose "
+        "sizes are wrong?)");
+  }
 }
 
 }  // namespace memtrain

@@ -19,6 +19,9 @@ Values are fixed (arange-based), so the test knows them without Python:
   script.pt      a TorchScript archive (torch.jit.save)
   nodict.pt      {"epoch": 1, "weights": [1, 2]}
   quant.pt       {"w": a quantized tensor}
+  badentry.pt    {"state_dict": {"w": ones(2), "x": None}, "model": {"w": ones(2)}}
+  neg.pt         {"w": complex([1+2j, 3-4j]).conj().imag (a view with the neg
+                 bit: torch.load gives [-2, 4]), "m._extra_state": "text"}
 """
 import argparse
 import collections
@@ -69,6 +72,11 @@ def main(out):
     torch.save({"epoch": 1, "weights": [1, 2]}, out / "nodict.pt")
     q = torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)
     torch.save({"w": q}, out / "quant.pt")
+    torch.save({"state_dict": {"w": torch.ones(2), "x": None}, "model": {"w": torch.ones(2)}},
+               out / "badentry.pt")
+    neg = torch.tensor([1 + 2j, 3 - 4j]).conj().imag
+    assert neg.is_neg() and neg.tolist() == [-2.0, 4.0]
+    torch.save({"w": neg, "m._extra_state": "text"}, out / "neg.pt")
 
 
 if __name__ == "__main__":

@@ -24,17 +24,23 @@ struct TorchWeights {
   std::string entry;
 };
 
-// True when `path` starts as a zip archive does (a torch.save file of
-// PyTorch >= 1.6; safetensors files start with their header's length).
-bool is_zip_file(const std::string& path);
+// True when `path` starts as a torch.save file does: a zip archive
+// (PyTorch >= 1.6) or the legacy format's magic number (refused by
+// load_torch_weights with the command that converts it). Safetensors files
+// start with their header's length.
+bool is_torch_file(const std::string& path);
 
 // Reads the state dict of the torch.save file `path`. Throws memtrain::Error
 // naming the file and what is wrong: not a torch.save zip (or the legacy
 // format of PyTorch < 1.6, with the command that converts it), a
 // TorchScript archive, a pickled module rather than its state_dict(), no
 // dict of tensors at the top or under a known key (the keys it has are
-// named), a tensor of a kind memtrain cannot hold (quantized, sparse), a
-// storage missing or of the wrong size, a truncated pickle.
+// named; a preferred key whose dict is not one of tensors is named with
+// the value that is not a tensor), a tensor of a kind memtrain cannot hold
+// (quantized, complex, sparse), a storage missing or of the wrong size, a
+// truncated or overflowing pickle. Nothing else escapes (a c10::Error of the
+// zip reader, an allocation failure: memtrain::Error naming the file).
+// Non-tensor module extra states ("*_extra_state") are skipped.
 TorchWeights load_torch_weights(const std::string& path);
 
 }  // namespace memtrain
