@@ -1,5 +1,6 @@
 #include "memtrain/train/eval/volume_model.h"
 
+#include "memtrain/compat.h"
 #include "memtrain/data/h5_dataset.h"
 #include "memtrain/model/swin_unetr.h"
 #include "memtrain/model/unet3d.h"
@@ -74,6 +75,30 @@ void check_volume_model(const TrainConfig& cfg, const DatasetInfo& ti) {
           "has no statistics (MONAI's SwinUNETR refuses it too); make one "
           "axis 64 or more");
     }
+  }
+}
+
+void check_cpu_bf16_convolutions(const TrainConfig& cfg, bool on_cpu) {
+  if (!MEMTRAIN_TORCH_AT_LEAST(2, 0) || !on_cpu ||
+      cfg.training.amp != Amp::kBf16)
+    return;
+  const bool swin = cfg.model.name == ModelName::kSwinUnetr;
+  const int64_t levels = swin ? 6 : cfg.model.depth;
+  const int64_t depth = cfg.data.patch_size[0];
+  for (int64_t l = 0; l < levels; ++l) {
+    MT_CHECK(
+        (depth >> l) != 2,
+        "training.amp=bf16 on the CPU: data.patch_size depth ",
+        depth,
+        " is 2 voxels at 1/",
+        int64_t{1} << l,
+        " of the patch, where LibTorch 2.x's CPU (oneDNN) bfloat16 3x3x3 "
+        "convolution computes the weight gradient from uninitialized memory "
+        "(PyTorch 2.11 itself: tests/tools/onednn_bf16_conv3d.py); set "
+        "training.amp=off on the CPU, or a patch depth that never halves to "
+        "2 (",
+        swin ? "96 or 128" : "e.g. 24 or 48",
+        ")");
   }
 }
 

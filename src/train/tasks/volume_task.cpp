@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "memtrain/data/patch_sampler.h"
+#include "memtrain/device/placement.h"
 #include "memtrain/train/eval/dice_report.h"
 #include "memtrain/train/eval/validator.h"
 #include "memtrain/train/eval/volume_model.h"
@@ -42,6 +43,7 @@ class VolumeTask : public Task {
     resolve_num_classes(run, /*binary=*/false);
     run.images = resolve_image_transforms(cfg, ti, false);
     check_volume_model(cfg, ti);
+    check_cpu_bf16_convolutions(cfg, !run.placement.is_cuda());
     patches_ = std::make_unique<PatchSampler>(
         *run.train_data,
         cfg.data.patch_size,
