@@ -5,10 +5,11 @@
 # written; AMP off: fp16 needs a CUDA build):
 # - seresnext50-v100.yaml: effective batch 64 = 2 ranks x steps x the
 #   planned micro-batch, 16 bottleneck segments, a validation accuracy;
-# - unet3d-v100.yaml: effective batch 8, whole-volume validation with a
-#   Dice (validation.every_epochs 1, so that the one epoch validates);
+# - unet3d-v100.yaml: effective batch 8, its 9 segments planned,
+#   whole-volume validation with a Dice (validation.every_epochs 1, so
+#   that the one epoch validates);
 # - swin-unetr-v100.yaml: the same at feature size 12 on 64x32x32 patches
-#   (multiples of 32), its 14 segments named in the memory plan.
+#   (multiples of 32), its 14 segments planned.
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 source "$HERE/common.sh"
@@ -39,41 +40,28 @@ acc=$(record seresnext/metrics.jsonl validation val_accuracy)
   fail "seresnext50-v100.yaml: val_accuracy '$acc'"
 echo "seresnext50-v100.yaml: one window of 64, val_accuracy $acc"
 
-"$MEMTRAIN" make-data --kind volumes --samples 4 --channels 1 --depth 32 \
-  --height 32 --width 32 --classes 2 --out vol.h5 >/dev/null
-"$MEMTRAIN" make-data --kind volumes --samples 2 --channels 1 --depth 32 \
-  --height 32 --width 32 --classes 2 --split val --out vol-val.h5 >/dev/null
-mpi -np 2 "$MEMTRAIN" train --config "$ROOT/launch/configs/unet3d-v100.yaml" \
-  --data.train=vol.h5 --data.val=vol-val.h5 --data.read_threads=1 \
-  --data.patch_size=[32,32,32] --validation.roi=[32,32,32] \
-  --model.feature_size=8 --data.patches_per_volume=2 --training.amp=off \
-  --training.max_windows=1 --validation.every_epochs=1 \
-  --output.dir=unet >unet.log 2>&1 || { tail -30 unet.log; fail "unet3d-v100.yaml"; }
-grep -E "^(window|memory plan)" unet.log
-[ "$(record unet/metrics.jsonl window samples)" = 8 ] ||
-  fail "unet3d-v100.yaml: not a window of 8"
-dice=$(record unet/metrics.jsonl validation val_dice)
-"$PY" -c "import sys; d=float(sys.argv[1]); sys.exit(0 if 0<=d<=1 else 1)" "$dice" ||
-  fail "unet3d-v100.yaml: val_dice '$dice'"
-echo "unet3d-v100.yaml: one window of 8, val_dice $dice"
-
-"$MEMTRAIN" make-data --kind volumes --samples 4 --channels 1 --depth 64 \
-  --height 32 --width 32 --classes 2 --out svol.h5 >/dev/null
-"$MEMTRAIN" make-data --kind volumes --samples 2 --channels 1 --depth 64 \
-  --height 32 --width 32 --classes 2 --split val --out svol-val.h5 >/dev/null
-mpi -np 2 "$MEMTRAIN" train --config "$ROOT/launch/configs/swin-unetr-v100.yaml" \
-  --data.train=svol.h5 --data.val=svol-val.h5 --data.read_threads=1 \
-  --data.patch_size=[64,32,32] --validation.roi=[64,32,32] \
-  --model.feature_size=12 --data.patches_per_volume=2 --training.amp=off \
-  --training.max_windows=1 --validation.every_epochs=1 \
-  --output.dir=swin >swin.log 2>&1 || { tail -30 swin.log; fail "swin-unetr-v100.yaml"; }
-grep -E "^(window|memory plan)" swin.log
-[ "$(record swin/metrics.jsonl window samples)" = 8 ] ||
-  fail "swin-unetr-v100.yaml: not a window of 8"
-grep -q "checkpointing auto: [0-9]*/14 segments" swin.log ||
-  fail "swin-unetr-v100.yaml: not swin_unetr's 14 segments"
-dice=$(record swin/metrics.jsonl validation val_dice)
-"$PY" -c "import sys; d=float(sys.argv[1]); sys.exit(0 if 0<=d<=1 else 1)" "$dice" ||
-  fail "swin-unetr-v100.yaml: val_dice '$dice'"
-echo "swin-unetr-v100.yaml: one window of 8, val_dice $dice"
+volume_config() {  # CONFIG NAME DEPTH FEATURE SEGMENTS: one window of 8 and a Dice
+  local config=$1 name=$2 depth=$3
+  "$MEMTRAIN" make-data --kind volumes --samples 4 --channels 1 --depth "$depth" \
+    --height 32 --width 32 --classes 2 --out "$name.h5" >/dev/null
+  "$MEMTRAIN" make-data --kind volumes --samples 2 --channels 1 --depth "$depth" \
+    --height 32 --width 32 --classes 2 --split val --out "$name-val.h5" >/dev/null
+  mpi -np 2 "$MEMTRAIN" train --config "$ROOT/launch/configs/$config" \
+    --data.train="$name.h5" --data.val="$name-val.h5" --data.read_threads=1 \
+    --data.patch_size=["$depth",32,32] --validation.roi=["$depth",32,32] \
+    --model.feature_size="$4" --data.patches_per_volume=2 --training.amp=off \
+    --training.max_windows=1 --validation.every_epochs=1 \
+    --output.dir="$name" >"$name.log" 2>&1 || { tail -30 "$name.log"; fail "$config"; }
+  grep -E "^(window|memory plan)" "$name.log"
+  [ "$(record "$name/metrics.jsonl" window samples)" = 8 ] || fail "$config: not a window of 8"
+  grep -q "checkpointing auto: [0-9]*/$5 segments" "$name.log" ||
+    fail "$config: not the model's $5 segments"
+  local dice
+  dice=$(record "$name/metrics.jsonl" validation val_dice)
+  "$PY" -c "import sys; d=float(sys.argv[1]); sys.exit(0 if 0<=d<=1 else 1)" "$dice" ||
+    fail "$config: val_dice '$dice'"
+  echo "$config: one window of 8, val_dice $dice"
+}
+volume_config unet3d-v100.yaml unet 32 8 9
+volume_config swin-unetr-v100.yaml swin 64 12 14
 echo "PASS"

@@ -60,16 +60,22 @@ def shape_text(t):
     return "[" + ", ".join(str(s) for s in t.shape) + "]"
 
 
-def make(d, cin, classes, feature, dd, hh, ww, seed):
+def perturbed(cin, classes, feature, seed):
+    """MONAI's SwinUNETR from SEED, every floating tensor moved by 0.05 x noise."""
     from monai.networks.nets import SwinUNETR
 
-    d = Path(d)
     torch.manual_seed(seed)
     net = SwinUNETR(in_channels=cin, out_channels=classes, feature_size=feature)
     with torch.no_grad():
         for t in net.state_dict().values():
             if t.is_floating_point():
                 t.add_(0.05 * torch.randn_like(t))
+    return net
+
+
+def make(d, cin, classes, feature, dd, hh, ww, seed):
+    d = Path(d)
+    net = perturbed(cin, classes, feature, seed)
     net.eval()
     sd = net.state_dict()
     save(d / "monai.safetensors", sd)
@@ -108,12 +114,7 @@ def ssl(d, cin, classes, feature, seed):
     from monai.networks.nets import SwinUNETR
 
     d = Path(d)
-    torch.manual_seed(seed)
-    net = SwinUNETR(in_channels=cin, out_channels=classes, feature_size=feature)
-    with torch.no_grad():
-        for t in net.state_dict().values():
-            if t.is_floating_point():
-                t.add_(0.05 * torch.randn_like(t))
+    net = perturbed(cin, classes, feature, seed)
     wstate = {}
     for k, v in net.state_dict().items():
         if k.startswith("swinViT."):

@@ -17,17 +17,10 @@
 namespace memtrain {
 namespace {
 
+using test::error_of;
+
 std::string fixture(const std::string& name) {
   return std::string(MEMTRAIN_TEST_DATA) + "/torch_files/" + name;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // state.pt's tensors, as make.py builds them.
