@@ -316,7 +316,7 @@ std::string describe_run(const RunState& m) {
     numel += p.numel();
   out << "\nmodel: " << m.cfg.model.name << " (";
   if (m.cfg.model.name == ModelName::kSwinUnetr) {
-    out << m.task->describe_width(m) << ", norm " << m.cfg.model.norm << ", "
+    out << m.task->describe_width(m) << ", instance norm as MONAI's, "
         << m.buffers.size() << " buffers (relative position indices)";
   } else if (m.buffers.empty()) {
     out << m.task->describe_width(m) << ", depth " << m.cfg.model.depth
