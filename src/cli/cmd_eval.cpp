@@ -26,7 +26,8 @@ void add_eval(CLI::App& app, EvalArgs& args) {
          "--weights",
          args.weights,
          "a weights file (model.safetensors, best.safetensors, memtrain "
-         "export's output, timm's state dict as safetensors)")
+         "export's output, a state dict as safetensors or torch.save's "
+         ".pt/.pth), loaded strictly")
       ->required();
   accept_overrides(cmd, args.overrides);
 }

@@ -36,7 +36,8 @@ void add_predict(CLI::App& app, PredictArgs& args) {
   cmd->add_option(
          "--weights",
          args.weights,
-         "a weights file (model.safetensors, best.safetensors)")
+         "a weights file (model.safetensors, best.safetensors, or a state "
+         "dict saved by torch.save: .pt/.pth), loaded strictly")
       ->required();
   cmd->add_option(
          "--input",
