@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -102,10 +103,28 @@ void write_environment(
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& r : all)
     ranks.push_back(nlohmann::json::parse(r));
+  // The SLURM job this run is a step of (null outside SLURM): its id, the
+  // step, how often it was requeued, where it runs.
+  nlohmann::json slurm;
+  for (const char* key :
+       {"SLURM_JOB_ID",
+        "SLURM_STEP_ID",
+        "SLURM_RESTART_COUNT",
+        "SLURM_JOB_NODELIST",
+        "SLURM_JOB_PARTITION",
+        "SLURM_CLUSTER_NAME"}) {
+    if (const char* v = std::getenv(key)) {
+      std::string name = std::string(key).substr(6);
+      for (char& c : name)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      slurm[name] = v;
+    }
+  }
   const nlohmann::json j = {
       {"memtrain", "0.1.0"},
       {"world_size", env.world_size()},
       {"launcher", env.local_rank_source()},
+      {"slurm", slurm},
       {"ranks", ranks},
       {"cuda_build", static_cast<bool>(MEMTRAIN_CUDA)},
       {"libraries",

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# memtrain's SLURM scripts against a real SLURM (tests/slurm/cluster.sh: a
+# one-node cluster of Debian's slurmctld and slurmd on this host, as root):
+# 1. sbatch launch/slurm/train.sbatch trains 2 ranks to completion: srun
+#    --mpi=pmix starts them (no mpirun), memtrain reads its world from
+#    SLURM (launcher "slurm"), environment.json names the job, both ranks
+#    and their cores (one each, different), and the weights equal an mpirun
+#    run's of the same config bit for bit;
+# 2. sbatch launch/slurm/scaling.sbatch runs bench_scaling.py through srun
+#    at its smallest size and writes its CSV;
+# 3. the daemons the test started are gone afterwards.
+# usage: slurm.sh MEMTRAIN MPIEXEC PYTHON WORKDIR; exit 77 (skipped) where
+# SLURM cannot run (not root).
+set -uo pipefail
+MEMTRAIN=$1
+MPIEXEC=$2
+PY=$3
+WORK=$4
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+fail() { echo "FAIL: $*"; exit 1; }
+# Daemons a killed earlier run of this test left behind: stopped first.
+[ -d "$WORK/cluster" ] && "$HERE/cluster.sh" stop "$WORK/cluster"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+cd "$WORK" || exit 1
+source "$REPO/launch/env.sh"
+
+rc=0
+"$HERE/cluster.sh" start cluster >start.log 2>&1 || rc=$?
+[ "$rc" = 77 ] && { cat start.log; exit 77; }
+trap '"$HERE/cluster.sh" stop "$WORK/cluster"' EXIT
+[ "$rc" = 0 ] || { cat start.log; fail "cluster.sh start: exit $rc"; }
+export SLURM_CONF=$WORK/cluster/slurm.conf
+echo "SLURM $(sinfo --version | awk '{print $2}'): $(sinfo -h -o '%P %D node(s) %c CPUs %T')"
+
+"$MEMTRAIN" make-data --kind features --out train.h5 --samples 256 >/dev/null || fail make-data
+"$MEMTRAIN" make-data --kind features --out val.h5 --samples 64 --split val >/dev/null || fail make-data
+cat >cfg.yaml <<EOF
+data:
+  train: $WORK/train.h5
+  val: $WORK/val.h5
+training:
+  epochs: 2
+output:
+  dir: $WORK/sb
+EOF
+
+# 1. train.sbatch: 2 tasks of 1 CPU, no GPU (this node has none).
+out=$(timeout 240 sbatch --wait --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 \
+  --time=5 --output="$WORK/train-%j.out" \
+  --export=ALL,MEMTRAIN_HOME="$REPO",MEMTRAIN_BIN="$MEMTRAIN" \
+  "$REPO/launch/slurm/train.sbatch" "$WORK/cfg.yaml" 2>&1)
+rc=$?
+job=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
+[ "$rc" = 0 ] || { echo "$out"; squeue; cat train-*.out 2>/dev/null | tail -20; fail "train.sbatch: exit $rc (124: not finished in 240 s)"; }
+grep -q "^done: $WORK/sb/model.safetensors" "train-$job.out" ||
+  { tail -20 "train-$job.out"; fail "train.sbatch: no finished run in train-$job.out"; }
+"$PY" - sb/environment.json "$job" <<'PYEOF' || fail "environment.json"
+import json, sys
+e = json.load(open(sys.argv[1]))
+assert e["launcher"] == "slurm", e["launcher"]
+assert e["world_size"] == 2, e["world_size"]
+assert e["slurm"]["job_id"] == sys.argv[2], e["slurm"]
+cpus = [r["cpus"] for r in e["ranks"]]
+assert [r["rank"] for r in e["ranks"]] == [0, 1] and len(set(cpus)) == 2, cpus
+print(f"train.sbatch: job {e['slurm']['job_id']}, 2 ranks on CPUs {cpus}, launcher slurm")
+PYEOF
+# The same run under mpirun: the same weights, bit for bit.
+"$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train --config cfg.yaml \
+  --output.dir="$WORK/mp" >mp.log 2>&1 || { tail -20 mp.log; fail "mpirun run"; }
+cmp sb/model.safetensors mp/model.safetensors || fail "srun's and mpirun's weights differ"
+echo "train.sbatch: model.safetensors equals mpirun's"
+
+# 2. scaling.sbatch at the smallest size.
+out=$(timeout 240 sbatch --wait --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 \
+  --time=5 --output="$WORK/scaling-%j.out" \
+  --export=ALL,MEMTRAIN_HOME="$REPO",MEMTRAIN_BIN="$MEMTRAIN",MEMTRAIN_SCALING_DIR="$WORK/scaling" \
+  "$REPO/launch/slurm/scaling.sbatch" --accum 1 --micro 8 --hidden 32 --depth 2 \
+  --features 16 --windows 3 --warmup 1 2>&1)
+rc=$?
+[ "$rc" = 0 ] || { echo "$out"; squeue; tail -20 scaling-*.out; fail "scaling.sbatch: exit $rc (124: not finished in 240 s)"; }
+"$PY" - scaling/bench_scaling.csv <<'PYEOF' || fail "bench_scaling.csv"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+ranks = sorted({int(r["ranks"]) for r in rows})
+assert ranks == [1, 2], ranks
+print(f"scaling.sbatch: {len(rows)} rows at ranks {ranks}")
+PYEOF
+
+# 3. The daemons stop.
+pids=$(cat cluster/*.pid)
+"$HERE/cluster.sh" stop "$WORK/cluster"
+trap - EXIT
+for p in $pids; do
+  ! kill -0 "$p" 2>/dev/null || fail "daemon $p still running after stop"
+done
+echo "PASS slurm"
