@@ -6,9 +6,15 @@
 #    SLURM (launcher "slurm"), environment.json names the job, both ranks
 #    and their cores (one each, different), and the weights equal an mpirun
 #    run's of the same config bit for bit;
-# 2. sbatch launch/slurm/scaling.sbatch runs bench_scaling.py through srun
+# 2. preemption: scancel --signal=USR1 reaches the ranks mid-run; they
+#    checkpoint at a window boundary and exit 3, train.sbatch requeues the
+#    job, SLURM starts it again, it resumes with --resume auto and ends with
+#    an uninterrupted mpirun run's weights bit for bit and its window
+#    losses record for record; the job's log (--open-mode=append) holds
+#    both attempts and environment.json its restart count;
+# 3. sbatch launch/slurm/scaling.sbatch runs bench_scaling.py through srun
 #    at its smallest size and writes its CSV;
-# 3. the daemons the test started are gone afterwards.
+# 4. the daemons the test started are gone afterwards.
 # usage: slurm.sh MEMTRAIN MPIEXEC PYTHON WORKDIR; exit 77 (skipped) where
 # SLURM cannot run (not root).
 set -uo pipefail
@@ -72,7 +78,56 @@ PYEOF
 cmp sb/model.safetensors mp/model.safetensors || fail "srun's and mpirun's weights differ"
 echo "train.sbatch: model.safetensors equals mpirun's"
 
-# 2. scaling.sbatch at the smallest size.
+# 2. Preemption and requeue.
+"$MEMTRAIN" make-data --kind features --out big.h5 --samples 16384 >/dev/null || fail make-data
+cat >pre.yaml <<EOF
+data:
+  train: $WORK/big.h5
+  val: ""
+model:
+  hidden: 128
+training:
+  epochs: 2
+output:
+  dir: $WORK/pre
+  progress_every_s: 1000
+EOF
+"$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train --config pre.yaml \
+  --output.dir="$WORK/full" >full.log 2>&1 || { tail -20 full.log; fail "uninterrupted run"; }
+timeout 300 sbatch --wait --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 \
+  --time=5 --output="$WORK/pre-%j.out" \
+  --export=ALL,MEMTRAIN_HOME="$REPO",MEMTRAIN_BIN="$MEMTRAIN" \
+  "$REPO/launch/slurm/train.sbatch" "$WORK/pre.yaml" >pre-sbatch.txt 2>&1 &
+waiter=$!
+for _ in $(seq 600); do
+  [ -f pre/metrics.jsonl ] && [ "$(wc -l <pre/metrics.jsonl)" -ge 100 ] && break
+  sleep 0.1
+done
+job=$(awk '/Submitted batch job/ {print $4}' pre-sbatch.txt)
+[ -n "$job" ] || { cat pre-sbatch.txt; fail "preemption: no job id"; }
+scancel --signal=USR1 "$job" || fail "scancel --signal=USR1 $job"
+rc=0
+wait "$waiter" || rc=$?
+[ "$rc" = 0 ] || { cat pre-sbatch.txt; squeue; tail -30 "pre-$job.out"; fail "preempted job: exit $rc"; }
+grep -q "requeueing job $job" "pre-$job.out" || { tail -30 "pre-$job.out"; fail "preemption: the job was not requeued"; }
+[ "$(grep -c '^memtrain 0.1.0:' "pre-$job.out")" = 2 ] ||
+  { tail -30 "pre-$job.out"; fail "preemption: want 2 attempts in pre-$job.out (--open-mode=append)"; }
+cmp pre/model.safetensors full/model.safetensors ||
+  fail "preempted and requeued run's weights differ from the uninterrupted run's"
+"$PY" - "$job" <<'PYEOF' || fail "preemption records"
+import json, sys
+def windows(d):
+    return [(j["step"], j["loss"]) for j in map(json.loads, open(d + "/metrics.jsonl"))
+            if j["type"] == "window"]
+a, b = windows("full"), windows("pre")
+assert a == b, next(((x, y) for x, y in zip(a, b) if x != y), (len(a), len(b)))
+e = json.load(open("pre/environment.json"))
+assert e["slurm"]["job_id"] == sys.argv[1] and e["slurm"]["restart_count"] == "1", e["slurm"]
+print(f"preemption: job {sys.argv[1]} checkpointed on USR1, requeued, resumed (restart_count 1): "
+      f"{len(a)} window losses and the weights equal the uninterrupted run's")
+PYEOF
+
+# 3. scaling.sbatch at the smallest size.
 out=$(timeout 240 sbatch --wait --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 \
   --time=5 --output="$WORK/scaling-%j.out" \
   --export=ALL,MEMTRAIN_HOME="$REPO",MEMTRAIN_BIN="$MEMTRAIN",MEMTRAIN_SCALING_DIR="$WORK/scaling" \
@@ -88,7 +143,7 @@ assert ranks == [1, 2], ranks
 print(f"scaling.sbatch: {len(rows)} rows at ranks {ranks}")
 PYEOF
 
-# 3. The daemons stop.
+# 4. The daemons stop.
 pids=$(cat cluster/*.pid)
 "$HERE/cluster.sh" stop "$WORK/cluster"
 trap - EXIT
