@@ -12,9 +12,11 @@
 #    an uninterrupted mpirun run's weights bit for bit and its window
 #    losses record for record; the job's log (--open-mode=append) holds
 #    both attempts and environment.json its restart count;
-# 3. sbatch launch/slurm/scaling.sbatch runs bench_scaling.py through srun
+# 3. a rank SIGKILLed under srun ends the job within a minute (no hang),
+#    and the last checkpoint on disk resumes under mpirun;
+# 4. sbatch launch/slurm/scaling.sbatch runs bench_scaling.py through srun
 #    at its smallest size and writes its CSV;
-# 4. the daemons the test started are gone afterwards.
+# 5. the daemons the test started are gone afterwards.
 # usage: slurm.sh MEMTRAIN MPIEXEC PYTHON WORKDIR; exit 77 (skipped) where
 # SLURM cannot run (not root).
 set -uo pipefail
@@ -87,7 +89,7 @@ data:
 model:
   hidden: 128
 training:
-  epochs: 2
+  epochs: 10
 output:
   dir: $WORK/pre
   progress_every_s: 1000
@@ -127,7 +129,42 @@ print(f"preemption: job {sys.argv[1]} checkpointed on USR1, requeued, resumed (r
       f"{len(a)} window losses and the weights equal the uninterrupted run's")
 PYEOF
 
-# 3. scaling.sbatch at the smallest size.
+# 3. A rank killed under srun: the job ends (not a hang), srun names the
+#    task, and the last checkpoint on disk resumes.
+sed -e "s|dir: $WORK/pre|dir: $WORK/killed|" pre.yaml >killed.yaml
+cat >>killed.yaml <<EOF
+dist:
+  timeout_s: 5
+EOF
+timeout 240 sbatch --wait --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 \
+  --time=5 --output="$WORK/killed-%j.out" --no-requeue \
+  --export=ALL,MEMTRAIN_HOME="$REPO",MEMTRAIN_BIN="$MEMTRAIN" \
+  "$REPO/launch/slurm/train.sbatch" "$WORK/killed.yaml" --training.checkpoint_every=20 \
+  >killed-sbatch.txt 2>&1 &
+waiter=$!
+for _ in $(seq 600); do
+  [ -f killed/metrics.jsonl ] && [ "$(grep -c '"checkpoint"' killed/metrics.jsonl)" -ge 2 ] && break
+  sleep 0.1
+done
+job=$(awk '/Submitted batch job/ {print $4}' killed-sbatch.txt)
+victim=$(pgrep -f "train --config $WORK/killed.yaml" | tail -1)
+[ -n "$victim" ] || fail "killed: no rank process found"
+start=$SECONDS
+kill -KILL "$victim"
+rc=0
+wait "$waiter" || rc=$?
+took=$((SECONDS - start))
+[ "$rc" != 0 ] && [ "$rc" != 124 ] || { cat killed-sbatch.txt; tail -20 "killed-$job.out"; fail "killed rank: sbatch --wait exit $rc (0: not noticed, 124: hung)"; }
+[ "$took" -lt 60 ] || fail "killed rank: the job took ${took} s to end"
+grep -qE "srun: error: .*task [01]: Killed" "killed-$job.out" ||
+  { tail -20 "killed-$job.out"; fail "killed rank: srun named no killed task"; }
+echo "killed rank: job $job ended (sbatch exit $rc) ${took} s after SIGKILL: $(grep -m1 'srun: error' "killed-$job.out")"
+"$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train --config killed.yaml --resume=auto \
+  --training.checkpoint_every=20 >killed-resume.log 2>&1 || { tail -20 killed-resume.log; fail "resume after the killed rank"; }
+grep -q "resumed from" killed-resume.log || fail "killed rank: did not resume from its checkpoint"
+echo "killed rank: --resume auto finished, $(grep -o 'resumed from [^ ,]*' killed-resume.log)"
+
+# 4. scaling.sbatch at the smallest size.
 out=$(timeout 240 sbatch --wait --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 \
   --time=5 --output="$WORK/scaling-%j.out" \
   --export=ALL,MEMTRAIN_HOME="$REPO",MEMTRAIN_BIN="$MEMTRAIN",MEMTRAIN_SCALING_DIR="$WORK/scaling" \
@@ -143,7 +180,7 @@ assert ranks == [1, 2], ranks
 print(f"scaling.sbatch: {len(rows)} rows at ranks {ranks}")
 PYEOF
 
-# 4. The daemons stop.
+# 5. The daemons stop.
 pids=$(cat cluster/*.pid)
 "$HERE/cluster.sh" stop "$WORK/cluster"
 trap - EXIT
