@@ -7,7 +7,8 @@
 #                               waits until the node is idle; prints
 #                               "SLURM_CONF=DIR/slurm.conf"
 #        cluster.sh stop DIR    stops the daemons that start started
-# Exit 77 with one line when SLURM cannot run here (not root). The
+# Exit 77 with one line when SLURM cannot run here (not root, or its
+# packages cannot be installed). The
 # configuration: this host's cores as consumable (select/cons_tres,
 # CR_Core), tasks bound to their cores (task/affinity), processes tracked
 # without cgroups (proctrack/linuxproc), PMIx as the default MPI plugin
@@ -45,7 +46,7 @@ for p in slurmctld slurmd slurm-client munge; do
 done
 if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >"$dir/apt.log" 2>&1 ||
-    { tail -5 "$dir/apt.log"; echo "cluster.sh: apt-get install ${need[*]} failed" >&2; exit 1; }
+    { tail -5 "$dir/apt.log"; echo "SKIP: apt-get install ${need[*]} failed (no Debian mirror?): no SLURM to test against"; exit 77; }
 fi
 
 host=$(hostname -s)

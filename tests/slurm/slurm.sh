@@ -15,7 +15,7 @@
 # 3. a rank SIGKILLed under srun ends the job within a minute (no hang),
 #    and the last checkpoint on disk resumes under mpirun;
 # 4. sbatch launch/slurm/scaling.sbatch runs bench_scaling.py through srun
-#    at its smallest size and writes its CSV;
+#    at its smallest size and writes its CSV and plot;
 # 5. the daemons the test started are gone afterwards.
 # usage: slurm.sh MEMTRAIN MPIEXEC PYTHON WORKDIR; exit 77 (skipped) where
 # SLURM cannot run (not root).
@@ -177,7 +177,8 @@ import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 ranks = sorted({int(r["ranks"]) for r in rows})
 assert ranks == [1, 2], ranks
-print(f"scaling.sbatch: {len(rows)} rows at ranks {ranks}")
+assert __import__("os").path.getsize(sys.argv[1].replace(".csv", ".png")) > 0
+print(f"scaling.sbatch: {len(rows)} rows at ranks {ranks}, and its plot")
 PYEOF
 
 # 5. The daemons stop.
