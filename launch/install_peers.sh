@@ -6,7 +6,9 @@
 # nothing when the venv already has them all, at these versions; prints one
 # line when it installs.
 # MONAI (tests/e2e/monai_validation.sh: its sliding window and DiceMetric
-# are the reference whole-volume validation is checked against) needs torch
+# are the reference whole-volume validation is checked against) and
+# open_clip (its CLIP towers, logits and tokenizer are the references
+# model.name=clip and convert-captions are checked against) need torch
 # >= 2.8, which Debian's python3-torch (1.13) is not: it goes into the torch
 # venv (launch/install_torch.sh, torch 2.11, the GPU nodes' version, which
 # the CUDA configuration installs anyway) with numpy and h5py, rather than a
@@ -32,14 +34,16 @@ import tensorboard.backend.event_processing.event_accumulator, nibabel, h5py, nu
 sys.exit(any(version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))
 PY
 }
-monai() {  # MONAI with what it reads, into the torch venv
+monai() {  # MONAI and open_clip with what they read, into the torch venv
   local tv=${MEMTRAIN_TORCH_VENV:-/opt/memtrain/torch-venv}
-  local want=("monai==1.6.1" "einops==0.8.2" "numpy==2.4.6" "h5py==3.16.0")
+  local want=("monai==1.6.1" "einops==0.8.2" "numpy==2.4.6" "h5py==3.16.0"
+    "open_clip_torch==3.3.0" "torchvision==0.26.0" "ftfy==6.3.1"
+    "regex==2026.11.19" "timm==1.0.31")
   have() {
     "$tv/bin/python" - "${want[@]}" 2>/dev/null <<'PY'
 import sys
 from importlib.metadata import version
-import monai.inferers, monai.metrics, einops, h5py, numpy, torch
+import monai.inferers, monai.metrics, einops, h5py, numpy, torch, open_clip
 sys.exit(any(version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))
 PY
   }
