@@ -4,6 +4,10 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
+#include <limits>
+#include <optional>
+
+#include "memtrain/util/error.h"
 
 #if MEMTRAIN_CUDA
 #if MEMTRAIN_TORCH_AT_LEAST(2, 9)
@@ -20,9 +24,19 @@ at::Tensor attention_math(
     const at::Tensor& k,
     const at::Tensor& v,
     const at::Tensor& bias,
-    double scale) {
+    double scale,
+    bool causal) {
+  MT_INTERNAL_ASSERT(
+      !(causal && bias.defined()), "attention: a bias or causal, not both");
   at::Tensor a = at::matmul(q * scale, k.transpose(-2, -1));
-  a = a + bias.to(a.scalar_type());
+  if (bias.defined())
+    a = a + bias.to(a.scalar_type());
+  if (causal) {
+    const int64_t l = q.size(-2), s = k.size(-2);
+    a = a.masked_fill(
+        at::ones({l, s}, q.options().dtype(at::kBool)).triu(1),
+        -std::numeric_limits<double>::infinity());
+  }
   return at::matmul(at::softmax(a, -1, at::kFloat).to(v.scalar_type()), v);
 }
 
@@ -31,12 +45,17 @@ at::Tensor attention(
     const at::Tensor& k,
     const at::Tensor& v,
     const at::Tensor& bias,
-    double scale) {
+    double scale,
+    bool causal) {
 #if MEMTRAIN_TORCH_AT_LEAST(2, 1)
-  return at::scaled_dot_product_attention(
-      q, k, v, bias.to(q.scalar_type()), 0.0, false, scale);
+  MT_INTERNAL_ASSERT(
+      !(causal && bias.defined()), "attention: a bias or causal, not both");
+  std::optional<at::Tensor> mask;
+  if (bias.defined())
+    mask = bias.to(q.scalar_type());
+  return at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale);
 #else
-  return attention_math(q, k, v, bias, scale);
+  return attention_math(q, k, v, bias, scale, causal);
 #endif
 }
 

@@ -128,26 +128,31 @@ class AutocastGuard {
   std::optional<AutocastStateGuard> region_;
 };
 
-// Attention with an additive bias: softmax(q k^T * scale + bias) v, for q,
-// k, v of (N, H, L, E) and a bias broadcastable to (N, H, L, L) (no
-// dropout, not causal). LibTorch 2.x: at::scaled_dot_product_attention (a
-// GPU gets its fused kernels); 1.13 has none: attention_math(). Both in
-// the dtype of q (the softmax in float32).
+// Multi-head attention: softmax(q k^T * scale + bias) v, for q, k, v of
+// (N, H, L, E) and a bias broadcastable to (N, H, L, L), or undefined (no
+// bias); `causal`: position i attends to positions <= i only (the text
+// transformer's mask; not with a bias). No dropout. LibTorch 2.x:
+// at::scaled_dot_product_attention (a GPU gets its fused kernels: flash
+// attention for no bias or causal); 1.13 has none: attention_math(). Both
+// in the dtype of q (the softmax in float32 on the math path).
 at::Tensor attention(
     const at::Tensor& q,
     const at::Tensor& k,
     const at::Tensor& v,
     const at::Tensor& bias,
-    double scale);
+    double scale,
+    bool causal = false);
 
 // The same written out as MONAI's WindowAttention computes it: (q * scale)
-// k^T + bias, softmax over the last axis in float32, cast back, times v.
+// k^T + bias (or the causal mask: -inf above the diagonal), softmax over the
+// last axis in float32, cast back, times v.
 at::Tensor attention_math(
     const at::Tensor& q,
     const at::Tensor& k,
     const at::Tensor& v,
     const at::Tensor& bias,
-    double scale);
+    double scale,
+    bool causal = false);
 
 // training.deterministic: LibTorch's deterministic algorithms (warning, not
 // failing, where an op has none), cuDNN deterministic and not benchmarking,

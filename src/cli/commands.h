@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "memtrain/infer/embed.h"
+
 namespace CLI {
 class App;
 }
@@ -38,6 +40,16 @@ struct PredictArgs {
 
 void add_predict(CLI::App& app, PredictArgs& args);
 int run_predict(const PredictArgs& args, int* argc, char*** argv);
+
+struct EmbedArgs {
+  std::string config;
+  std::vector<std::string> overrides;  // "section.key=value"
+  std::string weights;
+  EmbedSpec spec;
+};
+
+void add_embed(CLI::App& app, EmbedArgs& args);
+int run_embed(EmbedArgs& args);
 
 void add_export(CLI::App& app);
 int run_export();

@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   memtrain::cli::add_train(app, train_args);
   memtrain::cli::EvalArgs eval_args;
   memtrain::cli::add_eval(app, eval_args);
+  memtrain::cli::EmbedArgs embed_args;
+  memtrain::cli::add_embed(app, embed_args);
   memtrain::cli::PredictArgs predict_args;
   memtrain::cli::add_predict(app, predict_args);
   memtrain::cli::add_export(app);
@@ -49,6 +51,8 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand("eval"))
       return memtrain::cli::run_eval(eval_args, &argc, &argv);
+    if (app.got_subcommand("embed"))
+      return memtrain::cli::run_embed(embed_args);
     if (app.got_subcommand("predict"))
       return memtrain::cli::run_predict(predict_args, &argc, &argv);
     if (app.got_subcommand("export"))

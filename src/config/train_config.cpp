@@ -244,7 +244,17 @@ const std::vector<Key>& keys() {
           "seresnext50_32x4d (for /images; the ResNets are timm's, with "
           "timm's tensor names and batch-norm), unet3d or swin_unetr "
           "(MONAI's SwinUNETR, its tensor names) (for /volumes) or "
-          "dual_encoder (for pair files: two towers, symmetric InfoNCE)"),
+          "dual_encoder (for pair files: two towers, symmetric InfoNCE) or "
+          "clip (for pair files of /images and /tokens: open_clip's ViT "
+          "and text transformer, its tensor names; model.variant)"),
+      string_key(
+          "model.variant",
+          [](TrainConfig& c) { return &c.model.variant; },
+          "clip: open_clip's model config, ViT-B-32 or ViT-B-16 (image and "
+          "text towers of width 768 and 512, 12 layers each, embeddings "
+          "512), or tiny (2 layers of width 64 each, embeddings 32: for "
+          "tests); a -quickgelu suffix selects QuickGELU (OpenAI's "
+          "weights); the image size and context length are the data's"),
       int_key(
           "model.hidden",
           [](TrainConfig& c) { return &c.model.hidden; },
@@ -319,7 +329,8 @@ const std::vector<Key>& keys() {
           0,
           true,
           kInf,
-          "dual_encoder: the softmax temperature to start from (logit scale "
+          "dual_encoder, clip: the softmax temperature to start from (logit "
+          "scale "
           "log(1/T), learnable, clamped to [0, log 100] after each step as "
           "CLIP does)"),
       float_key(
@@ -488,8 +499,11 @@ const std::vector<Key>& keys() {
           "/images training and validation samples: imagenet = (x - mean) "
           "/ std per channel with ImageNet's mean (0.485, 0.456, 0.406) "
           "and std (0.229, 0.224, 0.225), after the file's scale (uint8: "
-          "x / 255); needs 3 channels; auto: imagenet for resnet50 and "
-          "seresnext50_32x4d on 3-channel images, none otherwise"),
+          "x / 255); clip = the same with OpenAI CLIP's mean (0.48145466, "
+          "0.4578275, 0.40821073) and std (0.26862954, 0.26130258, "
+          "0.27577711); each needs 3 channels; auto: imagenet for resnet50 "
+          "and seresnext50_32x4d on 3-channel images, clip for "
+          "model.name=clip, none otherwise"),
       int_key(
           "data.episodes.n_way",
           [](TrainConfig& c) { return &c.data.episodes.n_way; },
@@ -1546,9 +1560,13 @@ void TrainConfig::validate() const {
       "set model.head=prototype or cosine with data.episodes.n_way >= 2, or "
       "model.head=linear with data.episodes.n_way=0");
   MT_CHECK(
-      model.name != ModelName::kDualEncoder || !episodic,
-      "config: model.name=dual_encoder trains on pairs, not episodes; set "
-      "data.episodes.n_way=0 and model.head=linear");
+      (model.name != ModelName::kDualEncoder &&
+       model.name != ModelName::kClip) ||
+          !episodic,
+      "config: model.name=",
+      model.name,
+      " trains on pairs, not episodes; set data.episodes.n_way=0 and "
+      "model.head=linear");
   MT_CHECK(
       !model.sync_bn || is_resnet(model.name),
       "config: model.sync_bn: true needs a model with batch-norm (resnet50, "

@@ -32,6 +32,10 @@ std::string hdf5_library_version() {
          std::to_string(release);
 }
 
+const char* DatasetInfo::context_dataset() const {
+  return !paired ? "/context_features" : tokens ? "/tokens" : "/features_b";
+}
+
 int64_t DatasetInfo::sample_numel() const {
   return std::accumulate(
       sample_shape.begin(),
@@ -87,23 +91,24 @@ H5Dataset H5Dataset::open(
         " is not supported (this memtrain reads version 1)");
   }
   // A pair file (data/FORMAT.md "Pairs"): /features_a or /images is tower
-  // a's input, /features_b tower b's; /pair_ids replaces /labels.
-  const bool paired = h5::has_link(f, "features_b");
+  // a's input, /features_b or /tokens tower b's; /pair_ids replaces /labels.
+  const bool paired =
+      h5::has_link(f, "features_b") || h5::has_link(f, "tokens");
   const bool has_features = h5::has_link(f, paired ? "features_a" : "features");
   const bool has_images = h5::has_link(f, "images");
   const bool has_volumes = h5::has_link(f, "volumes");
   MT_CHECK(
       has_features || has_images || has_volumes,
       where,
-      paired ? ": has /features_b but no /features_a or /images for the "
-               "pairs' first element (see data/FORMAT.md, Pairs)"
+      paired ? ": has /features_b or /tokens but no /features_a or /images "
+               "for the pairs' first element (see data/FORMAT.md, Pairs)"
              : ": has no /features, /images or /volumes dataset (see "
                "data/FORMAT.md)");
   MT_CHECK(
       !paired || !has_volumes,
       where,
-      ": has /features_b and /volumes; pairs are rows of /features_a or "
-      "/images with /features_b");
+      ": has /features_b or /tokens and /volumes; pairs are rows of "
+      "/features_a or /images with /features_b or /tokens");
   MT_CHECK(
       int(has_features) + int(has_images) + int(has_volumes) == 1,
       where,

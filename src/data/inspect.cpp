@@ -139,8 +139,11 @@ InspectReport inspect_file(const std::string& path) {
           << " rows: " << info.sample_dataset << " [";
       for (size_t i = 0; i < info.sample_shape.size(); ++i)
         out << (i ? ", " : "") << info.sample_shape[i];
-      out << "] " << info.sample_dtype << " with /features_b ["
-          << info.context_features << "]\npair ids: ";
+      out << "] " << info.sample_dtype << " with " << info.context_dataset()
+          << " [" << info.context_features << "]";
+      if (info.tokens)
+        out << " (token ids 0.." << info.token_max << ")";
+      out << "\npair ids: ";
       if (info.row_labels.empty()) {
         out << "none (row i of both is pair i)";
       } else {

@@ -129,11 +129,7 @@ void RowSource::read(
       finite_->check(info.path, "/targets", into.y, epoch, row);
     if (into.context.defined()) {
       finite_->check(
-          info.path,
-          info.paired ? "/features_b" : "/context_features",
-          into.context,
-          epoch,
-          row);
+          info.path, info.context_dataset(), into.context, epoch, row);
     }
   }
   if (transform_.active())

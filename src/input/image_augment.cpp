@@ -60,7 +60,10 @@ std::string ImageTransform::describe() const {
                                : "none";
   if (crop)
     s += " (scale " + list(scale) + ", ratio " + list(ratio) + ")";
-  return s + ", normalize " + (normalize ? "imagenet" : "none");
+  return s + ", normalize " +
+         (normalize_clip ? "clip"
+          : normalize    ? "imagenet"
+                         : "none");
 }
 
 CropDraw draw_crop(
@@ -134,18 +137,15 @@ at::Tensor crop_and_flip(const at::Tensor& x, const CropDraw& d) {
   return out.contiguous();
 }
 
-void normalize_imagenet(at::Tensor& x) {
+void normalize_channels(
+    at::Tensor& x,
+    const std::array<double, 3>& mean,
+    const std::array<double, 3>& std) {
   MT_INTERNAL_ASSERT(
-      x.dim() >= 3 && x.size(-3) == 3, "normalize_imagenet: not 3 channels");
+      x.dim() >= 3 && x.size(-3) == 3, "normalize_channels: not 3 channels");
   const auto opts = x.options();
-  const at::Tensor mean =
-      torch::tensor(
-          {kImagenetMean[0], kImagenetMean[1], kImagenetMean[2]}, opts)
-          .view({3, 1, 1});
-  const at::Tensor std =
-      torch::tensor({kImagenetStd[0], kImagenetStd[1], kImagenetStd[2]}, opts)
-          .view({3, 1, 1});
-  x.sub_(mean).div_(std);
+  x.sub_(torch::tensor({mean[0], mean[1], mean[2]}, opts).view({3, 1, 1}))
+      .div_(torch::tensor({std[0], std[1], std[2]}, opts).view({3, 1, 1}));
 }
 
 void transform_images(
@@ -163,7 +163,9 @@ void transform_images(
       xk.copy_(crop_and_flip(xk, d));
     }
   }
-  if (t.normalize)
+  if (t.normalize_clip)
+    normalize_channels(x, kClipMean, kClipStd);
+  else if (t.normalize)
     normalize_imagenet(x);
 }
 
@@ -178,48 +180,53 @@ ImageTransforms resolve_image_transforms(
                           : resnet && images && !episodes_or_pairs
                               ? Augment::kCropFlip
                               : Augment::kNone;
+  const bool clip = cfg.model.name == ModelName::kClip;
   const Normalize normalize =
       data.normalize != Normalize::kAuto ? data.normalize
+      : clip && images && channels == 3  ? Normalize::kClip
       : resnet && images && channels == 3 && !episodes_or_pairs
           ? Normalize::kImagenet
           : Normalize::kNone;
   // A transform that is on must have images trained as rows to act on.
-  const auto check_applies = [&](const char* key, const char* value) {
-    MT_CHECK(
-        images,
-        key,
-        "=",
-        value,
-        " applies to /images files, but ",
-        where,
-        " holds ",
-        info.paired ? "pairs of " : "",
-        to_string(info.kind),
-        "; set ",
-        key,
-        "=none (or auto)");
-    MT_CHECK(
-        !episodes_or_pairs,
-        key,
-        "=",
-        value,
-        " applies to images trained as rows; ",
-        where,
-        " is read as ",
-        info.paired ? "pairs (model.name=dual_encoder)"
-                    : "few-shot episodes (data.episodes.n_way > 0)",
-        ", which are not augmented or normalised; set ",
-        key,
-        "=none (or auto)");
-  };
+  const auto check_applies =
+      [&](const char* key, const char* value, bool clip_pairs_ok) {
+        MT_CHECK(
+            images,
+            key,
+            "=",
+            value,
+            " applies to /images files, but ",
+            where,
+            " holds ",
+            info.paired ? "pairs of " : "",
+            to_string(info.kind),
+            "; set ",
+            key,
+            "=none (or auto)");
+        MT_CHECK(
+            !episodes_or_pairs || (clip_pairs_ok && clip && info.paired),
+            key,
+            "=",
+            value,
+            " applies to images trained as rows; ",
+            where,
+            " is read as ",
+            info.paired ? "pairs (model.name=dual_encoder)"
+                        : "few-shot episodes (data.episodes.n_way > 0)",
+            ", which are not augmented or normalised (model.name=clip's "
+            "images are normalised); set ",
+            key,
+            "=none (or auto)");
+      };
   if (augment != Augment::kNone)
-    check_applies("data.augment", to_string(augment));
+    check_applies("data.augment", to_string(augment), false);
   if (normalize != Normalize::kNone)
-    check_applies("data.normalize", to_string(normalize));
+    check_applies("data.normalize", to_string(normalize), true);
   MT_CHECK(
-      normalize != Normalize::kImagenet || channels == 3,
-      "data.normalize=imagenet needs 3-channel (RGB) images, but the images "
-      "of ",
+      normalize == Normalize::kNone || channels == 3,
+      "data.normalize=",
+      to_string(normalize),
+      " needs 3-channel (RGB) images, but the images of ",
       where,
       " have ",
       channels,
@@ -229,9 +236,11 @@ ImageTransforms resolve_image_transforms(
   r.train.flip = augment == Augment::kCropFlip || augment == Augment::kFlip;
   r.train.scale = data.crop_scale;
   r.train.ratio = data.crop_ratio;
-  r.train.normalize = normalize == Normalize::kImagenet;
+  r.train.normalize = normalize != Normalize::kNone;
+  r.train.normalize_clip = normalize == Normalize::kClip;
   r.train.seed = static_cast<uint64_t>(data.seed);
   r.val.normalize = r.train.normalize;
+  r.val.normalize_clip = r.train.normalize_clip;
   r.val.seed = r.train.seed;
   return r;
 }

@@ -2,19 +2,36 @@
 
 #include <cmath>
 
+#include "memtrain/model/clip.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
 
-DualEncoder::DualEncoder(
-    std::shared_ptr<Classifier> a,
-    std::shared_ptr<Classifier> b,
-    double init_temperature)
-    : a_(register_module("tower_a", std::move(a))),
-      b_(register_module("tower_b", std::move(b))) {
+torch::Tensor PairEncoder::unit(const torch::Tensor& z) {
+  const torch::Tensor f = z.to(torch::kFloat32);
+  return f / f.norm(2, 1, /*keepdim=*/true).clamp_min(1e-12);
+}
+
+void PairEncoder::register_logit_scale(double init_temperature) {
   logit_scale_ = register_parameter(
       "logit_scale",
       torch::full({}, std::log(1.0 / init_temperature), torch::kFloat32));
+}
+
+void PairEncoder::clamp_logit_scale() {
+  torch::NoGradGuard no_grad;
+  logit_scale_.clamp_(0.0, std::log(100.0));
+}
+
+DualEncoder::DualEncoder(
+    std::shared_ptr<Classifier> a,
+    std::shared_ptr<Classifier> b,
+    double init_temperature,
+    int64_t embed_dim)
+    : a_(register_module("tower_a", std::move(a))),
+      b_(register_module("tower_b", std::move(b))),
+      embed_dim_(embed_dim) {
+  register_logit_scale(init_temperature);
   for (const auto& n : a_->segment_names())
     segment_names_.push_back("tower_a." + n);
   for (const auto& n : b_->segment_names())
@@ -22,10 +39,6 @@ DualEncoder::DualEncoder(
 }
 
 torch::Tensor DualEncoder::forward(torch::Tensor a, torch::Tensor b) {
-  const auto unit = [](const torch::Tensor& z) {
-    const torch::Tensor f = z.to(torch::kFloat32);
-    return f / f.norm(2, 1, /*keepdim=*/true).clamp_min(1e-12);
-  };
   return torch::stack({unit(a_->forward(a)), unit(b_->forward(b))}, 1);
 }
 
@@ -40,11 +53,6 @@ void DualEncoder::set_recompute(Recompute mode) {
   Classifier::set_recompute(mode);
   a_->set_recompute(mode);
   b_->set_recompute(mode);
-}
-
-void DualEncoder::clamp_logit_scale() {
-  torch::NoGradGuard no_grad;
-  logit_scale_.clamp_(0.0, std::log(100.0));
 }
 
 std::shared_ptr<DualEncoder> make_dual_encoder(
@@ -72,7 +80,18 @@ std::shared_ptr<DualEncoder> make_dual_encoder(
       SampleKind::kFeatures, {input.context_features}, cfg.embed_dim, 0};
   auto b = make_model(tower, in_b);
   return std::make_shared<DualEncoder>(
-      std::move(a), std::move(b), cfg.init_temperature);
+      std::move(a), std::move(b), cfg.init_temperature, cfg.embed_dim);
+}
+
+std::shared_ptr<PairEncoder> make_pair_encoder(
+    const ModelConfig& cfg, const ModelInput& input) {
+  if (cfg.name == ModelName::kClip)
+    return make_clip(cfg, input);
+  MT_CHECK(
+      !input.tokens,
+      "model.name=dual_encoder reads /features_b; a pair file of /images "
+      "and /tokens (convert-captions) trains model.name=clip");
+  return make_dual_encoder(cfg, input);
 }
 
 }  // namespace memtrain

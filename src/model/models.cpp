@@ -252,6 +252,8 @@ int64_t model_num_classes(
 
 void check_model_fits(
     ModelName model, SampleKind kind, bool paired, const std::string& source) {
+  if (paired && model == ModelName::kClip)
+    return;  // make_clip checks /images and /tokens
   const ModelName fits = paired ? ModelName::kDualEncoder
                          : kind == SampleKind::kFeatures ? ModelName::kMlp
                          : kind == SampleKind::kImages   ? ModelName::kCnn
@@ -271,8 +273,7 @@ void check_model_fits(
       fits,
       " (mlp: /features, cnn, resnet50 or seresnext50_32x4d: /images, "
       "unet3d or swin_unetr: /volumes, dual_encoder: pairs of /features_a "
-      "or /images with "
-      "/features_b)");
+      "or /images with /features_b, clip: pairs of /images and /tokens)");
 }
 
 std::shared_ptr<Classifier> make_model(
@@ -306,7 +307,8 @@ std::shared_ptr<Classifier> make_model(
     case ModelName::kSwinUnetr:
       return make_swin_unetr(cfg, input.sample_shape.at(0), input.num_classes);
     case ModelName::kDualEncoder:
-      break;  // refused by check_model_fits: it trains on pairs
+    case ModelName::kClip:
+      break;  // refused by check_model_fits: they train on pairs
   }
   MT_INTERNAL_ASSERT(false, "make_model: model.name=", cfg.name);
   return nullptr;

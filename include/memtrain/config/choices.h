@@ -26,7 +26,8 @@ enum class ModelName {
   kSeresnext50,
   kUnet3d,
   kDualEncoder,
-  kSwinUnetr
+  kSwinUnetr,
+  kClip
 };
 // model.norm
 enum class Norm { kNone, kGroup, kInstance };
@@ -37,7 +38,7 @@ enum class Flip { kNone, kW, kAll };
 // data.augment
 enum class Augment { kAuto, kNone, kFlip, kCropFlip };
 // data.normalize
-enum class Normalize { kAuto, kNone, kImagenet };
+enum class Normalize { kAuto, kNone, kImagenet, kClip };
 // validation.blend
 enum class Blend { kGaussian, kConstant };
 // validation.padding
@@ -75,7 +76,7 @@ enum class ProgressDisplay { kAuto, kTty, kLines };
 enum class Switch { kAuto, kOn, kOff };
 
 // choice_names(E{})[i] spells the value i of E, in `--help`'s order.
-constexpr std::array<const char*, 7> choice_names(ModelName) {
+constexpr std::array<const char*, 8> choice_names(ModelName) {
   return {
       {"mlp",
        "cnn",
@@ -83,7 +84,8 @@ constexpr std::array<const char*, 7> choice_names(ModelName) {
        "seresnext50_32x4d",
        "unet3d",
        "dual_encoder",
-       "swin_unetr"}};
+       "swin_unetr",
+       "clip"}};
 }
 
 // Models of /volumes: unet3d and swin_unetr.
@@ -102,8 +104,8 @@ constexpr std::array<const char*, 3> choice_names(Flip) {
 constexpr std::array<const char*, 4> choice_names(Augment) {
   return {{"auto", "none", "flip", "crop_flip"}};
 }
-constexpr std::array<const char*, 3> choice_names(Normalize) {
-  return {{"auto", "none", "imagenet"}};
+constexpr std::array<const char*, 4> choice_names(Normalize) {
+  return {{"auto", "none", "imagenet", "clip"}};
 }
 constexpr std::array<const char*, 2> choice_names(Blend) {
   return {{"gaussian", "constant"}};

@@ -15,7 +15,7 @@ namespace memtrain {
 
 struct ModelConfig {
   // mlp (for /features) | cnn, resnet50, seresnext50_32x4d (for /images) |
-  // unet3d, swin_unetr (for /volumes) | dual_encoder (for pair files)
+  // unet3d, swin_unetr (for /volumes) | dual_encoder, clip (for pair files)
   ModelName name = ModelName::kMlp;
   int64_t hidden = 64;  // width of the MLP's hidden layer / CNN channels
   // MLP residual blocks / CNN stages / U-Net levels (checkpoint segments)
@@ -34,8 +34,11 @@ struct ModelConfig {
   Head head = Head::kLinear;
   int64_t embed_dim = 64;
   double cosine_scale = 10.0;  // cosine: initial value of the learnable s
-  // dual_encoder: the temperature the learnable logit scale starts from.
+  // dual_encoder, clip: the temperature the learnable logit scale starts
+  // from.
   double init_temperature = 0.07;
+  // clip: open_clip's model config (ViT-B-32, ViT-B-16, tiny; -quickgelu).
+  std::string variant = "ViT-B-32";
   // A safetensors file whose tensors are loaded by name before training
   // ("": none; not on resume: the checkpoint wins); strict: any missing,
   // unexpected or shape-mismatched tensor is a start-up error.

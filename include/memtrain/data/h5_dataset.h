@@ -3,7 +3,8 @@
 // (data/FORMAT.md): `/features` [N, F] (+ optional `/context_features`
 // [N, F2]) or `/images` [N, C, H, W] with `/labels` [N], or `/volumes`
 // [N, C, D, H, W] with `/masks` [N, D, H, W], or pairs: `/features_a` or
-// `/images` with `/features_b` [N, Fb] and optional `/pair_ids` [N]. Opening
+// `/images` with `/features_b` [N, Fb] or `/tokens` [N, L] and optional
+// `/pair_ids` [N]. Opening
 // validates the whole layout, so a bad file fails with a message naming the
 // file and the dataset before training starts, never mid-epoch. No LibTorch
 // here: reads go into caller-provided buffers.
@@ -43,6 +44,15 @@ struct DatasetInfo {
   // /features_b (tower b's input, read into read()'s `context`), the labels
   // are /pair_ids (without them, the row index), and num_classes is 0.
   bool paired = false;
+  // A pair file of images and captions (data/FORMAT.md, Pairs): tower b's
+  // input is /tokens [N, L] (context_features is L), token ids read as
+  // float (exact below 2^24) into read()'s `context`; token_max is the
+  // largest id in the file, token_vocab its vocab_size attribute (0: none).
+  bool tokens = false;
+  int64_t token_max = 0;
+  int64_t token_vocab = 0;
+  // "/features_b" or "/tokens" (pairs), "/context_features" otherwise.
+  const char* context_dataset() const;
   // A regression file (data/FORMAT.md, "Targets"): /targets [N, T] float
   // holds every row's T targets instead of /labels; num_classes is 0 and
   // row_labels empty. 0: no /targets.

@@ -25,8 +25,11 @@ struct ImageTransform {
   bool flip = false;  // horizontal flip with probability 1/2
   std::array<double, 2> scale{0.08, 1.0};        // crop area / image area
   std::array<double, 2> ratio{0.75, 4.0 / 3.0};  // crop width / height
-  bool normalize = false;  // (x - ImageNet mean) / ImageNet std per channel
-  uint64_t seed = 0;       // data.seed
+  // (x - mean) / std per channel: ImageNet's statistics, or CLIP's
+  // (normalize_clip: data.normalize=clip).
+  bool normalize = false;
+  bool normalize_clip = false;
+  uint64_t seed = 0;  // data.seed
 
   bool augments() const {
     return crop || flip;
@@ -41,6 +44,10 @@ struct ImageTransform {
 // ImageNet's channel statistics (torchvision's, timm's IMAGENET_DEFAULT_*).
 constexpr std::array<double, 3> kImagenetMean{0.485, 0.456, 0.406};
 constexpr std::array<double, 3> kImagenetStd{0.229, 0.224, 0.225};
+// OpenAI CLIP's (open_clip's OPENAI_DATASET_MEAN / _STD), which its ViTs
+// were trained with.
+constexpr std::array<double, 3> kClipMean{0.48145466, 0.4578275, 0.40821073};
+constexpr std::array<double, 3> kClipStd{0.26862954, 0.26130258, 0.27577711};
 
 // One sample's draw: the crop box in the stored image (rows top..top+height,
 // columns left..left+width) and whether it is mirrored.
@@ -72,14 +79,21 @@ CropDraw draw_crop(
 at::Tensor crop_and_flip(const at::Tensor& x, const CropDraw& d);
 
 // In place: x (..., 3, H, W) float32 becomes (x - mean[c]) / std[c].
-void normalize_imagenet(at::Tensor& x);
+void normalize_channels(
+    at::Tensor& x,
+    const std::array<double, 3>& mean,
+    const std::array<double, 3>& std);
+inline void normalize_imagenet(at::Tensor& x) {
+  normalize_channels(x, kImagenetMean, kImagenetStd);
+}
 
 // The training and validation transforms of `cfg` for the rows of `info`
 // (data.augment, data.crop_scale, data.crop_ratio, data.normalize with
 // their auto rules, README "Images"); `episodes_or_pairs`: rows that are
-// read as episodes or pairs, which get none. Throws memtrain::Error for a
-// transform the file cannot take (not /images; imagenet on images without
-// 3 channels; augmentation of episodes or pairs).
+// read as episodes or pairs, which get none -- except CLIP's normalisation
+// of model.name=clip's images (auto there). Throws memtrain::Error for a
+// transform the file cannot take (not /images; imagenet or clip on images
+// without 3 channels; augmentation of episodes or pairs).
 struct ImageTransforms {
   ImageTransform train;
   ImageTransform val;  // normalisation only

@@ -17,28 +17,52 @@
 
 namespace memtrain {
 
-class DualEncoder : public Classifier {
+// A model of pairs trained with the symmetric InfoNCE (train/tasks/
+// pair_task.cpp): DualEncoder, ClipModel (model/clip.h).
+class PairEncoder : public Classifier {
  public:
-  DualEncoder(
-      std::shared_ptr<Classifier> a,
-      std::shared_ptr<Classifier> b,
-      double init_temperature);
   using Classifier::forward;
-  // (n, 2, embed_dim): [i][0] = a's embedding of row i, [i][1] = b's, each
-  // of unit L2 norm (computed in float32).
-  torch::Tensor forward(torch::Tensor a, torch::Tensor b) override;
-  // Tower a's segments first (the larger activations for images), then b's.
-  void set_checkpointed(int64_t count) override;
-  void set_recompute(Recompute mode) override;
+  // (n, 2, embed_dim()): [i][0] = tower a's embedding of row i, [i][1] =
+  // tower b's, each of unit L2 norm (computed in float32).
+  torch::Tensor forward(torch::Tensor a, torch::Tensor b) override = 0;
+  virtual int64_t embed_dim() const = 0;
+  // The learnable logit scale t (0-dim; the logits are exp(t) cos).
   const torch::Tensor& logit_scale() const {
     return logit_scale_;
   }
   // CLIP's clamp of the logit scale to [0, log 100], after each step.
   void clamp_logit_scale();
 
+ protected:
+  // L2-normalised rows of z, in float32 (F.normalize's eps 1e-12).
+  static torch::Tensor unit(const torch::Tensor& z);
+  // Registers "logit_scale" = log(1 / init_temperature), where the model's
+  // parameter order puts it.
+  void register_logit_scale(double init_temperature);
+
+ private:
+  torch::Tensor logit_scale_;
+};
+
+class DualEncoder : public PairEncoder {
+ public:
+  DualEncoder(
+      std::shared_ptr<Classifier> a,
+      std::shared_ptr<Classifier> b,
+      double init_temperature,
+      int64_t embed_dim);
+  using Classifier::forward;
+  torch::Tensor forward(torch::Tensor a, torch::Tensor b) override;
+  int64_t embed_dim() const override {
+    return embed_dim_;
+  }
+  // Tower a's segments first (the larger activations for images), then b's.
+  void set_checkpointed(int64_t count) override;
+  void set_recompute(Recompute mode) override;
+
  private:
   std::shared_ptr<Classifier> a_, b_;
-  torch::Tensor logit_scale_;
+  int64_t embed_dim_;
 };
 
 // Builds the dual encoder for a pair file whose tower a input is `input`
@@ -46,6 +70,10 @@ class DualEncoder : public Classifier {
 // input.context_features wide; tower a from cfg.seed, tower b from
 // cfg.seed + 1.
 std::shared_ptr<DualEncoder> make_dual_encoder(
+    const ModelConfig& cfg, const ModelInput& input);
+
+// model.name dual_encoder or clip for the pair file `input` describes.
+std::shared_ptr<PairEncoder> make_pair_encoder(
     const ModelConfig& cfg, const ModelInput& input);
 
 }  // namespace memtrain

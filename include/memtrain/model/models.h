@@ -113,6 +113,10 @@ struct ModelInput {
   std::vector<int64_t> sample_shape;  // [F], [C, H, W] or [C, D, H, W]
   int64_t num_classes = 0;
   int64_t context_features = 0;  // F2 of /context_features (0: none)
+  // Pairs of /images and /tokens (DatasetInfo::tokens): context_features
+  // is the context length, token_max the largest id in the file.
+  bool tokens = false;
+  int64_t token_max = 0;
 };
 
 // The model's outputs for data.train `ti`: 1 for a binary classifier's

@@ -292,7 +292,7 @@ std::string describe_run(const RunState& m) {
       << to_string(ti.kind) << " " << shape(ti.sample_shape) << " "
       << ti.sample_dtype;
   if (ti.paired) {
-    out << " and /features_b [" << ti.context_features << "]"
+    out << " and " << ti.context_dataset() << " [" << ti.context_features << "]"
         << (ti.row_labels.empty() ? "" : " with /pair_ids");
   } else {
     if (ti.targets > 0)  // data/FORMAT.md, "Targets"

@@ -104,7 +104,7 @@ class PairTask : public Task {
   }
 
   std::shared_ptr<Classifier> make_model(const RunState& run) override {
-    dual_ = make_dual_encoder(run.cfg.model, model_input(run));
+    dual_ = make_pair_encoder(run.cfg.model, model_input(run));
     return dual_;
   }
 
@@ -143,7 +143,7 @@ class PairTask : public Task {
       RunState& run, RunCounters& counters, const std::string&) override;
 
   std::string describe_outputs(const RunState& run) const override {
-    return std::to_string(run.cfg.model.embed_dim) +
+    return std::to_string(dual_->embed_dim()) +
            "-wide embeddings, contrastive accumulation " +
            to_string(run.cfg.training.contrastive_accumulation);
   }
@@ -160,7 +160,7 @@ class PairTask : public Task {
       const std::function<void(size_t)>& before_step);
 
   const bool exact_;
-  std::shared_ptr<DualEncoder> dual_;
+  std::shared_ptr<PairEncoder> dual_;
 };
 
 at::Tensor PairTask::exact_window(
@@ -171,7 +171,7 @@ at::Tensor PairTask::exact_window(
     const std::function<void(size_t)>& before_step) {
   const int64_t n = wp.global_samples;
   const int64_t mine_n = static_cast<int64_t>(wp.rank_indices.size());
-  const int64_t d = run.cfg.model.embed_dim;
+  const int64_t d = dual_->embed_dim();
   const auto on = torch::TensorOptions().device(run.placement.device());
 
   // 1. Embed without a graph.
@@ -247,7 +247,7 @@ ValResult PairTask::validate(
   const int64_t begin = share.begin;
   const std::vector<int64_t>& rows = share.rows;
   const int64_t end = begin + static_cast<int64_t>(rows.size());
-  const int64_t d = run.cfg.model.embed_dim;
+  const int64_t d = dual_->embed_dim();
   at::Tensor mine;
   {
     memory::HostScope host;  // offloaded: only one batch on the device

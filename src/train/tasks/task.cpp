@@ -175,7 +175,9 @@ ModelInput model_input(const RunState& run, const std::vector<int64_t>& shape) {
       ti.kind,
       shape.empty() ? ti.sample_shape : shape,
       run.num_classes,
-      ti.context_features};
+      ti.context_features,
+      ti.tokens,
+      ti.token_max};
 }
 
 RowShare val_rows_of_rank(const RunState& run) {

@@ -1,0 +1,81 @@
+#include "memtrain/data/embeddings_file.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "h5_util.h"
+#include "memtrain/util/error.h"
+#include "memtrain/util/temp_path.h"
+
+namespace memtrain {
+
+namespace {
+
+// The temporary file, removed unless published.
+struct TempFile {
+  std::string path;
+  ~TempFile() {
+    if (!path.empty())
+      std::remove(path.c_str());
+  }
+};
+
+}  // namespace
+
+void write_embeddings_file(const std::string& path, const EmbeddingsFile& e) {
+  remove_stale_temp_files(path);
+  TempFile tmp{temp_path_for(path)};
+  {
+    h5::Handle f = h5::create_file(tmp.path, "embed");
+    const auto n = static_cast<hsize_t>(e.rows);
+    const auto d = static_cast<hsize_t>(e.dim);
+    h5::write_dataset(
+        f.get(),
+        "embeddings_a",
+        H5T_IEEE_F32LE,
+        H5T_NATIVE_FLOAT,
+        {n, d},
+        {},
+        e.a);
+    h5::write_dataset(
+        f.get(),
+        "embeddings_b",
+        H5T_IEEE_F32LE,
+        H5T_NATIVE_FLOAT,
+        {n, d},
+        {},
+        e.b);
+    if (e.logits != nullptr) {
+      h5::write_dataset(
+          f.get(),
+          "logits",
+          H5T_IEEE_F32LE,
+          H5T_NATIVE_FLOAT,
+          {n, n},
+          {},
+          e.logits);
+    }
+    h5::write_dataset(
+        f.get(),
+        "pair_ids",
+        H5T_STD_I64LE,
+        H5T_NATIVE_INT64,
+        {n},
+        {},
+        e.pair_ids);
+    h5::write_attr(f.get(), "logit_scale", e.logit_scale);
+    h5::write_attr(f.get(), "model", e.model);
+    h5::write_attr(f.get(), "weights", e.weights);
+    h5::write_attr(f.get(), "data", e.data);
+    h5::finish_file(&f, "embed");
+  }
+  if (std::rename(tmp.path.c_str(), path.c_str()) != 0) {
+    throw Error(
+        "embed: cannot move '" + tmp.path + "' to '" + path +
+        "': " + std::strerror(errno));
+  }
+  tmp.path.clear();
+}
+
+}  // namespace memtrain
