@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <sstream>
 #include <unordered_map>
@@ -264,20 +265,20 @@ void check_spec(const CaptionConvertSpec& spec, const std::string& val_path) {
 
 // The column `key` of the header; a clear refusal naming the columns found.
 size_t column(
-    const CsvTable& t,
+    const std::vector<std::string>& header,
     const std::string& key,
     const char* flag,
     const CaptionConvertSpec& spec) {
-  const auto it = std::find(t.header.begin(), t.header.end(), key);
-  if (it != t.header.end())
-    return static_cast<size_t>(it - t.header.begin());
+  const auto it = std::find(header.begin(), header.end(), key);
+  if (it != header.end())
+    return static_cast<size_t>(it - header.begin());
   std::string found;
-  for (const std::string& h : t.header)
+  for (const std::string& h : header)
     found += (found.empty() ? "'" : ", '") + h + "'";
   std::string hint;
-  if (t.header.size() == 1)
+  if (header.size() == 1)
     for (char c : {',', '\t', ';', '|'})
-      if (c != spec.sep && t.header[0].find(c) != std::string::npos) {
+      if (c != spec.sep && header[0].find(c) != std::string::npos) {
         hint = std::string("; the header has one column holding '") +
                (c == '\t' ? "\\t" : std::string(1, c)) + "': try --sep " +
                (c == '\t' ? "'\\t'" : std::string(1, c));
@@ -286,8 +287,8 @@ size_t column(
   throw Error(
       std::string(kCmd) + ": --csv '" + spec.csv + "' has no column '" + key +
       "' (" + flag + "); its header (separator " + sep_name(spec.sep) +
-      ", --sep) has " + std::to_string(t.header.size()) +
-      " column(s): " + found + "; pass " + flag + " NAME" + hint);
+      ", --sep) has " + std::to_string(header.size()) + " column(s): " + found +
+      "; pass " + flag + " NAME" + hint);
 }
 
 }  // namespace
@@ -312,12 +313,22 @@ CaptionConvertResult convert_captions(
       "); pass --bpe FILE, open_clip's bpe_simple_vocab_16e6.txt.gz (bash "
       "launch/install_peers.sh installs open_clip into the torch venv), or "
       "set MEMTRAIN_CLIP_BPE");
-  ClipTokenizer tokenizer(bpe);
+  std::unique_ptr<ClipTokenizer> tokenizer;
+  try {
+    tokenizer = std::make_unique<ClipTokenizer>(bpe);
+  } catch (const Error& e) {
+    throw Error(std::string(kCmd) + ": " + e.what());
+  }
 
+  size_t path_col = 0, cap_col = 0;
   const CsvTable table = parse_csv(
-      read_file(spec.csv, "--csv"), spec.sep, "--csv '" + spec.csv + "'");
-  const size_t path_col = column(table, spec.img_key, "--img-key", spec);
-  const size_t cap_col = column(table, spec.caption_key, "--caption-key", spec);
+      read_file(spec.csv, "--csv"),
+      spec.sep,
+      std::string(kCmd) + ": --csv '" + spec.csv + "'",
+      [&](const std::vector<std::string>& header) {
+        path_col = column(header, spec.img_key, "--img-key", spec);
+        cap_col = column(header, spec.caption_key, "--caption-key", spec);
+      });
 
   // Rows and their distinct images.
   std::vector<Row> rows;
@@ -421,7 +432,7 @@ CaptionConvertResult convert_captions(
     std::vector<int32_t> ids;
     int64_t full = 0;
     try {
-      ids = tokenizer.tokenize(row.caption, spec.context_length, &full);
+      ids = tokenizer->tokenize(row.caption, spec.context_length, &full);
     } catch (const Error& e) {
       report(&r.skipped, "skipped", im.file.string(), e.what());
       continue;

@@ -7,7 +7,10 @@
 namespace memtrain {
 
 CsvTable parse_csv(
-    const std::string& text, char sep, const std::string& where) {
+    const std::string& text,
+    char sep,
+    const std::string& where,
+    const std::function<void(const std::vector<std::string>&)>& on_header) {
   CsvTable table;
   size_t i = 0;
   const size_t n = text.size();
@@ -94,6 +97,8 @@ CsvTable parse_csv(
     if (!have_header) {
       table.header = std::move(rec.fields);
       have_header = true;
+      if (on_header)
+        on_header(table.header);
       continue;
     }
     MT_CHECK(

@@ -12,6 +12,7 @@
 // open_clip's str() turns into "nan"), "NA", "null" or "1.50" stay as written.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,12 @@ struct CsvTable {
 // Parses `text` (the whole file); `where` names it in messages. Throws
 // memtrain::Error "WHERE line L: ..." on a quoted field not closed before the
 // end of the file, a record with more fields than the header, or no header.
-CsvTable parse_csv(const std::string& text, char sep, const std::string& where);
+// `on_header` (may be empty) sees the header before any row is read, so
+// that a wrong column name is refused before a row's field count.
+CsvTable parse_csv(
+    const std::string& text,
+    char sep,
+    const std::string& where,
+    const std::function<void(const std::vector<std::string>&)>& on_header = {});
 
 }  // namespace memtrain
