@@ -28,6 +28,11 @@ packages=(
                                              # PNG decoding: convert-images
   libjpeg-dev                                # JPEG decoding (libjpeg-turbo):
                                              # convert-images
+  libicu-dev                                 # Unicode for the CLIP tokenizer
+                                             # (NFC/NFKC, lowercasing, letter and
+                                             # number classes): convert-captions
+  zlib1g-dev                                 # reading .gz files: the CLIP BPE
+                                             # vocabulary (convert-captions), NIfTI
   python3-pil                                # e2e convert_images: PIL's decode
                                              # + resize to compare with
   python3-nibabel python3-scipy              # e2e predict: nibabel reads the NIfTI

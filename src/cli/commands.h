@@ -66,6 +66,9 @@ int run_convert_nifti();
 void add_convert_images(CLI::App& app);
 int run_convert_images();
 
+void add_convert_captions(CLI::App& app);
+int run_convert_captions();
+
 void add_convert_dataset(CLI::App& app);
 int run_convert_dataset();
 

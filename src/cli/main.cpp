@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   memtrain::cli::add_inspect(app);
   memtrain::cli::add_convert_nifti(app);
   memtrain::cli::add_convert_images(app);
+  memtrain::cli::add_convert_captions(app);
   memtrain::cli::add_convert_dataset(app);
   memtrain::cli::add_plot(app);
   memtrain::cli::add_probe(app);
@@ -65,6 +66,8 @@ int main(int argc, char** argv) {
       return memtrain::cli::run_convert_nifti();
     if (app.got_subcommand("convert-images"))
       return memtrain::cli::run_convert_images();
+    if (app.got_subcommand("convert-captions"))
+      return memtrain::cli::run_convert_captions();
     if (app.got_subcommand("convert-dataset"))
       return memtrain::cli::run_convert_dataset();
     if (app.got_subcommand("plot"))
