@@ -47,6 +47,13 @@ void add_convert_images(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", spec.seed, "seed of the split's draw")
       ->capture_default_str();
+  cmd->add_option(
+      "--classes",
+      spec.classes,
+      "convert only the class folders this split file lists: a CSV with a "
+      "'label' column (miniImageNet's train.csv / val.csv / test.csv, "
+      "filename,label rows) or one class name per line; a listed class "
+      "without a folder is an error");
 }
 
 int run_convert_images() {

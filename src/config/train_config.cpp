@@ -315,13 +315,15 @@ const std::vector<Key>& keys() {
           [](TrainConfig& c) { return &c.model.head; },
           "linear: one output per class; prototype / cosine (few-shot, "
           "with data.episodes): logits = -squared distance / s x cosine "
-          "to the episode's class prototypes (mean support embeddings)"),
+          "to the episode's class prototypes (mean support embeddings); "
+          "cosine_transformer: FS-CT, the prototypes attend to each query "
+          "through cosine attention (model.fsct.*)"),
       int_key(
           "model.embed_dim",
           [](TrainConfig& c) { return &c.model.embed_dim; },
           2,
           1 << 16,
-          "prototype/cosine/dual_encoder: width of the embedding (the "
+          "few-shot heads, dual_encoder: width of the embedding (the "
           "backbone's or each tower's outputs)"),
       float_key(
           "model.init_temperature",
@@ -340,6 +342,34 @@ const std::vector<Key>& keys() {
           true,
           kInf,
           "cosine: initial value of the learnable logit scale s"),
+      int_key(
+          "model.fsct.heads",
+          [](TrainConfig& c) { return &c.model.fsct.heads; },
+          1,
+          1024,
+          "cosine_transformer: attention heads (the paper's 8)"),
+      int_key(
+          "model.fsct.dim_head",
+          [](TrainConfig& c) { return &c.model.fsct.dim_head; },
+          1,
+          1 << 16,
+          "cosine_transformer: width of each attention head and of the "
+          "layer before the cosine output layer (the paper's 64)"),
+      int_key(
+          "model.fsct.mlp_dim",
+          [](TrainConfig& c) { return &c.model.fsct.mlp_dim; },
+          1,
+          1 << 20,
+          "cosine_transformer: hidden width of the feed-forward block (the "
+          "paper's 512)"),
+      int_key(
+          "model.fsct.depth",
+          [](TrainConfig& c) { return &c.model.fsct.depth; },
+          1,
+          64,
+          "cosine_transformer: times the attention and feed-forward blocks "
+          "(one set of weights, as the official code) are applied (the "
+          "paper's 1)"),
       optional_string_key(
           "model.pretrained",
           [](TrainConfig& c) { return &c.model.pretrained; },
@@ -1557,7 +1587,8 @@ void TrainConfig::validate() const {
       " with model.head=",
       model.head,
       ": episodes need a few-shot head and a few-shot head needs episodes; "
-      "set model.head=prototype or cosine with data.episodes.n_way >= 2, or "
+      "set model.head=prototype, cosine or cosine_transformer with "
+      "data.episodes.n_way >= 2, or "
       "model.head=linear with data.episodes.n_way=0");
   MT_CHECK(
       (model.name != ModelName::kDualEncoder &&

@@ -119,6 +119,113 @@ std::vector<Candidate> list_class(
   return files;
 }
 
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos)
+    return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+std::vector<std::string> split_commas(const std::string& line) {
+  std::vector<std::string> fields;
+  std::string field;
+  std::istringstream in(line);
+  while (std::getline(in, field, ','))
+    fields.push_back(trim(field));
+  if (!line.empty() && line.back() == ',')
+    fields.push_back("");
+  return fields;
+}
+
+// A class a --classes file names and the line that first names it.
+struct ListedClass {
+  std::string name;
+  int64_t line;
+};
+
+// The classes of a --classes file (convert_images in image_convert.h), in
+// the order of their first line.
+std::vector<ListedClass> read_class_list(const std::string& path) {
+  std::ifstream in(path);
+  MT_CHECK(
+      in,
+      "convert-images: --classes '",
+      path,
+      "': cannot open: ",
+      std::strerror(errno));
+  const std::string where = "convert-images: --classes '" + path + "' line ";
+  std::vector<ListedClass> out;
+  std::vector<std::string> header;  // a CSV's, else empty
+  size_t label_col = 0;
+  std::string raw;
+  for (int64_t line = 1; std::getline(in, raw); ++line) {
+    const std::string text = trim(raw);
+    if (text.empty())
+      continue;
+    if (out.empty() && header.empty() && text.find(',') != std::string::npos) {
+      header = split_commas(text);
+      const auto it = std::find(header.begin(), header.end(), "label");
+      MT_CHECK(
+          it != header.end(),
+          where,
+          line,
+          ": a CSV header without a 'label' column ('",
+          text,
+          "'); give filename,label rows (Ravi & Larochelle's split files) "
+          "or one class name per line");
+      label_col = static_cast<size_t>(it - header.begin());
+      continue;
+    }
+    std::string name = text;
+    if (!header.empty()) {
+      const std::vector<std::string> fields = split_commas(text);
+      MT_CHECK(
+          fields.size() > label_col && !fields[label_col].empty(),
+          where,
+          line,
+          ": no value in the 'label' column (column ",
+          label_col + 1,
+          " of ",
+          header.size(),
+          "): '",
+          text,
+          "'");
+      name = fields[label_col];
+    }
+    MT_CHECK(
+        name[0] != '.' && name.find('/') == std::string::npos,
+        where,
+        line,
+        ": '",
+        name,
+        "' is not a class folder's name (a hidden name or a path)");
+    const auto seen =
+        std::find_if(out.begin(), out.end(), [&](const ListedClass& c) {
+          return c.name == name;
+        });
+    if (seen == out.end()) {
+      out.push_back({name, line});
+      continue;
+    }
+    // A CSV names a class once per image; a list names it once.
+    MT_CHECK(
+        !header.empty(),
+        where,
+        line,
+        ": class '",
+        name,
+        "' again (first on line ",
+        seen->line,
+        "); list each class once");
+  }
+  MT_CHECK(
+      !out.empty(),
+      "convert-images: --classes '",
+      path,
+      "' names no class; give one class per line or filename,label rows");
+  return out;
+}
+
 void write_attrs(
     const Output& o,
     const ImageConvertSpec& spec,
@@ -224,6 +331,43 @@ ImageConvertResult convert_images(
       spec.folder,
       "' has no class subfolders (expected FOLDER/CLASS/IMAGE.jpg, one "
       "subfolder per class, as torchvision's ImageFolder)");
+  if (!spec.classes.empty()) {
+    // Only the listed class folders, still in sorted order.
+    const std::vector<ListedClass> listed = read_class_list(spec.classes);
+    std::set<std::string> wanted;
+    for (const ListedClass& c : listed) {
+      const bool found =
+          std::any_of(class_dirs.begin(), class_dirs.end(), [&](const auto& d) {
+            return d.filename().string() == c.name;
+          });
+      MT_CHECK(
+          found,
+          "convert-images: --classes '",
+          spec.classes,
+          "' line ",
+          c.line,
+          ": class '",
+          c.name,
+          "' has no folder '",
+          (root / c.name).string(),
+          "'; add the folder or fix the split file");
+      wanted.insert(c.name);
+    }
+    const size_t folders = class_dirs.size();
+    class_dirs.erase(
+        std::remove_if(
+            class_dirs.begin(),
+            class_dirs.end(),
+            [&](const fs::path& d) {
+              return wanted.count(d.filename().string()) == 0;
+            }),
+        class_dirs.end());
+    if (progress)
+      progress(
+          "classes: " + std::to_string(class_dirs.size()) + " of " +
+          std::to_string(folders) + " class folders, listed in --classes '" +
+          spec.classes + "'");
+  }
   std::string names;
   for (const fs::path& d : class_dirs) {
     const std::string n = d.filename().string();

@@ -5,7 +5,9 @@
 namespace memtrain {
 
 FewShotModel::FewShotModel(
-    std::shared_ptr<Classifier> backbone, const ModelConfig& cfg)
+    std::shared_ptr<Classifier> backbone,
+    const ModelConfig& cfg,
+    const EpisodeShape& shape)
     : backbone_(std::move(backbone)), head_(cfg.head) {
   MT_INTERNAL_ASSERT(head_ != Head::kLinear);
   register_module("backbone", backbone_);
@@ -15,6 +17,12 @@ FewShotModel::FewShotModel(
   if (head_ == Head::kCosine) {
     scale_ = register_parameter(
         "scale", torch::full({1}, cfg.cosine_scale, torch::kFloat32));
+  }
+  if (head_ == Head::kCosineTransformer) {
+    fsct_ = register_module(
+        "fsct",
+        CosineTransformerHead(
+            cfg.embed_dim, cfg.fsct, shape.n_way, shape.k_shot));
   }
 }
 
@@ -38,10 +46,16 @@ torch::Tensor FewShotModel::episode_logits(
   MT_INTERNAL_ASSERT(emb.dim() == 2 && emb.size(0) % rows == 0);
   const int64_t n = emb.size(0) / rows, d = emb.size(1);
   const torch::Tensor e = emb.view({n, rows, d});
+  const torch::Tensor q = e.slice(1, shape.support(), rows);  // (n, NQ, D)
+  if (head_ == Head::kCosineTransformer) {
+    const torch::Tensor support =
+        e.slice(1, 0, shape.support())
+            .reshape({n, shape.n_way, shape.k_shot, d});
+    return fsct_.ptr()->forward(support, q);
+  }
   const torch::Tensor protos = e.slice(1, 0, shape.support())
                                    .reshape({n, shape.n_way, shape.k_shot, d})
-                                   .mean(2);                  // (n, N, D)
-  const torch::Tensor q = e.slice(1, shape.support(), rows);  // (n, NQ, D)
+                                   .mean(2);  // (n, N, D)
   if (head_ == Head::kPrototype)
     return -(q.unsqueeze(2) - protos.unsqueeze(1)).pow(2).sum(-1);
   namespace F = torch::nn::functional;
@@ -52,13 +66,17 @@ torch::Tensor FewShotModel::episode_logits(
 }
 
 std::shared_ptr<FewShotModel> make_fewshot_model(
-    const ModelConfig& cfg, const ModelInput& input) {
+    const ModelConfig& cfg,
+    const ModelInput& input,
+    const EpisodeShape& shape) {
   ModelInput embed = input;
   embed.num_classes = cfg.embed_dim;
   ModelConfig backbone = cfg;
   backbone.num_classes = cfg.embed_dim;
-  // make_model seeds the generator; the scale is a constant.
-  return std::make_shared<FewShotModel>(make_model(backbone, embed), cfg);
+  // make_model seeds the generator; the scale is a constant, and the
+  // transformer head draws its weights next, from the same generator.
+  return std::make_shared<FewShotModel>(
+      make_model(backbone, embed), cfg, shape);
 }
 
 torch::Tensor query_labels(const torch::Tensor& y, const EpisodeShape& shape) {

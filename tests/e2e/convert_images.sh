@@ -12,7 +12,11 @@
 #   difference) of PIL's own decode + Resize(32, bilinear) + CenterCrop(32);
 # - memtrain inspect: problems: none, inspect --verify: all verified;
 # - model.name=cnn trains one window on the result with 2 ranks;
-# - bad inputs exit 2 with one error line, outputs untouched, no temp file.
+# - --classes with a split CSV (filename,label, CRLF) and a one-per-line
+#   file: exactly the listed classes, in sorted order;
+# - bad inputs exit 2 with one error line, outputs untouched, no temp file
+#   (a listed class without a folder, a repeated class, no label column
+#   named with the file and the line).
 source "$(dirname "$0")/common.sh"
 # PIL, h5py and numpy: $PY if it has them, else Debian's python3
 # (python3-pil, python3-h5py: launch/install_deps.sh).
@@ -148,6 +152,28 @@ PYEOF
   --val-fraction 0 >/dev/null 2>&1 || fail "--val-fraction 0"
 [ -f all/all.h5 ] && [ ! -e all/all-val.h5 ] || fail "--val-fraction 0 wrote a val file"
 
+# --classes: miniImageNet-style split files select class folders, one file
+# per split; labels follow the selected classes' sorted order.
+printf 'filename,label\r\ncow0001.jpg,cow\r\nant0001.jpg,ant\r\ncow0002.jpg,cow\r\n' >split-train.csv
+printf 'Bee\n\n' >split-test.txt
+"$MEMTRAIN" convert-images --folder imgs --out split/train.h5 --size 16 --val-fraction 0 \
+  --classes split-train.csv >split-train.log 2>&1 || { cat split-train.log; fail "--classes CSV"; }
+grep -qxF "classes: 2 of 3 class folders, listed in --classes 'split-train.csv'" split-train.log ||
+  { cat split-train.log; fail "--classes: the selection line"; }
+"$MEMTRAIN" convert-images --folder imgs --out split/test.h5 --size 16 --val-fraction 0 \
+  --classes split-test.txt >split-test.log 2>&1 || { cat split-test.log; fail "--classes list"; }
+"$PY" - <<'PYEOF' || fail "--classes contents"
+import h5py, numpy as np
+for path, names, n in (("split/train.h5", "ant,cow", [12, 12]), ("split/test.h5", "Bee", [12])):
+    with h5py.File(path, "r") as f:
+        got = f.attrs["class_names"]
+        got = got.decode() if isinstance(got, bytes) else got
+        assert got == names, (path, got)
+        assert f.attrs["num_classes"] == len(n), path
+        assert np.bincount(f["labels"][...]).tolist() == n, (path, np.bincount(f["labels"][...]))
+print("ok: --classes: split/train.h5 ant,cow (12 + 12), split/test.h5 Bee (12)")
+PYEOF
+
 # --- bad inputs: exit 2, one error line, nothing touched ---------------------
 cp data/train.h5 keep.h5
 expect_error() {  # PATTERN ARGS...
@@ -165,6 +191,16 @@ expect_error "--folder 'flat' has no class subfolders" --folder flat --out data/
 mkdir -p junk/k && printf 'x' >junk/k/a.png
 expect_error "no readable image (1 .jpg/.jpeg/.png files skipped" --folder junk --out data/train.h5
 expect_error "--val-fraction 1 is not in [0, 1)" --folder imgs --out data/train.h5 --val-fraction 1
+printf 'filename,label\na.jpg,ant\nb.jpg,dog\n' >split-bad.csv
+expect_error "--classes 'split-bad.csv' line 3: class 'dog' has no folder 'imgs/dog'" \
+  --folder imgs --out data/train.h5 --classes split-bad.csv
+printf 'ant\ncow\nant\n' >split-twice.txt
+expect_error "--classes 'split-twice.txt' line 3: class 'ant' again (first on line 1)" \
+  --folder imgs --out data/train.h5 --classes split-twice.txt
+printf 'filename,class\na.jpg,ant\n' >split-nolabel.csv
+expect_error "--classes 'split-nolabel.csv' line 1: a CSV header without a 'label' column" \
+  --folder imgs --out data/train.h5 --classes split-nolabel.csv
+expect_error "--classes 'nofile.csv': cannot open" --folder imgs --out data/train.h5 --classes nofile.csv
 cmp -s keep.h5 data/train.h5 || fail "a failed run changed data/train.h5"
 ! ls data/*.tmp.* 2>/dev/null || fail "temporary files left"
 echo "e2e convert_images: ok"

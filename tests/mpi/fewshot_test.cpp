@@ -1,6 +1,7 @@
 // Few-shot episodes through the real window loop (Note [Episodes]): the
 // update of a window of E = 8 episodes is one step on their mean query loss
-// for every split into ranks x micro-steps x episodes per micro-step, and
+// for every split into ranks x micro-steps x episodes per micro-step (each
+// head: prototype, cosine, cosine_transformer), and
 // validation over episodes is exact over ranks.
 
 #include <gtest/gtest.h>
@@ -39,6 +40,8 @@ TrainConfig fewshot_config(const std::string& train, const std::string& head) {
   c.data.seed = 11;
   c.validation.episodes = 0;
   c.training.lr = 0.5;
+  // cosine_transformer: small, two repetitions (the loop over depth runs).
+  c.model.fsct = {2, 4, 16, 2};
   return c;
 }
 
@@ -60,7 +63,7 @@ NamedTensors reference_update(const TrainConfig& cfg) {
   const ShardedSampler order(
       cfg.data.episodes.per_epoch, 8, 0, 1, cfg.data.seed, false);
   auto model = make_fewshot_model(
-      cfg.model, {info.kind, info.sample_shape, info.num_classes});
+      cfg.model, {info.kind, info.sample_shape, info.num_classes}, shape);
   torch::Tensor total = torch::zeros({});
   for (int64_t id : order.window_indices(0, 0)) {
     const std::vector<int64_t> r = episodes.rows(0, id);
@@ -92,7 +95,9 @@ TEST_P(FewShotSplit, UpdateOfEightEpisodesIsIndependentOfTheSplit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Heads, FewShotSplit, ::testing::Values("prototype", "cosine"));
+    Heads,
+    FewShotSplit,
+    ::testing::Values("prototype", "cosine", "cosine_transformer"));
 
 // validation.episodes = 30 over 1, 2 or 4 ranks (uneven shares): the same
 // mean accuracy and interval as one rank, each episode counted once.

@@ -32,7 +32,7 @@ enum class ModelName {
 // model.norm
 enum class Norm { kNone, kGroup, kInstance };
 // model.head
-enum class Head { kLinear, kPrototype, kCosine };
+enum class Head { kLinear, kPrototype, kCosine, kCosineTransformer };
 // data.flip
 enum class Flip { kNone, kW, kAll };
 // data.augment
@@ -95,8 +95,8 @@ constexpr bool is_volume_model(ModelName m) {
 constexpr std::array<const char*, 3> choice_names(Norm) {
   return {{"none", "group", "instance"}};
 }
-constexpr std::array<const char*, 3> choice_names(Head) {
-  return {{"linear", "prototype", "cosine"}};
+constexpr std::array<const char*, 4> choice_names(Head) {
+  return {{"linear", "prototype", "cosine", "cosine_transformer"}};
 }
 constexpr std::array<const char*, 3> choice_names(Flip) {
   return {{"none", "w", "all"}};

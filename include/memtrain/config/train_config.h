@@ -13,6 +13,16 @@
 
 namespace memtrain {
 
+// model.fsct: the few-shot cosine transformer head (model.head:
+// cosine_transformer; Note [The few-shot cosine transformer]). Defaults:
+// the paper's (Nguyen et al., IEEE Access 2023).
+struct FsctConfig {
+  int64_t heads = 8;      // attention heads
+  int64_t dim_head = 64;  // width of each head (and of the output layer)
+  int64_t mlp_dim = 512;  // hidden width of the feed-forward block
+  int64_t depth = 1;      // attention + feed-forward repetitions
+};
+
 struct ModelConfig {
   // mlp (for /features) | cnn, resnet50, seresnext50_32x4d (for /images) |
   // unet3d, swin_unetr (for /volumes) | dual_encoder, clip (for pair files)
@@ -28,12 +38,13 @@ struct ModelConfig {
   int64_t in_channels = 0;  // unet3d: 0 = the data's C
   int64_t num_classes = 0;  // 0 = the data's num_classes; 1 = binary
   int64_t seed = 1234;      // parameter initialisation
-  // Few-shot: linear (a class per output) | prototype | cosine: the
-  // backbone's outputs are an embed_dim-wide embedding, scored against the
-  // episode's class prototypes (src/model/fewshot_head.cpp).
+  // Few-shot: linear (a class per output) | prototype | cosine |
+  // cosine_transformer: the backbone's outputs are an embed_dim-wide embedding,
+  // scored against the episode's class prototypes (src/model/fewshot_head.cpp).
   Head head = Head::kLinear;
   int64_t embed_dim = 64;
   double cosine_scale = 10.0;  // cosine: initial value of the learnable s
+  FsctConfig fsct;             // cosine_transformer
   // dual_encoder, clip: the temperature the learnable logit scale starts
   // from.
   double init_temperature = 0.07;

@@ -23,6 +23,9 @@ struct ImageConvertSpec {
   double val_fraction = 0.1;  // per class, in [0, 1); 0: no validation file
   uint64_t seed = 0;          // the split's draw
   std::string command;        // written as the `generator` attribute
+  // "": every class folder; else a split file naming the classes to
+  // convert (convert_images below), e.g. miniImageNet's train.csv.
+  std::string classes;
 };
 
 struct SkippedImage {
@@ -58,6 +61,16 @@ struct ImageConvertResult {
 // when the conversion fails later. Throws memtrain::Error on bad flags, a
 // missing folder, no class folder, a class name with a comma, a class without a
 // readable image, an empty split, or a write failure.
+// With spec.classes, only the class folders that file lists are converted
+// (labels: their sorted order), so that miniImageNet-style split files
+// (Ravi & Larochelle's train.csv / val.csv / test.csv, 64 / 16 / 20
+// classes) make one file per split from one folder of class folders. The
+// file is either a CSV whose first line is a header with a `label` column
+// (`filename,label` rows; each label is a class, repeated once per image)
+// or one class name per line; blank lines are skipped, a trailing \r and
+// surrounding spaces dropped. A listed class without a folder, a repeated
+// line of a one-per-line file, a CSV row without its label or an empty
+// list is refused naming the file and the line.
 ImageConvertResult convert_images(
     const ImageConvertSpec& spec,
     const std::function<void(const std::string&)>& progress = {},

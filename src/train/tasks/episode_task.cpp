@@ -40,7 +40,7 @@ class EpisodeTask : public Task {
   void set_up(RunState& run) override;
 
   std::shared_ptr<Classifier> make_model(const RunState& run) override {
-    fewshot_ = make_fewshot_model(run.cfg.model, model_input(run));
+    fewshot_ = make_fewshot_model(run.cfg.model, model_input(run), shape_);
     return fewshot_;
   }
 
