@@ -302,7 +302,8 @@ int64_t open_row_table(
     const DatasetInfo& info,
     const char* width,
     const char* why,
-    hid_t dapl) {
+    hid_t dapl,
+    bool integers) {
   const std::string w = where + " dataset '/" + name + "'";
   into = h5::dataset(H5Dopen2(f, name, dapl));
   MT_CHECK(into.valid(), w, ": cannot open: ", h5::last_error());
@@ -328,6 +329,8 @@ int64_t open_row_table(
       info.num_samples,
       "; ",
       why);
+  if (integers)  // /tokens: check_tokens (h5_pairs.cpp) checks the type
+    return static_cast<int64_t>(dims[1]);
   MT_CHECK(
       h5::is_float(into.get()),
       w,

@@ -45,7 +45,8 @@ struct H5Dataset::Impl {
 // A float table with one row per sample beside the sample dataset
 // (/context_features, /features_b, /targets): `name` of file `f` opened
 // into `into` and checked -- 2-D [N, `width`] with the samples' N and a
-// float type -- its width returned. `why` ends the row-count message.
+// float type (an integer type when `integers`: /tokens) -- its width
+// returned. `why` ends the row-count message.
 int64_t open_row_table(
     h5::Handle& into,
     hid_t f,
@@ -54,6 +55,7 @@ int64_t open_row_table(
     const DatasetInfo& info,
     const char* width,
     const char* why,
-    hid_t dapl = H5P_DEFAULT);
+    hid_t dapl = H5P_DEFAULT,
+    bool integers = false);
 
 }  // namespace memtrain

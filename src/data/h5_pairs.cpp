@@ -91,7 +91,8 @@ void H5Dataset::open_pairs(
       info,
       info.tokens ? "L" : "Fb",
       "row i of both is pair i, so they must be equal",
-      dapl.get());
+      dapl.get(),
+      /*integers=*/info.tokens);
   info.num_classes = 0;
   if (info.tokens)
     check_tokens(impl.context.get(), info, where + " dataset '/tokens'");

@@ -13,7 +13,7 @@
 # - a dual encoder learns the synthetic correspondence (validation top-1
 #   retrieval well above chance), and data.batch_size=auto fits it under a
 #   budget with the same update;
-# - launch/configs/clip-v100.yaml starts and runs one window;
+# - launch/configs/clip-heads-v100.yaml starts and runs one window;
 # - bad inputs: a pair file for model.name=mlp, /features_b of another
 #   length, a negative pair id.
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -129,11 +129,11 @@ echo "auto: micro-batch $micro under 7.5 MiB; max |w48 - wauto| = $d"
   --out clip.h5 >/dev/null
 "$MEMTRAIN" make-data --kind pairs --samples 96 --features 512 --context 512 \
   --split val --out clip-val.h5 >/dev/null
-mpi -np 2 "$MEMTRAIN" train --config "$ROOT/launch/configs/clip-v100.yaml" \
+mpi -np 2 "$MEMTRAIN" train --config "$ROOT/launch/configs/clip-heads-v100.yaml" \
   --data.train=clip.h5 --data.val=clip-val.h5 --training.max_windows=1 \
-  --output.dir=clip >clip.log 2>&1 || { cat clip.log; fail "clip-v100.yaml"; }
+  --output.dir=clip >clip.log 2>&1 || { cat clip.log; fail "clip-heads-v100.yaml"; }
 grep -E "^(window|memory plan)" clip.log
-[ "$(window clip samples)" = 96 ] || fail "clip-v100.yaml: not a window of 96"
+[ "$(window clip samples)" = 96 ] || fail "clip-heads-v100.yaml: not a window of 96"
 
 # Bad inputs: named, exit 2.
 expect_error() {  # PATTERN command...

@@ -9,7 +9,7 @@
 # - a run resumed at another world size sees the same episodes;
 # - the CNN on /images, checkpointed or not: the same update;
 # - data.batch_size=auto picks the episodes per micro-step under a budget;
-# - launch/configs/fewshot-v100.yaml starts and runs one window.
+# - launch/configs/fewshot-features-v100.yaml starts and runs one window.
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 source "$HERE/common.sh"
@@ -134,8 +134,8 @@ grep -q "class 0 (a training class) has 10 sample(s), fewer than data.episodes.k
   { cat small.log; fail "the message does not name the class"; }
 
 # The shipped config starts and runs one window (CPU, small data path).
-mpi -np 1 "$MEMTRAIN" train --config "$ROOT/launch/configs/fewshot-v100.yaml" \
+mpi -np 1 "$MEMTRAIN" train --config "$ROOT/launch/configs/fewshot-features-v100.yaml" \
   --data.train=fs.h5 --training.max_windows=1 --dist.device=cpu \
-  --output.dir=v100 >v100.log 2>&1 || { cat v100.log; fail "fewshot-v100.yaml"; }
-[ "$(grep -c '"type":"window"' v100/metrics.jsonl)" = 1 ] || fail "fewshot-v100: not one window"
+  --output.dir=v100 >v100.log 2>&1 || { cat v100.log; fail "fewshot-features-v100.yaml"; }
+[ "$(grep -c '"type":"window"' v100/metrics.jsonl)" = 1 ] || fail "fewshot-features-v100: not one window"
 echo "e2e fewshot: ok"

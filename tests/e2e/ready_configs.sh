@@ -10,7 +10,7 @@
 #   that the one epoch validates);
 # - swin-unetr-v100.yaml: the same at feature size 12 on 64x32x32 patches
 #   (multiples of 32), its 14 segments planned;
-# - fsct-v100.yaml: one window of 8 few-shot episodes (cosine transformer
+# - fewshot-v100.yaml: one window of 8 few-shot episodes (cosine transformer
 #   on resnet50) at 40 x 40.
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -42,17 +42,17 @@ acc=$(record seresnext/metrics.jsonl validation val_accuracy)
   fail "seresnext50-v100.yaml: val_accuracy '$acc'"
 echo "seresnext50-v100.yaml: one window of 64, val_accuracy $acc"
 
-# fsct-v100.yaml: the cosine transformer on resnet50, 2 ranks, one window
+# fewshot-v100.yaml: the cosine transformer on resnet50, 2 ranks, one window
 # of 8 episodes (1-shot, 2 queries: the tiny file has 10 images a class).
 "$MEMTRAIN" make-data --kind images --samples 240 --channels 3 --height 40 \
   --width 40 --classes 24 --dtype uint8 --out fs-im.h5 >/dev/null
-mpi -np 2 "$MEMTRAIN" train --config "$ROOT/launch/configs/fsct-v100.yaml" \
+mpi -np 2 "$MEMTRAIN" train --config "$ROOT/launch/configs/fewshot-v100.yaml" \
   --data.train=fs-im.h5 --data.read_threads=1 --data.episodes.k_shot=1 \
   --data.episodes.n_query=2 --data.episodes.per_epoch=8 --validation.episodes=4 \
-  --training.max_windows=1 --output.dir=fsct >fsct.log 2>&1 || { tail -30 fsct.log; fail "fsct-v100.yaml"; }
+  --training.max_windows=1 --output.dir=fsct >fsct.log 2>&1 || { tail -30 fsct.log; fail "fewshot-v100.yaml"; }
 grep -E "^(window|memory plan|few-shot)" fsct.log
-[ "$(record fsct/metrics.jsonl window samples)" = 8 ] || fail "fsct-v100.yaml: not a window of 8 episodes"
-echo "fsct-v100.yaml: one window of 8 episodes"
+[ "$(record fsct/metrics.jsonl window samples)" = 8 ] || fail "fewshot-v100.yaml: not a window of 8 episodes"
+echo "fewshot-v100.yaml: one window of 8 episodes"
 
 volume_config() {  # CONFIG NAME DEPTH FEATURE SEGMENTS: one window of 8 and a Dice
   local config=$1 name=$2 depth=$3

@@ -315,7 +315,9 @@ std::string describe_run(const RunState& m) {
   for (const auto& p : m.params)
     numel += p.numel();
   out << "\nmodel: " << m.cfg.model.name << " (";
-  if (m.cfg.model.name == ModelName::kSwinUnetr) {
+  if (m.cfg.model.name == ModelName::kClip) {
+    out << m.cfg.model.variant << ", open_clip's ViT and text transformer";
+  } else if (m.cfg.model.name == ModelName::kSwinUnetr) {
     out << m.task->describe_width(m) << ", instance norm as MONAI's, "
         << m.buffers.size() << " buffers (relative position indices)";
   } else if (m.buffers.empty()) {
