@@ -13,12 +13,6 @@ namespace {
 CaptionConvertSpec spec;
 std::string sep = "\\t";
 bool no_captions = false;
-
-void make_parent(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  if (slash != std::string::npos && slash > 0)
-    make_directories(path.substr(0, slash));
-}
 }  // namespace
 
 void add_convert_captions(CLI::App& app) {
@@ -97,9 +91,9 @@ int run_convert_captions() {
       "' is not one character (pass '\\t' for a tab)");
   spec.sep = sep == "\\t" ? '\t' : sep[0];
   spec.write_captions = !no_captions;
-  make_parent(spec.out);
+  make_parent_directories(spec.out);
   if (spec.val_fraction > 0 && !spec.val_out.empty())
-    make_parent(spec.val_out);
+    make_parent_directories(spec.val_out);
   // Each report on stderr as it comes, one line: "skipped: line L: PATH:
   // REASON", "truncated: line L: 'CAPTION START...': REASON".
   const CaptionConvertResult r =

@@ -10,12 +10,6 @@
 namespace memtrain::cli {
 namespace {
 ImageConvertSpec spec;
-
-void make_parent(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  if (slash != std::string::npos && slash > 0)
-    make_directories(path.substr(0, slash));
-}
 }  // namespace
 
 void add_convert_images(CLI::App& app) {
@@ -58,9 +52,9 @@ void add_convert_images(CLI::App& app) {
 
 int run_convert_images() {
   spec.command = "memtrain convert-images";
-  make_parent(spec.out);
+  make_parent_directories(spec.out);
   if (spec.val_fraction > 0 && !spec.val_out.empty())
-    make_parent(spec.val_out);
+    make_parent_directories(spec.val_out);
   // Skipped files and decoder warnings on stderr as they come, one line
   // each: "skipped: PATH: REASON", "warning: PATH: MESSAGE (kept)".
   const ImageConvertResult r = convert_images(

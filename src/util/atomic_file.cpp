@@ -205,4 +205,10 @@ void make_directories(const std::string& path) {
       ::access(path.c_str(), W_OK) == 0, "folder '", path, "' is not writable");
 }
 
+void make_parent_directories(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash != std::string::npos && slash > 0)
+    make_directories(path.substr(0, slash));
+}
+
 }  // namespace memtrain

@@ -138,17 +138,7 @@ for i, p in enumerate(json.load(open("rows.json"))["good"]):
 import json, os
 import h5py, numpy as np
 from open_clip_tokens import tokens
-M = (1 << 64) - 1
-def splitmix64(x):
-    x = (x + 0x9E3779B97F4A7C15) & M
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M
-    return x ^ (x >> 31)
-def fnv1a64(s):
-    h = 14695981039346656037
-    for b in s.encode():
-        h = ((h ^ b) * 1099511628211) & M
-    return h
+from split_rule import by_split_key
 d = json.load(open("rows.json"))
 good = d["good"]
 with h5py.File("ref/images.h5") as h:  # class folder rows sorted by name
@@ -159,7 +149,7 @@ first = {}
 for p, c in d["rows"]:
     if p:
         first.setdefault(os.path.normpath(p), os.path.normpath(p))
-names = sorted(first.values(), key=lambda s: (splitmix64(fnv1a64(s) ^ splitmix64(5)), s))
+names = by_split_key(first.values(), 5)
 n_val = int(np.floor(0.25 * len(names) + 0.5))
 assert len(names) == 12 and n_val == 3, (len(names), n_val)
 val_images = set(names[:n_val])

@@ -71,21 +71,11 @@ grep -qF "images: 36 (train 27, val 9); skipped (unreadable): 2; decoded with wa
   fail "summary line"
 grep -qxF "class 1 'ant': 12 images (9 train, 3 val), 1 skipped" log.txt || fail "class line"
 
-"$PY" - <<'PYEOF' || fail "contents"
+PYTHONPATH=$TOOLS "$PY" - <<'PYEOF' || fail "contents"
 import glob, os
 import h5py, numpy as np
 from PIL import Image
-M = (1 << 64) - 1
-def splitmix64(x):
-    x = (x + 0x9E3779B97F4A7C15) & M
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M
-    return x ^ (x >> 31)
-def fnv1a64(s):
-    h = 14695981039346656037
-    for b in s.encode():
-        h = ((h ^ b) * 1099511628211) & M
-    return h
+from split_rule import by_split_key
 def ref(path, s=32):  # torchvision: Resize(s) (PIL bilinear) + CenterCrop(s)
     im = Image.open(path).convert("RGB")
     w, h = im.size
@@ -101,7 +91,7 @@ for c, name in enumerate(classes):
                    if f.lower().endswith((".jpg", ".jpeg", ".png")) and not f.startswith(".")
                    and f not in ("broken.jpg", "empty.png"))
     n_val = int(np.floor(0.25 * len(files) + 0.5))
-    by_key = sorted(files, key=lambda f: (splitmix64(fnv1a64(f) ^ splitmix64(3)), f))
+    by_key = by_split_key(files, 3)
     val = set(by_key[:n_val])
     for f in files:
         split = "val" if f in val else "train"

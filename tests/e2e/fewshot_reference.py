@@ -77,19 +77,25 @@ def mlp_embed(p, x, depth):
     return lin(h, "head")
 
 
-def main():
-    data, init, head = sys.argv[1], sys.argv[2], sys.argv[3]
-    n, k, q, e, seed = map(int, sys.argv[4:9])
-    fraction, depth = float(sys.argv[9]), int(sys.argv[10])
+def read_split(data, seed, fraction):
+    """The features of DATA, each class's rows and the training classes:
+    the class split draws from stream 2 and holds out the first
+    max(1, round(fraction * C))."""
     with h5py.File(data, "r") as f:
         x_all = torch.tensor(f["features"][...])
         labels = f["labels"][...]
     classes = int(labels.max()) + 1
     rows = [sorted(np.nonzero(labels == c)[0].tolist()) for c in range(classes)]
-    # The class split: stream 2; the first max(1, round(f * C)) are held out.
     perm = draw_distinct(range(classes), classes, Rng(seed, 2, 0, 0))
     held = set(perm[: max(1, int(round(fraction * classes)))])
-    train = [c for c in range(classes) if c not in held]
+    return x_all, rows, [c for c in range(classes) if c not in held]
+
+
+def main():
+    data, init, head = sys.argv[1], sys.argv[2], sys.argv[3]
+    n, k, q, e, seed = map(int, sys.argv[4:9])
+    fraction, depth = float(sys.argv[9]), int(sys.argv[10])
+    x_all, rows, train = read_split(data, seed, fraction)
     p = load_safetensors(init)
     losses = []
     for i in range(e):

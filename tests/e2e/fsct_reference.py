@@ -28,14 +28,12 @@ usage: fsct_reference.py DATA.h5 INITIAL.safetensors FINAL.safetensors
 import sys
 from pathlib import Path
 
-import h5py
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fewshot_reference import Rng, draw_distinct, load_safetensors, mlp_embed  # noqa: E402
+from fewshot_reference import Rng, draw_distinct, load_safetensors, mlp_embed, read_split  # noqa: E402
 
 
 def cosine_distance(x1, x2):
@@ -121,14 +119,8 @@ def main():
     fraction, mlp_depth, lr = float(sys.argv[9]), int(sys.argv[10]), float(sys.argv[11])
     heads, dim_head, mlp_dim, depth = map(int, sys.argv[12:16])
     torch.set_default_dtype(torch.float64)
-    with h5py.File(data, "r") as f:
-        x_all = torch.tensor(f["features"][...], dtype=torch.float64)
-        labels = f["labels"][...]
-    classes = int(labels.max()) + 1
-    rows = [sorted(np.nonzero(labels == c)[0].tolist()) for c in range(classes)]
-    perm = draw_distinct(range(classes), classes, Rng(seed, 2, 0, 0))
-    held = set(perm[: max(1, int(round(fraction * classes)))])
-    train = [c for c in range(classes) if c not in held]
+    x_all, rows, train = read_split(data, seed, fraction)
+    x_all = x_all.double()
 
     p0 = load_safetensors(init)
     backbone = {name: t.double().requires_grad_() for name, t in p0.items() if name.startswith("backbone.")}

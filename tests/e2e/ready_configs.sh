@@ -11,7 +11,9 @@
 # - swin-unetr-v100.yaml: the same at feature size 12 on 64x32x32 patches
 #   (multiples of 32), its 14 segments planned;
 # - fewshot-v100.yaml: one window of 8 few-shot episodes (cosine transformer
-#   on resnet50) at 40 x 40.
+#   on resnet50) at 40 x 40;
+# - clip-v100.yaml: one window of 96 caption pairs through open_clip's
+#   ViT-B-32 towers (micro-batch 8 given), one contrastive batch.
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 source "$HERE/common.sh"
@@ -53,6 +55,23 @@ mpi -np 2 "$MEMTRAIN" train --config "$ROOT/launch/configs/fewshot-v100.yaml" \
 grep -E "^(window|memory plan|few-shot)" fsct.log
 [ "$(record fsct/metrics.jsonl window samples)" = 8 ] || fail "fewshot-v100.yaml: not a window of 8 episodes"
 echo "fewshot-v100.yaml: one window of 8 episodes"
+
+# clip-v100.yaml: open_clip's ViT-B-32, both towers, on 224 x 224 images
+# and 77-token captions, 2 ranks, one window of 96 pairs as one contrastive
+# batch (one all-gather of the embeddings). The micro-batch is given (8):
+# the planner's probes of ViT-B-32 take minutes on two CPU cores.
+"$MEMTRAIN" make-data --kind captions --samples 96 --height 224 --width 224 \
+  --out cap.h5 >/dev/null
+mpi -np 2 "$MEMTRAIN" train --config "$ROOT/launch/configs/clip-v100.yaml" \
+  --data.train=cap.h5 --data.val= --data.batch_size=8 --data.read_threads=1 \
+  --training.max_windows=1 --output.dir=clip >clip.log 2>&1 || { tail -30 clip.log; fail "clip-v100.yaml"; }
+grep -E "^(model|window|memory plan)" clip.log
+[ "$(record clip/metrics.jsonl window samples)" = 96 ] || fail "clip-v100.yaml: not a window of 96"
+[ "$(record clip/metrics.jsonl window allgather_calls)" = 1 ] ||
+  fail "clip-v100.yaml: not one all-gather of the window's embeddings"
+grep -q "checkpointing auto: [0-9]*/24 segments" clip.log ||
+  fail "clip-v100.yaml: not 24 transformer-block segments"
+echo "clip-v100.yaml: one window of 96 pairs"
 
 volume_config() {  # CONFIG NAME DEPTH FEATURE SEGMENTS: one window of 8 and a Dice
   local config=$1 name=$2 depth=$3

@@ -21,5 +21,8 @@ void write_file_atomically(const std::string& path, const std::string& data);
 
 // mkdir -p; throws memtrain::Error naming the folder and the reason.
 void make_directories(const std::string& path);
+// make_directories of the folder `path` is in ("out/x.h5": "out"; nothing
+// for a bare file name).
+void make_parent_directories(const std::string& path);
 
 }  // namespace memtrain
