@@ -1,6 +1,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "agreed.h"
 #include "commands.h"
@@ -35,6 +36,18 @@ void add_embed(CLI::App& app, EmbedArgs& args) {
 }
 
 int run_embed(EmbedArgs& args) {
+  // One process: under mpirun or srun every rank would embed the whole file
+  // and race for --out.
+  for (const char* n : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+    const char* v = std::getenv(n);
+    MT_CHECK(
+        v == nullptr || std::atoi(v) <= 1,
+        "embed runs as one process, not under mpirun/srun with ",
+        v ? v : "",
+        " ranks (",
+        n,
+        "); run it directly");
+  }
   const TrainConfig cfg = TrainConfig::load(args.config, args.overrides);
   args.spec.weights = args.weights;
   const auto placement =

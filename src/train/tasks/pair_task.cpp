@@ -46,9 +46,9 @@ namespace memtrain {
 //      one-batch loss.
 // The device holds one micro-batch's activations at a time, as in a plain
 // window; the forward runs twice (README "Contrastive pairs": 1.33 s vs
-// 1.01 s for local on one window of clip-heads-v100.yaml). The boundary all-reduce of
-// the gradients is still the window's only gradient exchange; the all-gather is
-// counted apart (CommStats::allgather_*, the window record's
+// 1.01 s for local on one window of clip-heads-v100.yaml). The boundary
+// all-reduce of the gradients is still the window's only gradient exchange; the
+// all-gather is counted apart (CommStats::allgather_*, the window record's
 // allgather_calls/bytes). An OOM anywhere replays the window at half the
 // micro-batch (Note [OOM recovery]): the update does not depend on the split.
 
@@ -136,7 +136,7 @@ class PairTask : public Task {
   }
 
   std::string kind_words() const override {
-    return "a dual encoder";
+    return "contrastive pairs";
   }
 
   ValResult validate(
