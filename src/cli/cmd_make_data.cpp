@@ -27,6 +27,10 @@ void add_make_data(CLI::App& app) {
          "features, images, volumes, fewshot (/features of many classes "
          "with few samples each; default 64 classes x 20), pairs "
          "(/features_a and /features_b sharing a latent vector per row), "
+         "captions (uint8 RGB /images of --height x --width and int32 "
+         "/tokens [N, 77] shaped like CLIP's: 49406, 1-75 random ids below "
+         "49406, 49407, zeros; pixels independent of the tokens: for "
+         "measuring model.name: clip's memory and time, nothing to learn), "
          "patch-features (/features rows of volumes' patch grids with "
          "/volume_ids and /voxel_index; default 2 classes, --context 16) or "
          "regression (/features and --targets float /targets linear in "
@@ -37,6 +41,7 @@ void add_make_data(CLI::App& app) {
            "volumes",
            "fewshot",
            "pairs",
+           "captions",
            "patch-features",
            "regression"}))
       ->capture_default_str();
@@ -97,10 +102,10 @@ void add_make_data(CLI::App& app) {
   cmd->add_option("--channels", spec.channels, "images, volumes: C")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--height", spec.height, "images, volumes: H")
+  cmd->add_option("--height", spec.height, "images, volumes, captions: H")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--width", spec.width, "images, volumes: W")
+  cmd->add_option("--width", spec.width, "images, volumes, captions: W")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option(
@@ -142,6 +147,18 @@ int run_make_data() {
         static_cast<long>(spec.samples),
         static_cast<long>(spec.features),
         static_cast<long>(spec.targets),
+        static_cast<unsigned long>(spec.seed),
+        spec.split.c_str());
+    return 0;
+  }
+  if (spec.kind == "captions") {
+    std::printf(
+        "wrote %s: %ld pairs of %ldx%ld RGB images and 77 tokens, seed %lu, "
+        "split %s\n",
+        out_path.c_str(),
+        static_cast<long>(spec.samples),
+        static_cast<long>(spec.height),
+        static_cast<long>(spec.width),
         static_cast<unsigned long>(spec.seed),
         spec.split.c_str());
     return 0;

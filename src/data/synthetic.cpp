@@ -318,11 +318,11 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
       spec.kind == "features" || spec.kind == "images" ||
           spec.kind == "volumes" || spec.kind == "fewshot" ||
           spec.kind == "patch-features" || spec.kind == "pairs" ||
-          spec.kind == "regression",
+          spec.kind == "captions" || spec.kind == "regression",
       "make-data: --kind '",
       spec.kind,
-      "' is not features, images, volumes, fewshot, patch-features, pairs "
-      "or regression");
+      "' is not features, images, volumes, fewshot, patch-features, pairs, "
+      "captions or regression");
   MT_CHECK(spec.samples > 0, "make-data: --samples must be positive");
   MT_CHECK(spec.classes >= 2, "make-data: --classes must be at least 2");
   MT_CHECK(spec.noise >= 0, "make-data: --noise must be >= 0");
@@ -336,6 +336,10 @@ void make_synthetic(const SyntheticSpec& spec, const std::string& path) {
   }
   if (spec.kind == "pairs") {
     synthetic::make_pairs(spec, path);
+    return;
+  }
+  if (spec.kind == "captions") {
+    synthetic::make_captions(spec, path);
     return;
   }
   if (spec.kind == "patch-features") {

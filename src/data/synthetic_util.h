@@ -1,6 +1,6 @@
 #pragma once
 // Private to make_synthetic's files (synthetic.cpp, synthetic_patches.cpp,
-// synthetic_pairs.cpp, synthetic_regression.cpp):
+// synthetic_pairs.cpp, synthetic_captions.cpp, synthetic_regression.cpp):
 // the Gaussian draws every kind uses, the split's seed and the atomic write.
 
 #include <cmath>
@@ -67,6 +67,10 @@ void write_rows(
 // --kind pairs (synthetic_pairs.cpp): /features_a [N, F] and /features_b
 // [N, Fb] sharing a latent vector per row.
 void make_pairs(const SyntheticSpec& spec, const std::string& path);
+
+// --kind captions (synthetic_captions.cpp): /images uint8 [N, 3, H, W] and
+// /tokens int32 [N, 77] shaped like CLIP's, independent of each other.
+void make_captions(const SyntheticSpec& spec, const std::string& path);
 
 // --kind regression (synthetic_regression.cpp): /features [N, F] and
 // /targets [N, T] linear in them.

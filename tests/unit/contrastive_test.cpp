@@ -1,6 +1,7 @@
 // The contrastive pieces: the symmetric InfoNCE against a hand computation
 // (with and without pair ids), the dual encoder's names, outputs and logit
-// scale, and pair files (make-data --kind pairs, /pair_ids, checks).
+// scale, and pair files (make-data --kind pairs and captions, /pair_ids,
+// checks).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -158,6 +159,62 @@ TEST(Contrastive, PairFilesReadAndCheck) {
   H5Dataset::open(dir.file("q.h5"), "t")
       .read({3}, a2.data(), y2.data(), b2.data());
   EXPECT_EQ(b2, b1);
+}
+
+// make-data --kind captions: a pair file of uint8 images and CLIP-shaped
+// tokens that opens as model.name: clip's input, the same for one seed and
+// split.
+TEST(Contrastive, SyntheticCaptionsAreClipPairs) {
+  test::TempDir dir("captions");
+  SyntheticSpec spec;
+  spec.kind = "captions";
+  spec.samples = 40;
+  spec.height = 8;
+  spec.width = 12;
+  spec.seed = 3;
+  make_synthetic(spec, dir.file("c.h5"));
+  const H5Dataset ds = H5Dataset::open(dir.file("c.h5"), "data.train");
+  const DatasetInfo& info = ds.info();
+  EXPECT_TRUE(info.paired);
+  EXPECT_TRUE(info.tokens);
+  EXPECT_EQ(info.kind, SampleKind::kImages);
+  EXPECT_EQ(info.sample_dataset, "/images");
+  EXPECT_EQ(info.sample_dtype, "uint8");
+  EXPECT_EQ(info.num_samples, 40);
+  EXPECT_EQ(info.sample_shape, (std::vector<int64_t>{3, 8, 12}));
+  EXPECT_EQ(info.context_features, 77);
+  EXPECT_EQ(info.token_vocab, 49408);
+  EXPECT_LT(info.token_max, 49408);
+  EXPECT_EQ(info.token_max, 49407);  // every row has the end token
+  EXPECT_TRUE(info.checksummed);
+  std::vector<float> x(2 * 3 * 8 * 12), t(2 * 77);
+  std::vector<int64_t> y(2);
+  ds.read({0, 39}, x.data(), y.data(), t.data());
+  for (float v : x) {
+    EXPECT_GE(v, 0.0f);  // uint8 / 255
+    EXPECT_LE(v, 1.0f);
+  }
+  for (int r = 0; r < 2; ++r) {
+    const float* row = t.data() + r * 77;
+    EXPECT_EQ(row[0], 49406.0f);
+    int end = 1;
+    while (end < 77 && row[end] != 49407.0f) {
+      EXPECT_GE(row[end], 0.0f);
+      EXPECT_LT(row[end], 49406.0f);
+      ++end;
+    }
+    ASSERT_LT(end, 77);  // 1..75 ids, then the end token
+    EXPECT_GE(end, 2);
+    for (int k = end + 1; k < 77; ++k)
+      EXPECT_EQ(row[k], 0.0f);
+  }
+  // The same seed and split: the same file contents.
+  make_synthetic(spec, dir.file("d.h5"));
+  std::vector<float> x2(x.size()), t2(t.size());
+  H5Dataset::open(dir.file("d.h5"), "t")
+      .read({0, 39}, x2.data(), y.data(), t2.data());
+  EXPECT_EQ(x2, x);
+  EXPECT_EQ(t2, t);
 }
 
 }  // namespace

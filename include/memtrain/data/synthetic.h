@@ -1,8 +1,9 @@
 #pragma once
 // Synthetic datasets with a learnable signal, for the quick start, tests and
-// benchmarks. Deterministic: the task (class centres / templates) comes from
-// `seed`, the samples from `seed` and `split`, so a train and a val file made
-// with the same seed share one task.
+// benchmarks (captions excepted: random images and CLIP-shaped token rows
+// that do not match, for measuring memory and time). Deterministic: the task
+// (class centres / templates) comes from `seed`, the samples from `seed` and
+// `split`, so a train and a val file made with the same seed share one task.
 
 #include <cstdint>
 #include <string>
@@ -10,13 +11,13 @@
 namespace memtrain {
 
 struct SyntheticSpec {
-  // features | images | volumes | fewshot | pairs | patch-features |
-  // regression
+  // features | images | volumes | fewshot | pairs | captions |
+  // patch-features | regression
   std::string kind = "features";
   int64_t samples = 4096;
   int64_t classes = 4;
   int64_t features = 32;  // features: F
-  int64_t channels = 3;   // images: C, H, W
+  int64_t channels = 3;   // images: C, H, W (captions: H, W; C is 3)
   int64_t height = 16;
   int64_t width = 16;
   int64_t depth = 32;   // volumes: C, D, H, W
