@@ -10,6 +10,8 @@
 //                [--image-size 224] [--resnet-micro 8]
 //                [--volume-size 64] [--unet-micro 2] [--unet-feature 16]
 //                [--unet-depth 3] [--swin-feature 48]
+//                [--clip-variant ViT-B-32] [--clip-micro 16]
+//                [--fsct-image-size 84] [--fsct-micro 1]
 //                [--fits v100-16gb] [--csv FILE]
 //   -b/-e/-f  micro-batch sweep of mlp and cnn: begin, end, factor
 //   models    also unet3d (--unet-feature, --unet-depth, instance norm, one
@@ -18,7 +20,15 @@
 //             micro-batches as unet3d) and
 //             seresnext50_32x4d (--image-size^2 RGB images, 10 classes),
 //             each at its own micro-batch (--unet-micro, --resnet-micro:
-//             one or more, comma-separated)
+//             one or more, comma-separated); clip (open_clip's CLIP,
+//             --clip-variant, --image-size^2 images with 77 tokens from
+//             make-data --kind captions, --clip-micro pairs, exact
+//             contrastive accumulation: the window's one micro-batch is
+//             embedded without a graph and then run again with it) and
+//             fsct (the few-shot cosine transformer on resnet50 as
+//             launch/configs/fsct-v100.yaml: 5-way 5-shot 16-query
+//             episodes of --fsct-image-size^2 images, --fsct-micro
+//             episodes a micro-batch; its samples/s are episodes/s)
 //   -w        warm-up windows (not timed)   -n  timed windows
 //   -c        check before timing: checkpointed weights equal
 //             un-checkpointed (offload: equal to all)
@@ -44,7 +54,8 @@
 #include <sstream>
 #include <thread>
 
-#include "memtrain/data/synthetic.h"
+#include "bench_memory_data.h"
+
 #include "memtrain/device/placement.h"
 #include "memtrain/dist/cpu_threads.h"
 #include "memtrain/dist/environment.h"
@@ -55,6 +66,7 @@
 #include "memtrain/util/error.h"
 
 using namespace memtrain;
+using bench::wanted_in;
 
 namespace {
 
@@ -97,6 +109,10 @@ Result run(
   const TrainSummary s = t.run();
   Result r;
   r.row.model = to_string(c.model.name);
+  if (c.model.name == ModelName::kClip)
+    r.row.model += ":" + c.model.variant;
+  if (c.model.head == Head::kCosineTransformer)
+    r.row.model = "fsct:" + r.row.model;
   r.row.ckpt = to_string(ckpt);
   if (ckpt == Checkpointing::kAuto && t.selective_recompute())
     r.row.ckpt += ":sel";  // auto chose every segment selective
@@ -121,26 +137,6 @@ Result run(
   return r;
 }
 
-// Whether comma-separated `list` names `item`.
-bool wanted_in(const std::string& list, const std::string& item) {
-  return ("," + list + ",").find("," + item + ",") != std::string::npos;
-}
-
-// "1,2" -> {1, 2}.
-std::vector<int64_t> numbers(const std::string& list) {
-  std::vector<int64_t> out;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');)
-    out.push_back(std::stoll(item));
-  MT_CHECK(!out.empty(), "an empty list of micro-batches");
-  return out;
-}
-
-int64_t largest(const std::string& list) {
-  const std::vector<int64_t> n = numbers(list);
-  return *std::max_element(n.begin(), n.end());
-}
-
 double max_diff(const NamedTensors& a, const NamedTensors& b) {
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -154,20 +150,18 @@ double max_diff(const NamedTensors& a, const NamedTensors& b) {
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   CLI::App app{"bench_memory: peak device bytes and time per window"};
-  int64_t begin = 64, end = 1024, factor = 4, warmup = 1, iters = 3;
+  bench::ModelSizes sz;
+  int64_t warmup = 1, iters = 3;
   int check = 1;
   std::string models = "mlp,cnn", csv = "bench_memory.csv", device = "cpu";
-  std::string amps = "off,bf16";
-  int64_t image_size = 224, volume_size = 64, unet_feature = 16, unet_depth = 3;
-  int64_t swin_feature = 48;
-  std::string resnet_micros = "8", unet_micros = "2", fits;
+  std::string amps = "off,bf16", fits;
   std::string tiers = "off,selective,all,offload,auto";
   app.add_option("--device", device, "cpu, or cuda (a CUDA build)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  app.add_option("-b", begin, "smallest micro-batch")->capture_default_str();
-  app.add_option("-e", end, "largest micro-batch")->capture_default_str();
-  app.add_option("-f", factor, "micro-batch factor")->capture_default_str();
+  app.add_option("-b", sz.begin, "smallest micro-batch")->capture_default_str();
+  app.add_option("-e", sz.end, "largest micro-batch")->capture_default_str();
+  app.add_option("-f", sz.factor, "micro-batch factor")->capture_default_str();
   app.add_option("-w", warmup, "warm-up windows")->capture_default_str();
   app.add_option("-n", iters, "timed windows")->capture_default_str();
   app.add_option("-c", check, "check before timing (0/1)")
@@ -175,24 +169,36 @@ int main(int argc, char** argv) {
   app.add_option(
          "--models",
          models,
-         "of mlp, cnn, unet3d, swin_unetr, seresnext50_32x4d")
+         "of mlp, cnn, unet3d, swin_unetr, seresnext50_32x4d, clip, fsct")
       ->capture_default_str();
   app.add_option("--amp", amps, "of off, bf16")->capture_default_str();
   app.add_option("--tiers", tiers, "of off, selective, all, offload, auto")
       ->capture_default_str();
-  app.add_option("--image-size", image_size, "seresnext50_32x4d: H = W")
+  app.add_option(
+         "--image-size", sz.image_size, "seresnext50_32x4d, clip: H = W")
       ->capture_default_str();
-  app.add_option("--resnet-micro", resnet_micros, "seresnext50_32x4d")
+  app.add_option("--resnet-micro", sz.resnet_micros, "seresnext50_32x4d")
       ->capture_default_str();
-  app.add_option("--volume-size", volume_size, "unet3d: D = H = W")
+  app.add_option("--volume-size", sz.volume_size, "unet3d: D = H = W")
       ->capture_default_str();
-  app.add_option("--unet-micro", unet_micros, "unet3d")->capture_default_str();
-  app.add_option("--unet-feature", unet_feature, "unet3d: model.feature_size")
-      ->capture_default_str();
-  app.add_option("--unet-depth", unet_depth, "unet3d: model.depth")
+  app.add_option("--unet-micro", sz.unet_micros, "unet3d")
       ->capture_default_str();
   app.add_option(
-         "--swin-feature", swin_feature, "swin_unetr: model.feature_size")
+         "--unet-feature", sz.unet_feature, "unet3d: model.feature_size")
+      ->capture_default_str();
+  app.add_option("--unet-depth", sz.unet_depth, "unet3d: model.depth")
+      ->capture_default_str();
+  app.add_option(
+         "--swin-feature", sz.swin_feature, "swin_unetr: model.feature_size")
+      ->capture_default_str();
+  app.add_option("--clip-variant", sz.clip_variant, "clip: model.variant")
+      ->capture_default_str();
+  app.add_option("--clip-micro", sz.clip_micros, "clip: pairs")
+      ->capture_default_str();
+  app.add_option(
+         "--fsct-image-size", sz.fsct_image_size, "fsct: episode images H = W")
+      ->capture_default_str();
+  app.add_option("--fsct-micro", sz.fsct_micros, "fsct: episodes")
       ->capture_default_str();
   app.add_option("--fits", fits, "a budget each row's peak is read against")
       ->capture_default_str();
@@ -218,35 +224,8 @@ int main(int argc, char** argv) {
     g_placement = placement.get();
     char dir[] = "/tmp/bench_memory-XXXXXX";
     MT_CHECK(mkdtemp(dir) != nullptr, "cannot make a temp folder");
-    const int64_t samples = std::max<int64_t>(end * (iters + warmup), 256);
-    SyntheticSpec f;
-    f.samples = samples;
-    f.features = 64;
-    make_synthetic(f, std::string(dir) + "/features.h5");
-    SyntheticSpec im;
-    im.kind = "images";
-    im.samples = samples;
-    im.height = im.width = 32;
-    make_synthetic(im, std::string(dir) + "/images.h5");
-    const auto wanted = [&models](const std::string& m) {
-      return wanted_in(models, m);
-    };
-    if (wanted("seresnext50_32x4d")) {
-      SyntheticSpec big = im;
-      big.samples = largest(resnet_micros) * (iters + warmup);
-      big.classes = 10;
-      big.height = big.width = image_size;
-      make_synthetic(big, std::string(dir) + "/big_images.h5");
-    }
-    if (wanted("unet3d") || wanted("swin_unetr")) {
-      SyntheticSpec v;
-      v.kind = "volumes";
-      v.samples = largest(unet_micros) * (iters + warmup);
-      v.channels = 1;
-      v.classes = 2;
-      v.depth = v.height = v.width = volume_size;
-      make_synthetic(v, std::string(dir) + "/volumes.h5");
-    }
+    sz.windows = iters + warmup;
+    bench::make_model_data(sz, models, dir);
 
     std::printf(
         "# bench_memory: device %s (%s), world 1, %d threads\n",
@@ -282,33 +261,8 @@ int main(int argc, char** argv) {
            "time_vs_off,fits\n";
     std::stringstream model_list(models);
     for (std::string model; std::getline(model_list, model, ',');) {
-      TrainConfig base;
-      base.model.name = choice_of<ModelName>(model);
-      const bool mlp = base.model.name == ModelName::kMlp;
-      base.model.depth = mlp ? 16 : 4;
-      base.model.hidden = mlp ? 64 : 16;
-      base.data.train =
-          std::string(dir) + (mlp ? "/features.h5" : "/images.h5");
       std::vector<int64_t> micros;
-      for (int64_t micro = begin; micro <= end; micro *= factor)
-        micros.push_back(micro);
-      if (base.model.name == ModelName::kSeresnext50) {
-        base.data.train = std::string(dir) + "/big_images.h5";
-        micros = numbers(resnet_micros);
-      } else if (is_volume_model(base.model.name)) {
-        const bool swin = base.model.name == ModelName::kSwinUnetr;
-        base.model.depth = unet_depth;
-        base.model.feature_size = swin ? swin_feature : unet_feature;
-        base.model.norm = Norm::kInstance;
-        base.data.train = std::string(dir) + "/volumes.h5";
-        base.data.patch_size = {volume_size, volume_size, volume_size};
-        base.data.patches_per_volume = 1;
-        micros = numbers(unet_micros);
-      }
-      base.data.val = "";
-      base.training.momentum = 0.9;
-      base.output.dir = dir;
-      base.dist.check_replicas = CheckReplicas::kOff;
+      const TrainConfig base = bench::model_config(model, sz, dir, &micros);
       for (int64_t micro : micros) {
         std::stringstream amp_list(amps);
         for (std::string amp; std::getline(amp_list, amp, ',');) {
