@@ -215,6 +215,7 @@ int main(int argc, char** argv) {
     configure_cpu_threads(env);
   }
   int rc = 0;
+  std::string dir;  // the synthetic files; removed however the run ends
   try {
     // Before any tensor: the device decides which memory backend counts.
     const auto placement = Placement::choose(
@@ -222,8 +223,9 @@ int main(int argc, char** argv) {
         0,
         TrainConfig().memory.allocator_conf);
     g_placement = placement.get();
-    char dir[] = "/tmp/bench_memory-XXXXXX";
-    MT_CHECK(mkdtemp(dir) != nullptr, "cannot make a temp folder");
+    char tmpl[] = "/tmp/bench_memory-XXXXXX";
+    MT_CHECK(mkdtemp(tmpl) != nullptr, "cannot make a temp folder");
+    dir = tmpl;
     sz.windows = iters + warmup;
     bench::make_model_data(sz, models, dir);
 
@@ -362,11 +364,12 @@ int main(int argc, char** argv) {
                 "(< 1e-5)"
               : "skipped",
         csv.c_str());
-    std::filesystem::remove_all(dir);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_memory: error: %s\n", e.what());
     rc = 1;
   }
+  if (!dir.empty())
+    std::filesystem::remove_all(dir);
   MPI_Finalize();
   return rc;
 }
