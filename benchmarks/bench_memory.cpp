@@ -26,7 +26,7 @@
 //             contrastive accumulation: the window's one micro-batch is
 //             embedded without a graph and then run again with it) and
 //             fsct (the few-shot cosine transformer on resnet50 as
-//             launch/configs/fsct-v100.yaml: 5-way 5-shot 16-query
+//             launch/configs/fewshot-v100.yaml: 5-way 5-shot 16-query
 //             episodes of --fsct-image-size^2 images, --fsct-micro
 //             episodes a micro-batch; its samples/s are episodes/s)
 //   -w        warm-up windows (not timed)   -n  timed windows

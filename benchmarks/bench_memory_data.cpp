@@ -14,7 +14,7 @@ int64_t largest(const std::string& list) {
   return *std::max_element(n.begin(), n.end());
 }
 
-// fsct: launch/configs/fsct-v100.yaml's episodes, 5-way 5-shot with 16
+// fsct: launch/configs/fewshot-v100.yaml's episodes, 5-way 5-shot with 16
 // queries a class, drawn from 8 classes of 48 images on average (labels are
 // drawn at random; 2 classes are held out as data.val_classes' 0.2 says),
 // so every class has the 21 images an episode takes from it.
@@ -112,7 +112,7 @@ TrainConfig model_config(
   for (int64_t micro = sizes.begin; micro <= sizes.end; micro *= sizes.factor)
     micros->push_back(micro);
   if (fsct) {
-    // launch/configs/fsct-v100.yaml's model and episodes; a sample is an
+    // launch/configs/fewshot-v100.yaml's model and episodes; a sample is an
     // episode, and no validation episodes are drawn.
     base.model.head = Head::kCosineTransformer;
     base.model.embed_dim = 512;
