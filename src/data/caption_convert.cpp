@@ -498,15 +498,8 @@ CaptionConvertResult convert_captions(
     r.val_rows = static_cast<int64_t>(val.pair_ids.size());
     r.val_images = static_cast<int64_t>(val.local_id.size());
   }
-  for (size_t i = 0; i < temps.paths.size(); ++i) {
-    const Output& o = i == 0 ? train : val;
-    if (std::rename(o.tmp.c_str(), o.path.c_str()) != 0) {
-      throw Error(
-          std::string(kCmd) + ": cannot move '" + o.tmp + "' to '" + o.path +
-          "': " + std::strerror(errno));
-    }
-    temps.paths[i].clear();  // published: nothing to remove
-  }
+  for (size_t i = 0; i < temps.paths.size(); ++i)
+    temps.publish(i, (i == 0 ? train : val).path, kCmd);
   return r;
 }
 

@@ -383,13 +383,8 @@ std::vector<DatasetFile> write_dataset_files(
         s == 0 ? train : val,
         common));
   }
-  for (int s = 0; s < 2; ++s) {
-    if (std::rename(temps.paths[s].c_str(), paths[s].c_str()) != 0)
-      throw Error(
-          std::string(kCmd) + ": cannot move '" + temps.paths[s] + "' to '" +
-          paths[s] + "': " + std::strerror(errno));
-    temps.paths[s].clear();
-  }
+  for (int s = 0; s < 2; ++s)
+    temps.publish(s, paths[s], kCmd);
   return files;
 }
 

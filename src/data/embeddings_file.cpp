@@ -1,33 +1,18 @@
 #include "memtrain/data/embeddings_file.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-
 #include "h5_util.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/temp_path.h"
+#include "temp_files.h"
 
 namespace memtrain {
 
-namespace {
-
-// The temporary file, removed unless published.
-struct TempFile {
-  std::string path;
-  ~TempFile() {
-    if (!path.empty())
-      std::remove(path.c_str());
-  }
-};
-
-}  // namespace
-
 void write_embeddings_file(const std::string& path, const EmbeddingsFile& e) {
   remove_stale_temp_files(path);
-  TempFile tmp{temp_path_for(path)};
+  TempFiles temps;
+  temps.paths.push_back(temp_path_for(path));
   {
-    h5::Handle f = h5::create_file(tmp.path, "embed");
+    h5::Handle f = h5::create_file(temps.paths[0], "embed");
     const auto n = static_cast<hsize_t>(e.rows);
     const auto d = static_cast<hsize_t>(e.dim);
     h5::write_dataset(
@@ -70,12 +55,7 @@ void write_embeddings_file(const std::string& path, const EmbeddingsFile& e) {
     h5::write_attr(f.get(), "data", e.data);
     h5::finish_file(&f, "embed");
   }
-  if (std::rename(tmp.path.c_str(), path.c_str()) != 0) {
-    throw Error(
-        "embed: cannot move '" + tmp.path + "' to '" + path +
-        "': " + std::strerror(errno));
-  }
-  tmp.path.clear();
+  temps.publish(0, path, "embed");
 }
 
 }  // namespace memtrain

@@ -524,15 +524,8 @@ ImageConvertResult convert_images(
     o->images.reset();
     h5::finish_file(&o->file, "convert-images");
   }
-  for (size_t i = 0; i < temps.paths.size(); ++i) {
-    const Output& o = i == 0 ? train : val;
-    if (std::rename(o.tmp.c_str(), o.path.c_str()) != 0) {
-      throw Error(
-          "convert-images: cannot move '" + o.tmp + "' to '" + o.path +
-          "': " + std::strerror(errno));
-    }
-    temps.paths[i].clear();  // published: nothing to remove
-  }
+  for (size_t i = 0; i < temps.paths.size(); ++i)
+    temps.publish(i, (i == 0 ? train : val).path, "convert-images");
   return r;
 }
 

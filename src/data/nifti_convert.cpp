@@ -440,14 +440,8 @@ std::vector<ConvertedFile> convert_nifti(const ConvertSpec& spec) {
     r.class_names = names;
     result.push_back(std::move(r));
   }
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (std::rename(temps.paths[i].c_str(), parts[i].path.c_str()) != 0) {
-      throw Error(
-          "convert-nifti: cannot move '" + temps.paths[i] + "' to '" +
-          parts[i].path + "': " + std::strerror(errno));
-    }
-    temps.paths[i].clear();  // published: nothing to remove
-  }
+  for (size_t i = 0; i < parts.size(); ++i)
+    temps.publish(i, parts[i].path, "convert-nifti");
   return result;
 }
 

@@ -91,6 +91,17 @@ def read_split(data, seed, fraction):
     return x_all, rows, [c for c in range(classes) if c not in held]
 
 
+def draw_episode(x_all, rows, train, n, k, q, seed, i):
+    """Training episode i (stream 0): n classes of `train`, k + q rows of
+    each; the support (n k, F), the queries (n q, F) and their targets."""
+    rng = Rng(seed, 0, 0, i)
+    chosen = draw_distinct(train, n, rng)
+    picks = [draw_distinct(rows[c], k + q, rng) for c in chosen]
+    support = torch.stack([x_all[r] for pk in picks for r in pk[:k]])
+    query = torch.stack([x_all[r] for pk in picks for r in pk[k:]])
+    return support, query, torch.arange(n).repeat_interleave(q)
+
+
 def main():
     data, init, head = sys.argv[1], sys.argv[2], sys.argv[3]
     n, k, q, e, seed = map(int, sys.argv[4:9])
@@ -99,12 +110,7 @@ def main():
     p = load_safetensors(init)
     losses = []
     for i in range(e):
-        rng = Rng(seed, 0, 0, i)
-        chosen = draw_distinct(train, n, rng)
-        picks = [draw_distinct(rows[c], k + q, rng) for c in chosen]
-        support = torch.stack([x_all[r] for pk in picks for r in pk[:k]])
-        query = torch.stack([x_all[r] for pk in picks for r in pk[k:]])
-        target = torch.arange(n).repeat_interleave(q)
+        support, query, target = draw_episode(x_all, rows, train, n, k, q, seed, i)
         s = mlp_embed(p, support, depth).reshape(n, k, -1).mean(1)
         qe = mlp_embed(p, query, depth)
         if head == "prototype":

@@ -33,7 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fewshot_reference import Rng, draw_distinct, load_safetensors, mlp_embed, read_split  # noqa: E402
+from fewshot_reference import draw_episode, load_safetensors, mlp_embed, read_split  # noqa: E402
 
 
 def cosine_distance(x1, x2):
@@ -131,23 +131,19 @@ def main():
     assert len(mine) == len(own), (sorted(mine), sorted(own))
     with torch.no_grad():
         for m, t in mine.items():
-            own[FSCT.NAMES[m[len("fsct.") :]]].copy_(t.double().reshape(own[FSCT.NAMES[m[len("fsct.") :]]].shape))
+            dst = own[FSCT.NAMES[m[len("fsct.") :]]]
+            dst.copy_(t.double().reshape(dst.shape))
 
     total = 0.0
     for i in range(e):
-        rng = Rng(seed, 0, 0, i)
-        chosen = draw_distinct(train, n, rng)
-        picks = [draw_distinct(rows[c], k + q, rng) for c in chosen]
-        support = torch.stack([x_all[r] for pk in picks for r in pk[:k]])
-        query = torch.stack([x_all[r] for pk in picks for r in pk[k:]])
-        target = torch.arange(n).repeat_interleave(q)
+        support, query, target = draw_episode(x_all, rows, train, n, k, q, seed, i)
         zs = mlp_embed(backbone, support, mlp_depth).reshape(n, k, -1)
         zq = mlp_embed(backbone, query, mlp_depth)
         total = total + F.cross_entropy(head(zs, zq), target)
     loss = total / e
     loss.backward()
 
-    after, _ = load_safetensors(final), None
+    after = load_safetensors(final)
     worst = 0.0
     with torch.no_grad():
         for name, t in backbone.items():
