@@ -42,6 +42,7 @@
 #include "memtrain/dist/environment.h"
 #include "memtrain/dist/gradient_sync.h"
 #include "memtrain/dist/make_communicator.h"
+#include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/model/models.h"
 #include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
@@ -63,6 +64,7 @@ struct Setup {
   Communicator* comm = nullptr;
   std::function<void(float*, int64_t)> raw;  // the library call
   std::string raw_name;
+  std::string mt_path;  // how memtrain's sums travelled (after the sweep)
   std::function<void()> sync_device = [] {};
 };
 
@@ -301,9 +303,8 @@ void report_sizes(
     out << s.world << "," << r.bytes << "," << r.iters << ","
         << bench::csv_field(s.raw_name) << "," << r.raw_s * 1e6 << "," << ra
         << "," << ra * bf << ","
-        << (s.cuda ? "Communicator(nccl)" : "Communicator(MPI_Iallreduce)")
-        << "," << r.mt_s * 1e6 << "," << ma << "," << ma * bf << "," << ratio
-        << "\n";
+        << bench::csv_field("Communicator(" + s.mt_path + ")") << ","
+        << r.mt_s * 1e6 << "," << ma << "," << ma * bf << "," << ratio << "\n";
   }
   out.close();
   std::printf("# busbw in GB/s (algbw x 2(n-1)/n); CSV %s\n", csv.c_str());
@@ -472,9 +473,10 @@ int run(Environment& env, int argc, char** argv) {
   if (s.rank == 0) {
     std::printf("%s\n", bench::header("bench_allreduce").c_str());
     std::printf(
-        "# %d rank(s), device %s, raw call %s, memtrain %s backend; %d "
-        "round(s) of alternating blocks\n",
+        "# %d rank(s) on %s, device %s, raw call %s, memtrain %s backend; "
+        "%d round(s) of alternating blocks\n",
         s.world,
+        env.nodes().describe().c_str(),
         device.c_str(),
         s.raw_name.c_str(),
         to_string(comm->backend()),
@@ -486,8 +488,13 @@ int run(Environment& env, int argc, char** argv) {
           static_cast<long long>(bound));
   }
   const auto sizes = sweep_sizes(s, min_bytes, bound, rounds);
-  if (s.rank == 0)
+  const auto* mpi = dynamic_cast<const MpiCommunicator*>(comm.get());
+  s.mt_path = mpi ? mpi->sum_path() : "nccl";
+  if (s.rank == 0) {
+    std::printf(
+        "# memtrain's sums of 64 KiB and more: %s\n", s.mt_path.c_str());
     report_sizes(s, sizes, csv + ".sizes.csv", png + ".sizes.png");
+  }
   const auto rows = sweep_buckets(
       s, split_list<std::string>(models), split_list<double>(buckets), rounds);
   if (s.rank == 0 && !rows.empty())

@@ -81,6 +81,7 @@ void write_environment(
       {"pid", static_cast<int64_t>(::getpid())},
       {"local_rank", env.local_rank()},
       {"local_size", env.local_size()},
+      {"node_index", env.node_index()},
       {"device", place.describe()},
       {"memory_backend", memory::backend_name()},
       {"threads", torch::get_num_threads()},
@@ -123,6 +124,10 @@ void write_environment(
   const nlohmann::json j = {
       {"memtrain", "0.1.0"},
       {"world_size", env.world_size()},
+      {"nodes",
+       {{"count", env.nodes().node_count()},
+        {"ranks_per_node", env.nodes().ranks_per_node},
+        {"layout", env.nodes().describe()}}},
       {"launcher", env.local_rank_source()},
       {"slurm", slurm},
       {"ranks", ranks},
@@ -148,6 +153,10 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
       })) {
     return kExitUsage;
   }
+  // Every node runs the same memtrain (a stale copy on one node would
+  // train with other code).
+  if (!agreed(env, "build", [&] { check_same_build(env); }))
+    return kExitUsage;
   ThreadPlan threads;
   if (!agreed(env, "threads", [&] { threads = configure_cpu_threads(env); }))
     return kExitUsage;
@@ -264,14 +273,17 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
   write_environment(env, cfg, *placement, threads);
   // The launch banner, once: world, each rank's device, config, plan.
   std::ostringstream me;
-  me << "rank " << env.rank() << ": host " << env.hostname() << ", local rank "
-     << env.local_rank() << "/" << env.local_size() << ", device "
-     << placement->describe() << ", " << torch::get_num_threads() << " threads";
+  me << "rank " << env.rank() << ": host " << env.hostname() << " (node "
+     << env.node_index() << "), local rank " << env.local_rank() << "/"
+     << env.local_size() << ", device " << placement->describe() << ", "
+     << torch::get_num_threads() << " threads";
   const auto ranks = env.all_gather(me.str());
   if (env.rank() == 0) {
     std::printf(
-        "memtrain 0.1.0: %d rank(s), backend %s, local rank from %s\n",
+        "memtrain 0.1.0: %d rank(s) on %s, backend %s, local rank from "
+        "%s\n",
         env.world_size(),
+        env.nodes().describe().c_str(),
         to_string(comm->backend()),
         env.local_rank_source().c_str());
     for (const auto& r : ranks)

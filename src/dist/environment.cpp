@@ -1,10 +1,16 @@
 #include "memtrain/dist/environment.h"
 
+#include <elf.h>
+#include <link.h>
 #include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <regex>
 #include <string>
 
 #include "memtrain/util/clock.h"
@@ -26,17 +32,194 @@ int parse_int(const char* name, const char* text) {
   return static_cast<int>(v);
 }
 
-// SLURM_TASKS_PER_NODE looks like "4(x2),3": tasks on the first node first.
-// Without SLURM_NTASKS_PER_NODE we take the first node's count.
-int parse_slurm_tasks_per_node(const char* text) {
-  return parse_int(
-      "SLURM_TASKS_PER_NODE",
-      std::string(text)
-          .substr(0, std::string(text).find_first_of("(,"))
-          .c_str());
+}  // namespace
+
+int slurm_tasks_on_node(const std::string& text, int node_id) {
+  auto bad = [&](const std::string& why) {
+    return Error(detail::concat(
+        "SLURM_TASKS_PER_NODE='",
+        text,
+        "' ",
+        why,
+        " (SLURM writes counts per node such as 2(x2),1; was it set by "
+        "hand?)"));
+  };
+  // The whole value is checked, not only the entries up to this node.
+  std::vector<int> counts;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos)
+      end = text.size();
+    const std::string item = text.substr(at, end - at);
+    static const std::regex entry("([0-9]{1,7})(\\(x([0-9]{1,7})\\))?");
+    std::smatch m;
+    if (!std::regex_match(item, m, entry))
+      throw bad("has an entry '" + item + "' that is not C or C(xR)");
+    const int count = std::stoi(m[1].str());
+    const int repeat = m[3].matched ? std::stoi(m[3].str()) : 1;
+    if (count < 1 || repeat < 1)
+      throw bad("has an entry '" + item + "' below 1");
+    if (counts.size() + static_cast<size_t>(repeat) > (size_t{1} << 20))
+      throw bad("lists more than 2^20 nodes");
+    counts.insert(counts.end(), static_cast<size_t>(repeat), count);
+    at = end + 1;
+  }
+  if (node_id >= static_cast<int>(counts.size()))
+    throw bad(detail::concat(
+        "lists ",
+        counts.size(),
+        " node(s), and this is node ",
+        node_id,
+        " (SLURM_NODEID)"));
+  return counts[static_cast<size_t>(node_id)];
+}
+
+namespace {
+
+// The GNU build id the linker wrote into the running executable (a hash of
+// its contents, .note.gnu.build-id; Debian's gcc links with --build-id),
+// as hex; "" when it has none.
+int find_build_id(struct dl_phdr_info* info, size_t, void* out) {
+  auto* id = static_cast<std::string*>(out);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_NOTE)
+      continue;
+    const char* p = reinterpret_cast<const char*>(info->dlpi_addr + ph.p_vaddr);
+    const char* end = p + ph.p_memsz;
+    while (p + sizeof(ElfW(Nhdr)) <= end) {
+      const auto* note = reinterpret_cast<const ElfW(Nhdr)*>(p);
+      const char* name = p + sizeof(ElfW(Nhdr));
+      const char* desc = name + ((note->n_namesz + 3) & ~3u);
+      if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 &&
+          std::memcmp(name, "GNU", 4) == 0) {
+        static const char* hex = "0123456789abcdef";
+        for (unsigned k = 0; k < note->n_descsz; ++k) {
+          const auto byte = static_cast<unsigned char>(desc[k]);
+          *id += hex[byte >> 4];
+          *id += hex[byte & 15];
+        }
+        return 1;
+      }
+      p = desc + ((note->n_descsz + 3) & ~3u);
+    }
+  }
+  return 1;  // the first object is the executable: stop there
 }
 
 }  // namespace
+
+std::string executable_identity() {
+  std::string id;
+  dl_iterate_phdr(find_build_id, &id);
+  if (!id.empty())
+    return "memtrain 0.1.0, build id " + id;
+  // No build id (another linker's choice): a 64-bit FNV-1a of the file.
+  std::FILE* f = std::fopen("/proc/self/exe", "rb");
+  MT_CHECK(f, "cannot read this process's executable (/proc/self/exe)");
+  uint64_t h = 1469598103934665603ull;
+  uint64_t size = 0;
+  std::vector<unsigned char> buf(size_t{1} << 20);
+  for (size_t got; (got = std::fread(buf.data(), 1, buf.size(), f)) > 0;) {
+    size += got;
+    for (size_t i = 0; i < got; ++i)
+      h = (h ^ buf[i]) * 1099511628211ull;
+  }
+  std::fclose(f);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return detail::concat("memtrain 0.1.0, ", size, " bytes, digest ", hex);
+}
+
+void check_same_build(const Environment& env) {
+  const auto all = env.all_gather(executable_identity());
+  std::vector<std::string> builds;
+  std::vector<std::vector<int>> ranks;
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    const size_t b = static_cast<size_t>(
+        std::find(builds.begin(), builds.end(), all[r]) - builds.begin());
+    if (b == builds.size()) {
+      builds.push_back(all[r]);
+      ranks.emplace_back();
+    }
+    ranks[b].push_back(r);
+  }
+  if (builds.size() == 1)
+    return;
+  std::string what;
+  for (size_t b = 0; b < builds.size(); ++b)
+    what += detail::concat(
+        b ? "; " : "", env.nodes().name_ranks(ranks[b]), " run ", builds[b]);
+  throw Error(detail::concat(
+      "the ranks run different builds of memtrain: ",
+      what,
+      ". Install the same memtrain on every node (one build on a shared "
+      "folder, or the same package), then start again"));
+}
+
+NodeLayout node_layout(const std::vector<std::string>& host_by_rank) {
+  NodeLayout out;
+  out.hosts = host_by_rank;
+  std::vector<std::string> names;
+  for (const auto& h : host_by_rank) {
+    const auto it = std::find(names.begin(), names.end(), h);
+    const int node = static_cast<int>(it - names.begin());
+    if (it == names.end()) {
+      names.push_back(h);
+      out.ranks_per_node.push_back(0);
+    }
+    out.node_of_rank.push_back(node);
+    out.ranks_per_node[static_cast<size_t>(node)] += 1;
+  }
+  return out;
+}
+
+std::string NodeLayout::describe() const {
+  const int n = node_count();
+  const bool even =
+      std::all_of(ranks_per_node.begin(), ranks_per_node.end(), [&](int c) {
+        return c == ranks_per_node.front();
+      });
+  std::string out = detail::concat(n, n == 1 ? " node" : " nodes");
+  if (even) {
+    const int c = ranks_per_node.front();
+    return out + detail::concat(" × ", c, c == 1 ? " rank" : " ranks");
+  }
+  out += ": ";
+  for (size_t i = 0; i < ranks_per_node.size(); ++i)
+    out += (i ? "+" : "") + std::to_string(ranks_per_node[i]);
+  return out + " ranks";
+}
+
+std::string NodeLayout::name_ranks(const std::vector<int>& ranks) const {
+  // Hosts in node order, each with its ranks.
+  std::vector<std::vector<int>> by_node(ranks_per_node.size());
+  std::vector<int> unknown;
+  for (int r : ranks) {
+    if (r >= 0 && r < static_cast<int>(node_of_rank.size()))
+      by_node[static_cast<size_t>(node_of_rank[static_cast<size_t>(r)])]
+          .push_back(r);
+    else
+      unknown.push_back(r);
+  }
+  std::string out;
+  auto list = [](const std::vector<int>& rs) {
+    std::string s = rs.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < rs.size(); ++i)
+      s += (i ? ", " : "") + std::to_string(rs[i]);
+    return s;
+  };
+  for (size_t n = 0; n < by_node.size(); ++n) {
+    if (by_node[n].empty())
+      continue;
+    const std::string& host = hosts[static_cast<size_t>(by_node[n].front())];
+    out += (out.empty() ? "" : "; ") + list(by_node[n]) + " on " + host;
+  }
+  if (!unknown.empty())
+    out += (out.empty() ? "" : "; ") + list(unknown);
+  return out;
+}
 
 LocalRank local_rank_from_env(
     const std::function<const char*(const char*)>& getenv) {
@@ -48,10 +231,18 @@ LocalRank local_rank_from_env(
     out.source = "openmpi";
   } else if (const char* r = getenv("SLURM_LOCALID")) {
     out.local_rank = parse_int("SLURM_LOCALID", r);
-    if (const char* s = getenv("SLURM_NTASKS_PER_NODE")) {
+    // The step's layout by node first: --ntasks-per-node=3 over 4 tasks
+    // on 2 nodes places 3,1, and SLURM_NTASKS_PER_NODE=3 says only the
+    // most a node holds.
+    const char* layout = getenv("SLURM_STEP_TASKS_PER_NODE");
+    if (!layout)
+      layout = getenv("SLURM_TASKS_PER_NODE");
+    if (layout) {
+      const char* id = getenv("SLURM_NODEID");
+      out.local_size =
+          slurm_tasks_on_node(layout, id ? parse_int("SLURM_NODEID", id) : 0);
+    } else if (const char* s = getenv("SLURM_NTASKS_PER_NODE")) {
       out.local_size = parse_int("SLURM_NTASKS_PER_NODE", s);
-    } else if (const char* t = getenv("SLURM_TASKS_PER_NODE")) {
-      out.local_size = parse_slurm_tasks_per_node(t);
     }
     out.source = "slurm";
   } else if (const char* r = getenv("LOCAL_RANK")) {
@@ -150,6 +341,11 @@ Environment::Environment(int* argc, char*** argv) {
     local_.source = "mpi-shared-memory";
   }
   hostname_ = host_name();
+  // Every rank's host, polled against the (default) collective timeout: the
+  // nodes for the banner and environment.json, and the hosts that timeout
+  // messages name.
+  nodes_ = node_layout(all_gather(hostname_));
+  set_rank_hosts(nodes_.hosts);
 }
 
 Environment::~Environment() {

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "memtrain/dist/environment.h"
 #include "memtrain/util/clock.h"
 
 namespace memtrain {
@@ -47,7 +48,46 @@ namespace {
 constexpr int kArrivalTag = 7401;
 constexpr double kReportSeconds = 3.0;
 
+std::vector<std::string>& rank_hosts() {
+  static std::vector<std::string> hosts;
+  return hosts;
+}
+
+// "rank(s) 2, 3 on node2" for ranks of `comm`, named by their world ranks
+// and hosts (ranks alone before set_rank_hosts).
+std::string name_missing(MPI_Comm comm, const std::vector<int>& missing) {
+  if (missing.empty())
+    return "(none identified)";
+  std::vector<int> world(missing.size(), MPI_UNDEFINED);
+  MPI_Group mine = MPI_GROUP_NULL;
+  MPI_Group all = MPI_GROUP_NULL;
+  MPI_Comm_group(comm, &mine);
+  MPI_Comm_group(MPI_COMM_WORLD, &all);
+  MPI_Group_translate_ranks(
+      mine,
+      static_cast<int>(missing.size()),
+      missing.data(),
+      all,
+      world.data());
+  MPI_Group_free(&mine);
+  MPI_Group_free(&all);
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  const auto& hosts = rank_hosts();
+  if (static_cast<int>(hosts.size()) != world_size) {
+    std::string out = missing.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < missing.size(); ++i)
+      out += (i ? ", " : "") + std::to_string(missing[i]);
+    return out;
+  }
+  return node_layout(hosts).name_ranks(world);
+}
+
 }  // namespace
+
+void set_rank_hosts(std::vector<std::string> hosts) {
+  rank_hosts() = std::move(hosts);
+}
 
 MpiWaiter::MpiWaiter(MPI_Comm comm, double timeout_s)
     : comm_(comm), timeout_s_(timeout_s) {
@@ -156,23 +196,23 @@ void MpiWaiter::timed_out(const char* what, int64_t sequence) const {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
-    std::string missing;
+    std::vector<int> missing;
     for (int r = 0; r < size; ++r) {
       if (!reported[static_cast<size_t>(r)])
-        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        missing.push_back(r);
     }
     std::fprintf(
         stderr,
         "memtrain: [rank 0, %s] error: %s #%lld did not complete "
-        "within dist.timeout_s=%g s: rank(s) %s did not arrive (dead, "
-        "or hung: stopped, or stuck in I/O such as a hung file system). "
-        "Aborting the job; if a checkpoint was written, continue with "
-        "--resume auto.\n",
+        "within dist.timeout_s=%g s: %s did not arrive (dead, "
+        "or hung: stopped, stuck in I/O such as a hung file system, or "
+        "cut off by the network). Aborting the job; if a checkpoint was "
+        "written, continue with --resume auto.\n",
         host.c_str(),
         what,
         seq,
         timeout_s_,
-        missing.empty() ? "(none identified)" : missing.c_str());
+        name_missing(comm_, missing).c_str());
     std::fflush(stderr);
   }
   MPI_Abort(comm_, kExitFailure);

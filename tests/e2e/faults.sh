@@ -90,7 +90,7 @@ for how in STOP KILL; do
   [ "$rc" != 0 ] && [ "$rc" != 124 ] || { cat $out.log; fail "SIG$how: exit $rc"; }
   [ "$took" -lt 60 ] || fail "SIG$how: the job took ${took}s to end"
   if [ $how = STOP ]; then
-    grep -q "rank(s) 1 did not arrive" $out.log || { cat $out.log; fail "hung rank not named"; }
+    grep -q "rank 1 on [^ ]* did not arrive" $out.log || { cat $out.log; fail "hung rank not named"; }
   fi
   mpi -np 2 "$MEMTRAIN" train $T --output.dir=$out --resume=auto >$out.resume.log 2>&1 ||
     { cat $out.resume.log; fail "resume after SIG$how"; }

@@ -21,7 +21,7 @@ for case in "2 1" "4 2"; do
   [ "$rc" != 0 ] && [ "$rc" != 124 ] || { cat $out.log; fail "np $np: exit $rc (124: it hung)"; }
   [ "$took" -ge 3 ] || { cat $out.log; fail "np $np: ended after ${took}s, before the 3 s timeout"; }
   [ "$took" -lt 60 ] || { cat $out.log; fail "np $np: the job took ${took}s to end"; }
-  grep -q "start-up check #[0-9]* did not complete within dist.timeout_s=3 s: rank(s) $stuck did not arrive" $out.log ||
+  grep -q "start-up check #[0-9]* did not complete within dist.timeout_s=3 s: rank $stuck on [^ ]* did not arrive" $out.log ||
     { cat $out.log; fail "np $np: rank 0 did not name rank $stuck alone"; }
   [ ! -e $out/model.safetensors ] || fail "np $np: a model was written"
   echo "np $np: rank $stuck stuck opening its log; job ended with exit $rc after ${took}s, rank 0 named rank $stuck"

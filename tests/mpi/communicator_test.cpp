@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -20,6 +21,19 @@ int world() {
   int w = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &w);
   return w;
+}
+
+// Ranks of the largest node: the shared-memory path is taken when it holds
+// two or more (one node, or several: hierarchical).
+int largest_node() {
+  MPI_Comm node;
+  MPI_Comm_split_type(
+      MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int local = 1;
+  MPI_Comm_size(node, &local);
+  MPI_Comm_free(&node);
+  MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return local;
 }
 
 // all_gather_rows: rank r's r + 1 rows land at its offset, exactly, on
@@ -62,11 +76,14 @@ TEST(MpiCommunicator, AllReduceSumsRankValuedTensorsExactly) {
   EXPECT_EQ(comm.stats().allreduce_bytes, 5 * 4 + 3 * 8 + 8);
 }
 
-// Note [Shared-memory all-reduce]: a float32 sum of at least 64 KiB over
-// ranks on one node goes through the shared-memory window, in chunks of
-// 512 KiB per rank (an uneven last one), and gives the same exact sums as
-// MPI's path (integer-valued floats: exact in any order); MEMTRAIN_MPI_SHM=0
-// keeps MPI's path. Small sums and other dtypes always take MPI's.
+// Note [Shared-memory all-reduce]: a float32 sum of at least 64 KiB goes
+// through the nodes' shared-memory windows, in groups of 4 MiB of 512 KiB
+// slots per rank (an uneven last one of each), between nodes through the
+// node leaders (hierarchical, when the ranks span several nodes: the
+// tests/multinode cluster), and gives the same exact sums as MPI's path
+// (integer-valued floats: exact in any order); MEMTRAIN_MPI_SHM=0 keeps
+// MPI's path. Small sums and other dtypes always take MPI's, and so does a
+// world of one rank per node.
 TEST(MpiCommunicator, SharedMemorySumsEqualMpisAndCanBeTurnedOff) {
   const int64_t n = (int64_t{5} << 20) / 2 + 7;  // 20 chunks + 7 floats
   auto values = [](int rank, int64_t count) {
@@ -88,10 +105,11 @@ TEST(MpiCommunicator, SharedMemorySumsEqualMpisAndCanBeTurnedOff) {
   comm.all_reduce_sum(small);  // below 64 KiB: MPI, decides nothing
   EXPECT_FALSE(comm.uses_shared_memory());
   EXPECT_TRUE(torch::equal(small, torch::full({16}, w * (w - 1) / 2.0f)));
+  const bool shared = largest_node() > 1;
   for (int round = 0; round < 3; ++round) {  // both halves of the buffer
     auto t = values(comm.rank(), n - round);
     comm.all_reduce_sum(t);
-    EXPECT_EQ(comm.uses_shared_memory(), w > 1);
+    EXPECT_EQ(comm.uses_shared_memory(), shared) << comm.sum_path();
     EXPECT_TRUE(torch::equal(t, via_mpi.slice(0, 0, n - round)))
         << "round " << round;
     EXPECT_TRUE(torch::equal(
@@ -105,6 +123,50 @@ TEST(MpiCommunicator, SharedMemorySumsEqualMpisAndCanBeTurnedOff) {
   EXPECT_EQ(
       comm.stats().allreduce_bytes,
       16 * 4 + (3 * n - 3) * 4 + (int64_t{1} << 15) * 8);
+}
+
+// Sums of values whose rounding depends on the order: the shared-memory or
+// hierarchical path agrees with the flat MPI_Iallreduce within float32
+// rounding (1e-6 relative to the sum of magnitudes), and every rank holds
+// the same bits (the replica checks' premise), at a size of 3 groups and
+// a part.
+TEST(MpiCommunicator, SharedAndHierarchicalSumsMatchFlatWithinRounding) {
+  const int64_t n = (int64_t{13} << 20) / 4 + 1001;  // 13 MiB + 1001 floats
+  auto values = [&](int rank) {
+    torch::manual_seed(1234 + rank);
+    return torch::randn({n}) * 1e3f;
+  };
+  torch::Tensor flat;
+  torch::Tensor magnitude;
+  {
+    setenv("MEMTRAIN_MPI_SHM", "0", 1);
+    MpiCommunicator comm(MPI_COMM_WORLD);
+    flat = values(comm.rank());
+    magnitude = flat.abs();
+    comm.all_reduce_sum(flat);
+    comm.all_reduce_sum(magnitude);
+    if (comm.size() > 1)
+      EXPECT_EQ(comm.sum_path(), "flat MPI_Iallreduce");
+    unsetenv("MEMTRAIN_MPI_SHM");
+  }
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  auto t = values(comm.rank());
+  comm.all_reduce_sum(t);
+  const double worst =
+      ((t - flat).abs() / magnitude.clamp_min(1e-30f)).max().item<double>();
+  EXPECT_LE(worst, 1e-6) << comm.sum_path();
+  // Every rank's bits equal rank 0's.
+  auto first = t.clone();
+  MPI_Bcast(
+      first.data_ptr(), static_cast<int>(n), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  EXPECT_TRUE(torch::equal(t, first)) << comm.sum_path();
+  if (comm.rank() == 0)
+    std::printf(
+        "[          ] %d ranks, %s: worst relative difference from flat "
+        "%.3g\n",
+        comm.size(),
+        comm.sum_path().c_str(),
+        worst);
 }
 
 TEST(MpiCommunicator, BroadcastCopiesRootEverywhere) {

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <string>
+#include <vector>
 
 #include "memtrain/dist/environment.h"
 #include "memtrain/util/error.h"
@@ -40,6 +42,103 @@ TEST(LocalRank, OpenMpiSlurmTorchrunInThatOrder) {
   r = from({});
   EXPECT_EQ(r.source, "");
   EXPECT_EQ(r.local_rank, 0);
+}
+
+TEST(LocalRank, SlurmTasksPerNodeIsReadForThisNode) {
+  // Two nodes of two tasks: 2(x2); node 1 of "3,1" has one task.
+  LocalRank r = from(
+      {{"SLURM_LOCALID", "1"},
+       {"SLURM_NODEID", "1"},
+       {"SLURM_TASKS_PER_NODE", "2(x2)"}});
+  EXPECT_EQ(r.local_rank, 1);
+  EXPECT_EQ(r.local_size, 2);
+  r = from(
+      {{"SLURM_LOCALID", "0"},
+       {"SLURM_NODEID", "1"},
+       {"SLURM_TASKS_PER_NODE", "3,1"}});
+  EXPECT_EQ(r.local_size, 1);
+  r = from(
+      {{"SLURM_LOCALID", "2"},
+       {"SLURM_NODEID", "0"},
+       {"SLURM_TASKS_PER_NODE", "3,1"}});
+  EXPECT_EQ(r.local_size, 3);
+  // --ntasks-per-node=3 with 4 tasks: the layout by node wins over the
+  // most per node, and the step's layout over the job's.
+  r = from(
+      {{"SLURM_LOCALID", "0"},
+       {"SLURM_NODEID", "1"},
+       {"SLURM_NTASKS_PER_NODE", "3"},
+       {"SLURM_TASKS_PER_NODE", "3,1"}});
+  EXPECT_EQ(r.local_size, 1);
+  r = from(
+      {{"SLURM_LOCALID", "0"},
+       {"SLURM_NODEID", "1"},
+       {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
+       {"SLURM_TASKS_PER_NODE", "3,1"}});
+  EXPECT_EQ(r.local_size, 2);
+}
+
+TEST(SlurmTasksPerNode, EachNodesCountInNodeOrder) {
+  const std::vector<int> want = {4, 4, 3, 1, 1, 1, 2};
+  for (int node = 0; node < static_cast<int>(want.size()); ++node)
+    EXPECT_EQ(slurm_tasks_on_node("4(x2),3,1(x3),2", node), want[node]) << node;
+  EXPECT_EQ(slurm_tasks_on_node("2(x2)", 0), 2);
+  EXPECT_EQ(slurm_tasks_on_node("2(x2)", 1), 2);
+  EXPECT_EQ(slurm_tasks_on_node("3,1", 0), 3);
+  EXPECT_EQ(slurm_tasks_on_node("3,1", 1), 1);
+  EXPECT_EQ(slurm_tasks_on_node("16", 0), 16);
+}
+
+TEST(SlurmTasksPerNode, MalformedOrShortIsRefusedNamingTheValue) {
+  for (const char* bad :
+       {"",
+        "x",
+        "2(x2",
+        "2(x)",
+        "2(2)",
+        "3,,1",
+        "-1",
+        "0",
+        "2(x0)",
+        " 2",
+        "2(x2)y"}) {
+    try {
+      slurm_tasks_on_node(bad, 0);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(
+          std::string(e.what()).find(
+              std::string("SLURM_TASKS_PER_NODE='") + bad + "'"),
+          std::string::npos)
+          << e.what();
+    }
+  }
+  try {
+    slurm_tasks_on_node("2(x2)", 2);
+    ADD_FAILURE() << "node 2 of 2(x2) accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("lists 2 node(s), and this is node 2"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(NodeLayout, NodesInOrderOfTheirLowestRank) {
+  const NodeLayout even = node_layout({"a", "a", "b", "b"});
+  EXPECT_EQ(even.node_count(), 2);
+  EXPECT_EQ(even.node_of_rank, (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(even.describe(), "2 nodes × 2 ranks");
+  EXPECT_EQ(even.name_ranks({2, 3}), "ranks 2, 3 on b");
+  EXPECT_EQ(even.name_ranks({1, 3}), "rank 1 on a; rank 3 on b");
+
+  const NodeLayout uneven = node_layout({"n2", "n1", "n2", "n2"});
+  EXPECT_EQ(uneven.node_of_rank, (std::vector<int>{0, 1, 0, 0}));
+  EXPECT_EQ(uneven.ranks_per_node, (std::vector<int>{3, 1}));
+  EXPECT_EQ(uneven.describe(), "2 nodes: 3+1 ranks");
+
+  EXPECT_EQ(node_layout({"h"}).describe(), "1 node × 1 rank");
+  EXPECT_EQ(node_layout({"h", "h"}).describe(), "1 node × 2 ranks");
 }
 
 TEST(LocalRank, MalformedValueIsAnError) {

@@ -18,13 +18,44 @@ struct LocalRank {
 };
 
 // Reads the node-local rank and size from the launcher's variables, in this
-// order: Open MPI (OMPI_COMM_WORLD_LOCAL_RANK/_SIZE), SLURM (SLURM_LOCALID,
-// SLURM_NTASKS_PER_NODE or SLURM_TASKS_PER_NODE), torchrun-style
-// (LOCAL_RANK, LOCAL_WORLD_SIZE). Returns source "" when none is set.
-// `getenv` is injectable for tests. Throws memtrain::Error on a malformed
-// value.
+// order: Open MPI (OMPI_COMM_WORLD_LOCAL_RANK/_SIZE), SLURM (SLURM_LOCALID;
+// this node's entry, by SLURM_NODEID, of SLURM_STEP_TASKS_PER_NODE or
+// SLURM_TASKS_PER_NODE, else SLURM_NTASKS_PER_NODE), torchrun-style
+// (LOCAL_RANK, LOCAL_WORLD_SIZE). Returns
+// source "" when none is set. `getenv` is injectable for tests. Throws
+// memtrain::Error on a malformed value.
 LocalRank local_rank_from_env(
     const std::function<const char*(const char*)>& getenv);
+
+// SLURM_TASKS_PER_NODE's count for node `node_id` (SLURM_NODEID, 0-based):
+// the value lists the nodes' task counts in node order, a run of equal
+// counts written "C(xR)" — "2(x2)" is 2,2; "3,1"; "4(x2),3" is 4,4,3.
+// Throws memtrain::Error naming the value when it is malformed or lists
+// fewer nodes than `node_id` + 1.
+int slurm_tasks_on_node(const std::string& tasks_per_node, int node_id);
+
+// Where the ranks run: nodes are the distinct host names, numbered in the
+// order of their lowest rank.
+struct NodeLayout {
+  std::vector<std::string> hosts;   // by rank
+  std::vector<int> node_of_rank;    // by rank: its node's index
+  std::vector<int> ranks_per_node;  // by node index
+  int node_count() const {
+    return static_cast<int>(ranks_per_node.size());
+  }
+  // "1 node × 2 ranks", "2 nodes × 2 ranks", "2 nodes: 3+1 ranks".
+  std::string describe() const;
+  // "rank(s) 2, 3 on node2" for a list of ranks, grouped by host.
+  std::string name_ranks(const std::vector<int>& ranks) const;
+};
+NodeLayout node_layout(const std::vector<std::string>& host_by_rank);
+
+// This process's executable, identified by its contents: "memtrain 0.1.0,
+// build id <hex>" from the GNU build id the linker wrote into it, or, in
+// an executable without one, "<size> bytes, digest <hex>" (a 64-bit FNV-1a
+// of /proc/self/exe). Two nodes that run different builds under one name
+// differ here.
+std::string executable_identity();
 
 // Whether the launcher started the processes MPI sees as one world.
 // Throws memtrain::Error with the fix when a launcher announces more tasks
@@ -64,6 +95,13 @@ class Environment {
   const std::string& hostname() const {
     return hostname_;
   }
+  // Every rank's host and the nodes they form (gathered at start-up).
+  const NodeLayout& nodes() const {
+    return nodes_;
+  }
+  int node_index() const {
+    return nodes_.node_of_rank[static_cast<size_t>(rank_)];
+  }
   // Ends every rank of the job now (MPI_Abort). For a failure after ranks
   // started exchanging data, so no peer waits forever.
   [[noreturn]] void abort(int status) const;
@@ -99,6 +137,12 @@ class Environment {
   int world_size_ = 1;
   LocalRank local_;
   std::string hostname_;
+  NodeLayout nodes_;
 };
+
+// Collective: refuses (memtrain::Error on every rank, naming the hosts and
+// ranks of each build and the fix) when the ranks run different builds of
+// memtrain.
+void check_same_build(const Environment& env);
 
 }  // namespace memtrain

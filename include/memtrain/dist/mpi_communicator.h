@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <string>
 
 #include "memtrain/dist/communicator.h"
 #include "memtrain/dist/mpi_wait.h"
@@ -33,8 +34,9 @@ class MpiCommunicator final : public Communicator {
   }
   // MPI_Iallreduce in pieces of at most INT_MAX elements (MPI counts are
   // int), all issued at once; the work's wait() polls them all. A float32
-  // sum of at least 64 KiB when every rank is on one node goes through a
-  // shared-memory window instead and is complete on return (Note
+  // sum of at least 64 KiB when some node holds two ranks or more goes
+  // through each node's shared-memory window instead, between nodes
+  // through their leaders (hierarchical), and is complete on return (Note
   // [Shared-memory all-reduce]).
   std::unique_ptr<CollectiveWork> all_reduce_async(
       at::Tensor& t, ReduceOp op) override;
@@ -46,6 +48,9 @@ class MpiCommunicator final : public Communicator {
   // Whether float32 sums go through shared memory (decided, collectively,
   // at the first one; false before it).
   bool uses_shared_memory() const;
+  // How float32 sums of 64 KiB or more travel, in words: the flat
+  // MPI_Iallreduce, one node's shared memory, or hierarchical.
+  std::string sum_path() const;
   bool all_reduce_overlaps() const override {
     return !uses_shared_memory();
   }

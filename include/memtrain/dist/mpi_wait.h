@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "memtrain/util/error.h"
 
@@ -30,6 +31,11 @@
   } while (0)
 
 namespace memtrain {
+
+// The host of every rank of MPI_COMM_WORLD, by rank: Environment sets it
+// once at start-up, and timeout messages name the hosts of the ranks that
+// did not arrive. Until then they name ranks alone.
+void set_rank_hosts(std::vector<std::string> hosts);
 
 class MpiWaiter {
  public:

@@ -110,11 +110,14 @@ class MpiWork final : public CollectiveWork {
 // Sums of fewer bytes go through MPI: latency, not bandwidth, rules there.
 constexpr int64_t kShmMinBytes = 64 * 1024;
 // Floats per rank per half of the double buffer: pieces that stay in the
-// caches while they are copied in, summed and copied out. Measured on the
-// 2-core development machine (bench_allreduce, 2 ranks, 1-16 MiB sums):
-// 4 MiB pieces 0.51-0.82x of MPI_Allreduce, 128 KiB 0.82-1.16x, 256 KiB
+// caches while they are copied in and summed. Measured on the 2-core
+// development machine (bench_allreduce, 2 ranks, 1-16 MiB sums): 4 MiB
+// pieces 0.51-0.82x of MPI_Allreduce, 128 KiB 0.82-1.16x, 256 KiB
 // 0.97-1.52x, 512 KiB 1.07-1.42x.
 constexpr int64_t kShmSlotFloats = int64_t{1} << 17;  // 512 KiB
+// Floats per group: the node's sum of a group is what the node leaders
+// all-reduce between nodes in one MPI call, while the node sums the next.
+constexpr int64_t kShmGroupFloats = 8 * kShmSlotFloats;  // 4 MiB
 
 }  // namespace
 
@@ -124,29 +127,53 @@ constexpr int64_t kShmSlotFloats = int64_t{1} << 17;  // 512 KiB
 // ptrace rights that containers often lack (launch/env.sh turns it off).
 // Without it a 64 MiB float32 MPI_Iallreduce between 2 ranks on one node
 // took 0.2-0.5 s on the 2-core development machine, against 0.1 s for
-// gloo over TCP loopback (benchmarks/vs_pytorch). When every rank of the
-// communicator is on one node, a float32 sum of at least 64 KiB goes
-// through an MPI-3 shared-memory window instead (0.03 s for the same
-// 64 MiB): each rank copies a chunk of its tensor into its slot; after a
-// barrier rank r sums its 1/size of the chunk over all slots, in rank
-// order, into its own slot; after a second barrier every rank copies the
-// summed parts out. Each element is summed by one rank, in one order, so
-// every rank gets bit-identical results (as replica checks require). The
-// slots are double-buffered: a rank writes chunk k+2 only after the
-// barrier that follows every rank's reading of chunk k. Barriers are
-// MPI_Ibarrier polled by the MpiWaiter, so collective timeouts hold; the
-// work is complete when all_reduce_async returns (it cannot overlap with
-// backward, but it is shorter than the non-blocking MPI path was even
-// when overlapped). Set up collectively at the first such sum (after a
-// polled barrier, so a missing rank is named rather than waited for);
-// the window lives until MPI_Finalize, which frees it. MEMTRAIN_MPI_SHM=0
-// turns it off (the ranks agree on it), and so does a window that cannot be
-// allocated on any rank.
+// gloo over TCP loopback (benchmarks/vs_pytorch). So a float32 sum of at
+// least 64 KiB goes through an MPI-3 shared-memory window of each node
+// instead (0.03 s for the same 64 MiB on one node), in groups of
+// kShmGroupFloats, each in slots of kShmSlotFloats:
+// - slot by slot, every rank copies its piece of the tensor into its own
+//   slot; after a barrier of the node, local rank r sums its 1/L share of
+//   the piece over the node's L slots, in local-rank order, into the
+//   group's result buffer (in the node leader's, local rank 0's, part of
+//   the window). Slots are double-buffered: a rank writes piece k+2 only
+//   after the barrier that follows every rank's summing of piece k;
+// - after the group's last piece, a barrier: the result holds the node's
+//   sum of the group;
+// - one node (every rank of the communicator on it): every rank copies
+//   the group out of the result;
+// - several nodes (hierarchical): the node leaders all-reduce the result
+//   with one MPI_Iallreduce among themselves and go on with the next
+//   group's node phase while it is in flight (the result is double-
+//   buffered too); after that group, the leader waits for it, a barrier
+//   of the node, and every rank copies it out.
+// Each element's node sum is made by one rank in one order and its total
+// by MPI among the leaders, then copied to every rank of the node, so
+// every rank gets bit-identical results (as replica checks require); on
+// one node they are bit-identical to the earlier one-phase algorithm (the
+// same order). Only the leaders' traffic crosses between nodes: the node's
+// ranks send it once, not L times as the flat MPI_Iallreduce would. Nodes
+// of one rank each gain nothing from it: there the flat path is kept.
+// Barriers are MPI_Ibarrier and the leaders' all-reduce MPI_Iallreduce,
+// polled by the MpiWaiter, so collective timeouts hold (and name the world
+// ranks and hosts that did not arrive); the work is complete when
+// all_reduce_async returns (it cannot overlap with backward, but it is
+// shorter than the non-blocking MPI path was even when overlapped). Set up
+// collectively at the first such sum (after a polled barrier, so a missing
+// rank is named rather than waited for); the window lives until
+// MPI_Finalize, which frees it. MEMTRAIN_MPI_SHM=0 (or off) keeps every
+// sum on the flat MPI_Iallreduce (the ranks agree on it), and so does a
+// window that cannot be allocated on any rank.
 struct MpiCommunicator::Shm {
   MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm leaders = MPI_COMM_NULL;  // local rank 0 of each node; only
+                                     // there, and with several nodes
   MPI_Win win = MPI_WIN_NULL;
-  std::vector<float*> slots;  // rank q's slot pair: slots[q], + kShmSlotFloats
-  int parity = 0;
+  int local_rank = 0;
+  int local_size = 1;
+  int nodes = 1;
+  std::vector<float*> slots;  // local rank q's slot pair: slots[q], + S
+  float* result = nullptr;    // the leader's result pair: result, + G
+  int parity = 0;             // the slot half the next piece goes into
 };
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s)
@@ -160,6 +187,19 @@ MpiCommunicator::~MpiCommunicator() = default;
 
 bool MpiCommunicator::uses_shared_memory() const {
   return shm_ != nullptr;
+}
+
+std::string MpiCommunicator::sum_path() const {
+  if (!shm_)
+    return shm_decided_ ? "flat MPI_Iallreduce"
+                        : "not decided (no float32 sum of 64 KiB yet)";
+  if (shm_->nodes == 1)
+    return detail::concat(
+        "shared memory of the node (", shm_->local_size, " ranks)");
+  return detail::concat(
+      "hierarchical: shared memory within each node, the leaders of ",
+      shm_->nodes,
+      " nodes over MPI");
 }
 
 bool MpiCommunicator::shm_ready() {
@@ -177,24 +217,54 @@ bool MpiCommunicator::shm_ready() {
       MPI_Comm_split_type(
           waiter_.comm(), MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
       rank_);
-  int node_size = 0;
-  MPI_Comm_size(node, &node_size);
-  int ok = wanted && node_size == size_ ? 1 : 0;
+  int local_rank = 0;
+  int local_size = 0;
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  // Nodes, and the largest node: with one rank on every node there is
+  // nothing to share.
+  int counts[2] = {local_rank == 0 ? 1 : 0, local_size};
   MT_MPI_CHECK(
-      MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, waiter_.comm()),
+      MPI_Allreduce(
+          MPI_IN_PLACE, &counts[0], 1, MPI_INT, MPI_SUM, waiter_.comm()),
       rank_);
+  MT_MPI_CHECK(
+      MPI_Allreduce(
+          MPI_IN_PLACE, &counts[1], 1, MPI_INT, MPI_MAX, waiter_.comm()),
+      rank_);
+  const int nodes = counts[0];
+  int ok = wanted && counts[1] > 1 ? 1 : 0;
+  MPI_Comm leaders = MPI_COMM_NULL;
+  if (ok && nodes > 1) {
+    MT_MPI_CHECK(
+        MPI_Comm_split(
+            waiter_.comm(),
+            local_rank == 0 ? 0 : MPI_UNDEFINED,
+            rank_,
+            &leaders),
+        rank_);
+  }
   if (!ok) {
     MPI_Comm_free(&node);
     return false;
   }
   auto shm = std::make_unique<Shm>();
   shm->node = node;
+  shm->leaders = leaders;
+  shm->local_rank = local_rank;
+  shm->local_size = local_size;
+  shm->nodes = nodes;
   MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
+  if (leaders != MPI_COMM_NULL)
+    MPI_Comm_set_errhandler(leaders, MPI_ERRORS_RETURN);
+  // Every rank's slot pair; the leader's result pair after its slots.
+  const int64_t floats =
+      2 * kShmSlotFloats + (local_rank == 0 ? 2 * kShmGroupFloats : 0);
   float* base = nullptr;
   // A window the node cannot give (a small /dev/shm in a container, say)
   // leaves the sums on MPI's path, on every rank alike.
   int allocated = MPI_Win_allocate_shared(
-                      static_cast<MPI_Aint>(2 * kShmSlotFloats * sizeof(float)),
+                      static_cast<MPI_Aint>(floats * sizeof(float)),
                       static_cast<int>(sizeof(float)),
                       MPI_INFO_NULL,
                       node,
@@ -207,9 +277,9 @@ bool MpiCommunicator::shm_ready() {
           MPI_IN_PLACE, &allocated, 1, MPI_INT, MPI_MIN, waiter_.comm()),
       rank_);
   if (!allocated)
-    return false;  // the node communicator and any window stay until exit
-  shm->slots.resize(static_cast<size_t>(size_));
-  for (int q = 0; q < size_; ++q) {
+    return false;  // the communicators and any window stay until exit
+  shm->slots.resize(static_cast<size_t>(local_size));
+  for (int q = 0; q < local_size; ++q) {
     MPI_Aint bytes = 0;
     int unit = 0;
     MT_MPI_CHECK(
@@ -219,6 +289,7 @@ bool MpiCommunicator::shm_ready() {
         bytes >= static_cast<MPI_Aint>(2 * kShmSlotFloats * sizeof(float)),
         "shared-memory window smaller than asked");
   }
+  shm->result = shm->slots[0] + 2 * kShmSlotFloats;
   MT_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, shm->win), rank_);
   shm_ = std::move(shm);
   return true;
@@ -240,37 +311,77 @@ bool MpiCommunicator::shm_all_reduce(at::Tensor& t, ReduceOp op) {
       t.numel() * static_cast<int64_t>(sizeof(float)) < kShmMinBytes ||
       !shm_ready())
     return false;
+  Shm& shm = *shm_;
   const int64_t sequence = waiter_.next_sequence();
   float* data = t.data_ptr<float>();
   const int64_t n = t.numel();
-  const int64_t P = size_;
-  for (int64_t off = 0; off < n; off += kShmSlotFloats) {
-    const int64_t len = std::min(kShmSlotFloats, n - off);
-    const int64_t half = shm_->parity * kShmSlotFloats;
-    float* mine = shm_->slots[rank_] + half;
-    std::memcpy(mine, data + off, static_cast<size_t>(len) * sizeof(float));
+  const int64_t L = shm.local_size;
+  const int64_t me = shm.local_rank;
+  const bool leader = shm.leaders != MPI_COMM_NULL;
+  // The leaders' all-reduce of each result half, while it is in flight.
+  MPI_Request between[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  auto copy_out = [&](int64_t group) {
+    const int64_t off = group * kShmGroupFloats;
+    const int64_t len = std::min(kShmGroupFloats, n - off);
+    std::memcpy(
+        data + off,
+        shm.result + (group & 1) * kShmGroupFloats,
+        static_cast<size_t>(len) * sizeof(float));
+  };
+  // Several nodes: group `group`'s total is complete on every rank of the
+  // node once its leader's all-reduce is.
+  auto finish = [&](int64_t group) {
+    if (leader)
+      waiter_.wait(&between[group & 1], 1, "all-reduce", sequence);
     shm_step(sequence);
-    const int64_t begin = len * rank_ / P;
-    const int64_t end = len * (rank_ + 1) / P;
-    const float* s0 = shm_->slots[0] + half;
-    const float* s1 = shm_->slots[1] + half;
-    for (int64_t i = begin; i < end; ++i) {
-      float acc = s0[i] + s1[i];
-      for (int64_t q = 2; q < P; ++q)
-        acc += shm_->slots[q][half + i];
-      mine[i] = acc;
-    }
-    shm_step(sequence);
-    for (int64_t q = 0; q < P; ++q) {
-      const int64_t b = len * q / P;
-      const int64_t e = len * (q + 1) / P;
+    copy_out(group);
+  };
+  const int64_t groups = (n + kShmGroupFloats - 1) / kShmGroupFloats;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t goff = g * kShmGroupFloats;
+    const int64_t glen = std::min(kShmGroupFloats, n - goff);
+    float* result = shm.result + (g & 1) * kShmGroupFloats;
+    for (int64_t off = 0; off < glen; off += kShmSlotFloats) {
+      const int64_t len = std::min(kShmSlotFloats, glen - off);
+      const int64_t half = shm.parity * kShmSlotFloats;
       std::memcpy(
-          data + off + b,
-          shm_->slots[q] + half + b,
-          static_cast<size_t>(e - b) * sizeof(float));
+          shm.slots[me] + half,
+          data + goff + off,
+          static_cast<size_t>(len) * sizeof(float));
+      shm_step(sequence);
+      const int64_t begin = len * me / L;
+      const int64_t end = len * (me + 1) / L;
+      const float* s0 = shm.slots[0] + half;
+      for (int64_t i = begin; i < end; ++i) {
+        float acc = s0[i];
+        for (int64_t q = 1; q < L; ++q)
+          acc += shm.slots[q][half + i];
+        result[off + i] = acc;
+      }
+      shm.parity ^= 1;
     }
-    shm_->parity ^= 1;
+    shm_step(sequence);  // the node's sum of group g is whole
+    if (shm.nodes == 1) {
+      copy_out(g);
+      continue;
+    }
+    if (leader) {
+      MT_MPI_CHECK(
+          MPI_Iallreduce(
+              MPI_IN_PLACE,
+              result,
+              static_cast<int>(glen),
+              MPI_FLOAT,
+              MPI_SUM,
+              shm.leaders,
+              &between[g & 1]),
+          rank_);
+    }
+    if (g > 0)
+      finish(g - 1);
   }
+  if (shm.nodes > 1)
+    finish(groups - 1);
   return true;
 }
 

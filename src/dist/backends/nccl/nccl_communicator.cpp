@@ -412,8 +412,11 @@ struct NcclCommunicator::Impl {
       for (int j = i + 1; j < size; ++j) {
         const DeviceRecord& a = all[static_cast<size_t>(i)];
         const DeviceRecord& b = all[static_cast<size_t>(j)];
+        // One GPU seen from two hosts is two "nodes" of one machine
+        // (network namespaces, NCCL_HOSTID): NCCL treats them as hosts.
         MT_CHECK(
-            std::memcmp(a.uuid, b.uuid, sizeof(a.uuid)) != 0,
+            std::strncmp(a.host, b.host, sizeof(a.host)) != 0 ||
+                std::memcmp(a.uuid, b.uuid, sizeof(a.uuid)) != 0,
             "NCCL refuses two ranks on one GPU: use dist.backend=mpi, or one "
             "rank per GPU (ranks ",
             i,

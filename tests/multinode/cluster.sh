@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# Several "nodes" on this one machine, for memtrain's multi-node tests and
+# benchmarks: each node is a Linux network namespace (its own interface and
+# address) with a UTS namespace (its own hostname) and a mount namespace
+# (its own scratch folder), joined by a bridge of veth pairs. Addresses are
+# from the benchmarking range 198.18.0.0/15 only; the bridge has no
+# physical port and the nodes no default route, so no packet leaves this
+# machine. Root only.
+#
+# usage: cluster.sh up DIR N       N (1-8) nodes node1..nodeN; writes
+#                                  DIR/cluster.env (sourced by the tests),
+#                                  DIR/hostfile (N lines "nodeK slots=S"),
+#                                  DIR/agent (Open MPI's launcher agent:
+#                                  plm_rsh_agent), DIR/shared (seen by every
+#                                  node, the output folder) and DIR/scratch
+#                                  (each node's own: DIR/nodes/nodeK/scratch
+#                                  mounted there in nodeK)
+#        cluster.sh down DIR       kills every process in the nodes, removes
+#                                  the namespaces, veths, bridge and mounts;
+#                                  also after a crashed run (idempotent)
+#        cluster.sh exec DIR NODE CMD ...
+#                                  runs CMD on NODE (its net, hostname,
+#                                  mounts; pinned to the node's cores,
+#                                  unless MT_PIN=0)
+#        cluster.sh link DIR NODE up|down
+#                                  cuts or restores NODE's link (a partition:
+#                                  no process dies)
+#        cluster.sh shape DIR RATE|off
+#                                  caps every node's link at RATE (tc tbf,
+#                                  both directions, e.g. 1gbit) or removes
+#                                  the cap
+#        cluster.sh check DIR      exit 1 naming what of DIR's cluster is
+#                                  still there (namespaces, bridge, mounts,
+#                                  processes)
+# Exit 77 with one line (SKIP: ...) where namespaces cannot be made here:
+# not root, no ip/unshare/nsenter, or the kernel refuses.
+# Each node gets its share of this machine's cores: node K of N the CPUs
+# [K*C/N, (K+1)*C/N) when N <= C cores, else CPU (K-1) mod C.
+set -euo pipefail
+usage() {
+  sed -n '9,35p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+cmd=${1:-}
+dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || usage
+case "$cmd" in up | down | exec | link | shape | check) ;; *) usage ;; esac
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+# Names unique to DIR (two clusters may coexist), within IFNAMSIZ (15).
+tag=mt$(printf '%s' "$dir" | md5sum | cut -c1-5)
+bridge=${tag}br
+# The cluster's /24 of 198.18.0.0/15: the one its cluster.env names, else
+# the first free one from a number drawn from the tag, so that two clusters
+# (two tests at once) never share a subnet.
+subnet=
+if [ -f "$dir/cluster.env" ]; then
+  subnet=$(sed -n 's/^MT_SUBNET=\(.*\)\.0\/24$/\1/p' "$dir/cluster.env")
+fi
+if [ -z "$subnet" ]; then
+  used=$(ip -4 -o addr show 2>/dev/null | awk '{print $4}')
+  start=$((0x$(printf '%s' "$dir" | md5sum | cut -c6-8) % 512))
+  for i in $(seq 0 511); do
+    x=$(((start + i) % 512))
+    candidate=198.$((18 + x / 256)).$((x % 256))
+    grep -q "^${candidate//./\\.}\." <<<"$used" || { subnet=$candidate; break; }
+  done
+fi
+gateway=$subnet.254
+
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+
+node_ns() { echo "${tag}n$1"; }
+
+# CPUs of node K (1-based) of N, as a taskset list.
+node_cpus() {
+  local k=$1 n=$2 c
+  c=$(nproc --all)
+  if [ "$n" -le "$c" ]; then
+    local lo=$(((k - 1) * c / n)) hi=$((k * c / n - 1))
+    echo "$lo-$hi"
+  else
+    echo $(((k - 1) % c))
+  fi
+}
+
+# Every mount of DIR's namespaces, deepest first.
+our_mounts() {
+  awk -v d="$dir/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r
+}
+
+down() {
+  local ns pids
+  for ns in $(ip netns list 2>/dev/null | awk -v t="$tag" 'index($1, t) == 1 {print $1}'); do
+    pids=$(ip netns pids "$ns" 2>/dev/null || true)
+    [ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
+    for _ in $(seq 50); do
+      [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break
+      sleep 0.1
+    done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  ip link del "$bridge" 2>/dev/null || true
+  for m in $(our_mounts); do umount -l "$m" 2>/dev/null || true; done
+  rm -rf "$dir/ns"
+}
+
+check() {
+  local left=()
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk -v t="$tag" 'index($1, t) == 1 {print $1}'); do
+    left+=("namespace $ns (processes: $(ip netns pids "$ns" 2>/dev/null | tr '\n' ' '))")
+  done
+  ip link show "$bridge" >/dev/null 2>&1 && left+=("bridge $bridge")
+  ip -o link show 2>/dev/null | grep -q "${tag}v" && left+=("veths ${tag}v*")
+  local m
+  for m in $(our_mounts); do left+=("mount $m"); done
+  if [ ${#left[@]} -gt 0 ]; then
+    printf 'cluster.sh: left behind: %s\n' "${left[@]}" >&2
+    return 1
+  fi
+}
+
+env_file() {
+  [ -f "$dir/cluster.env" ] || { echo "cluster.sh: no cluster in $dir (cluster.sh up $dir N first)" >&2; exit 2; }
+  # shellcheck disable=SC1091
+  source "$dir/cluster.env"
+}
+
+# The node's number from its name (node3 -> 3), checked against the cluster.
+node_number() {
+  local k=${1#node}
+  [[ "$k" =~ ^[0-9]+$ ]] && [ "$k" -ge 1 ] && [ "$k" -le "$MT_NODES" ] ||
+    { echo "cluster.sh: no node '$1' (node1..node$MT_NODES)" >&2; exit 2; }
+  echo "$k"
+}
+
+case "$cmd" in
+  down)
+    down
+    exit 0
+    ;;
+  check)
+    check
+    exit $?
+    ;;
+  exec)
+    env_file
+    node=${3:-}
+    [ $# -ge 4 ] || usage
+    k=$(node_number "$node")
+    shift 3
+    pin=(taskset -c "$(node_cpus "$k" "$MT_NODES")")
+    [ "${MT_PIN:-1}" != 0 ] || pin=()
+    exec nsenter --net="/run/netns/$(node_ns "$k")" --uts="$dir/ns/uts-node$k" --wd="$(pwd)" \
+      --mount="$dir/ns/mnt-node$k" -- "${pin[@]}" "$@"
+    ;;
+  link)
+    env_file
+    k=$(node_number "${3:-}")
+    state=${4:-}
+    [ "$state" = up ] || [ "$state" = down ] || usage
+    ip link set "${tag}v$k" "$state"
+    exit 0
+    ;;
+  shape)
+    env_file
+    rate=${3:-}
+    [ -n "$rate" ] || usage
+    for k in $(seq "$MT_NODES"); do
+      for side in host node; do
+        if [ $side = host ]; then run=(); dev=${tag}v$k; else run=(ip netns exec "$(node_ns "$k")"); dev=eth0; fi
+        "${run[@]}" tc qdisc del dev "$dev" root 2>/dev/null || true
+        [ "$rate" = off ] && continue
+        # A bucket of 1 ms at RATE (at least 64 KiB: a few TSO segments),
+        # and up to 5 ms of queue before drops.
+        "${run[@]}" tc qdisc add dev "$dev" root tbf rate "$rate" burst 256kb latency 5ms
+      done
+    done
+    exit 0
+    ;;
+esac
+
+# up
+n=${3:-}
+[[ "$n" =~ ^[1-8]$ ]] || { echo "cluster.sh: N must be 1 to 8 nodes, not '$n'" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || skip "network namespaces need root (this is uid $(id -u))"
+for t in ip unshare nsenter taskset; do
+  command -v "$t" >/dev/null || skip "no '$t' on this machine (Debian: iproute2, util-linux)"
+done
+down  # what a killed earlier run left
+trap 'rc=$?; [ $rc = 0 ] || [ $rc = 77 ] || down; exit $rc' EXIT
+ip netns add "${tag}probe" 2>/dev/null || skip "the kernel refuses network namespaces (ip netns add failed)"
+ip netns del "${tag}probe"
+
+mkdir -p "$dir/ns" "$dir/shared" "$dir/scratch"
+# Persistent UTS and mount namespaces are bind mounts of nsfs files; their
+# folder must be a private mount so they do not propagate into themselves.
+mount --bind "$dir/ns" "$dir/ns"
+mount --make-private "$dir/ns"
+ip link add "$bridge" type bridge
+ip addr add "$gateway/24" dev "$bridge"
+ip link set "$bridge" up
+: >"$dir/hostfile"
+: >"$dir/hosts"
+slots=$(($(nproc --all) / n))
+[ "$slots" -ge 1 ] || slots=1
+for k in $(seq "$n"); do
+  ns=$(node_ns "$k")
+  ip netns add "$ns"
+  ip link add "${tag}v$k" type veth peer name eth0 netns "$ns"
+  ip link set "${tag}v$k" master "$bridge" up
+  ip -n "$ns" addr add "$subnet.$k/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up
+  touch "$dir/ns/uts-node$k" "$dir/ns/mnt-node$k"
+  unshare --uts="$dir/ns/uts-node$k" hostname "node$k"
+  mkdir -p "$dir/nodes/node$k/scratch"
+  unshare --mount="$dir/ns/mnt-node$k" --propagation private \
+    mount --bind "$dir/nodes/node$k/scratch" "$dir/scratch"
+  echo "node$k slots=$slots" >>"$dir/hostfile"
+  echo "$subnet.$k node$k" >>"$dir/hosts"
+done
+# Every node reaches every other by name: a hosts file in each node's own
+# mount namespace (this machine's /etc/hosts is not touched).
+cat /etc/hosts "$dir/hosts" >"$dir/nodes/hosts"
+echo "$gateway head" >>"$dir/nodes/hosts"
+for k in $(seq "$n"); do
+  nsenter --mount="$dir/ns/mnt-node$k" -- mount --bind "$dir/nodes/hosts" /etc/hosts
+done
+
+# Open MPI's launcher agent: called as `agent [options] HOST COMMAND...` in
+# place of ssh; runs COMMAND in HOST's namespaces through a shell, as sshd
+# would.
+cat >"$dir/agent" <<AGENT
+#!/usr/bin/env bash
+while [ \$# -gt 0 ] && [ "\${1#-}" != "\$1" ]; do shift; done
+host=\$1
+shift
+case "\$host" in
+  node[0-9]*) ;;
+  *) echo "agent: no node '\$host' in $dir (node1..node$n)" >&2; exit 255 ;;
+esac
+exec "$dir/cluster.sh" exec "$dir" "\$host" /bin/sh -c "\$*"
+AGENT
+chmod +x "$dir/agent"
+# The cluster.sh the agent calls: this one, wherever the tests run it from.
+cp "$0" "$dir/cluster.sh"
+
+cat >"$dir/cluster.env" <<ENV
+MT_NODES=$n
+MT_CLUSTER=$dir
+MT_TAG=$tag
+MT_BRIDGE=$bridge
+MT_GATEWAY=$gateway
+MT_SUBNET=$subnet.0/24
+MT_HOSTFILE=$dir/hostfile
+MT_SHARED=$dir/shared
+MT_SCRATCH=$dir/scratch
+# Open MPI across the nodes: mpirun "\${MT_MPI_ARGS[@]}" -np N ... starts
+# its daemons through the agent, not ssh (each from the head: no tree
+# spawn), keeps TCP between hosts on the bridge's subnet, and leaves the
+# ranks on their node's cores (no binding of its own).
+MT_MPI_ARGS=(--hostfile $dir/hostfile --mca plm_rsh_agent $dir/agent
+  --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include $subnet.0/24
+  --mca btl self,vader,tcp --mca btl_tcp_if_include $subnet.0/24 --bind-to none)
+# Ranks started otherwise (srun) need TCP between hosts too, whatever a
+# one-host setting (the tests' OMPI_MCA_btl=self,vader) said.
+export OMPI_MCA_btl=self,vader,tcp
+ENV
+trap - EXIT
+echo "cluster.sh: $n node(s) up in $dir: $(tr '\n' ' ' <"$dir/hostfile")"

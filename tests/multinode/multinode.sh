@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# memtrain across hosts, on this machine: tests/multinode/cluster.sh makes 2
+# nodes (network, hostname and mount namespaces on a bridge, addresses from
+# 198.18.0.0/15), and mpirun starts ranks on them through its launcher
+# agent, MPI over TCP between them.
+# 1. memtrain_mpi_tests' communicator tests at 2 nodes x 2 ranks (the
+#    hierarchical sum: shared memory within each node, the leaders over
+#    TCP) and 2 nodes x 1 rank (the flat MPI_Iallreduce): sums equal MPI's
+#    exactly on integers and within 1e-6 relative on random values, the
+#    same bits on every rank;
+# 2. training at 2 nodes x 2 ranks ends with the weights of the same run on
+#    one node (4 ranks) within 1e-6 relative, its window losses within
+#    1e-6 relative; 2 nodes x 1 rank against 1 node x 2 ranks the same;
+#    environment.json names each rank's host, node index, local rank and
+#    local size, and the banner "2 nodes × 2 ranks"; the output folder is
+#    the nodes' shared folder;
+# 3. afterwards nothing of the cluster is left: no namespace, bridge, veth,
+#    mount or process.
+# usage: multinode.sh MEMTRAIN MPIEXEC PYTHON WORKDIR MPI_TESTS; exit 77
+# (skipped, the reason printed) where namespaces cannot be made (not root).
+set -uo pipefail
+MEMTRAIN=$1
+MPIEXEC=$2
+PY=$3
+WORK=$4
+MPI_TESTS=$5
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+C=$WORK/cluster
+# A cluster a killed earlier run of this test left: removed first.
+[ -d "$C" ] && bash "$HERE/cluster.sh" down "$C"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+cd "$WORK" || exit 1
+source "$REPO/launch/env.sh"
+
+rc=0
+bash "$HERE/cluster.sh" up "$C" 2 >up.log 2>&1 || rc=$?
+[ "$rc" = 77 ] && { cat up.log; exit 77; }
+trap 'bash "$HERE/cluster.sh" down "$C"' EXIT
+trap 'exit 130' INT TERM
+[ "$rc" = 0 ] || { cat up.log; fail "cluster.sh up: exit $rc"; }
+cat up.log
+source "$C/cluster.env"
+S=$MT_SHARED
+# Across the nodes, -np N with N/2 per node (mpirun fills node1's slots
+# first: ranks 0..N/2-1 on node1).
+across() {
+  local np=$1
+  shift
+  "$MPIEXEC" "${MT_MPI_ARGS[@]}" --oversubscribe --map-by "ppr:$((np / 2)):node" -np "$np" "$@"
+}
+
+# 1. The communicator tests across hosts.
+for np in 4 2; do
+  across $np "$MPI_TESTS" --gtest_filter='MpiCommunicator.*' >"comm$np.log" 2>&1 ||
+    { tail -40 "comm$np.log"; fail "memtrain_mpi_tests MpiCommunicator.* at 2 nodes x $((np / 2))"; }
+  grep -q "PASSED.*tests" "comm$np.log" || { tail -20 "comm$np.log"; fail "no gtest summary at $np ranks"; }
+  echo "2 nodes x $((np / 2)): MpiCommunicator tests passed;$(grep -o ' [0-9] ranks, .*' "comm$np.log" | head -1)"
+done
+grep -q "4 ranks, hierarchical: shared memory within each node, the leaders of 2 nodes over MPI" comm4.log ||
+  fail "2 nodes x 2: the sums did not take the hierarchical path"
+grep -q "2 ranks, flat MPI_Iallreduce" comm2.log || fail "2 nodes x 1: the sums did not take the flat path"
+
+# 2. Training across hosts against one node.
+"$MEMTRAIN" make-data --kind features --out "$S/train.h5" --samples 512 --features 64 --classes 4 >/dev/null || fail make-data
+"$MEMTRAIN" make-data --kind features --out "$S/val.h5" --samples 64 --features 64 --classes 4 --split val >/dev/null || fail make-data
+cat >"$S/cfg.yaml" <<EOF
+data:
+  train: $S/train.h5
+  val: $S/val.h5
+  batch_size: 16
+model:
+  hidden: 128
+training:
+  epochs: 2
+  gradient_accumulation_steps: 2
+EOF
+train() {  # OUT then the launcher's words
+  local out=$1
+  shift
+  "$@" "$MEMTRAIN" train --config "$S/cfg.yaml" --output.dir="$S/$out" >"$out.log" 2>&1 ||
+    { tail -30 "$out.log"; fail "run $out"; }
+}
+train one4 "$MPIEXEC" --oversubscribe -np 4
+train two2 across 4
+train one2 "$MPIEXEC" --oversubscribe -np 2
+train two1 across 2
+grep -q "^memtrain 0.1.0: 4 rank(s) on 2 nodes × 2 ranks," two2.log || { head -5 two2.log; fail "2x2 banner"; }
+grep -q "^memtrain 0.1.0: 2 rank(s) on 2 nodes × 1 rank," two1.log || { head -5 two1.log; fail "2x1 banner"; }
+grep -q "^memtrain 0.1.0: 4 rank(s) on 1 node × 4 ranks," one4.log || { head -5 one4.log; fail "1x4 banner"; }
+"$PY" - "$S" "$REPO/tests/tools" <<'PYEOF' || fail "weights, losses or environment.json"
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import safetensors_read
+S = sys.argv[1]
+
+def windows(d):
+    return [(j["step"], j["loss"]) for j in map(json.loads, open(f"{S}/{d}/metrics.jsonl"))
+            if j["type"] == "window"]
+
+for one, two, shape in (("one4", "two2", (2, 2)), ("one2", "two1", (2, 1))):
+    a, _ = safetensors_read.load(f"{S}/{one}/model.safetensors")
+    b, _ = safetensors_read.load(f"{S}/{two}/model.safetensors")
+    assert a.keys() == b.keys()
+    worst = 0.0
+    for k in a:
+        scale = max(abs(x) for x in a[k][2]) or 1.0
+        worst = max(worst, max(abs(x - y) for x, y in zip(a[k][2], b[k][2])) / scale)
+    assert worst <= 1e-6, (two, worst)
+    la, lb = windows(one), windows(two)
+    assert [s for s, _ in la] == [s for s, _ in lb] and len(la) > 4, (len(la), len(lb))
+    loss = max(abs(x - y) / abs(x) for (_, x), (_, y) in zip(la, lb))
+    assert loss <= 1e-6, (two, loss)
+    same = sum(x == y for (_, x), (_, y) in zip(la, lb))
+    e = json.load(open(f"{S}/{two}/environment.json"))
+    nodes, per = shape
+    assert e["nodes"]["count"] == nodes and e["nodes"]["ranks_per_node"] == [per] * nodes, e["nodes"]
+    ranks = e["ranks"]
+    want = [(f"node{r // per + 1}", r // per, r % per, per) for r in range(nodes * per)]
+    got = [(x["host"], x["node_index"], x["local_rank"], x["local_size"]) for x in ranks]
+    assert got == want, got
+    print(f"{nodes} nodes x {per}: {len(lb)} windows, weights within {worst:.2g} relative of "
+          f"1 node x {nodes * per}, losses within {loss:.2g} ({same} of {len(lb)} equal); "
+          f"ranks on {[g[0] for g in got]}")
+PYEOF
+
+# 3. Nothing left behind.
+bash "$HERE/cluster.sh" down "$C"
+trap - EXIT
+bash "$HERE/cluster.sh" check "$C" || fail "the cluster was not removed"
+! ip netns list | grep -q "^$MT_TAG" || fail "namespaces left: $(ip netns list)"
+echo "cluster removed: no namespace, bridge, veth, mount or process left"
+echo "PASS multinode"

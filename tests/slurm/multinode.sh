@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# memtrain's SLURM scripts across hosts: tests/slurm/cluster.sh start DIR 2
+# makes a 2-node SLURM (node1 and node2: network, hostname and mount
+# namespaces of tests/multinode/cluster.sh, one slurmd in each, slurmctld
+# on their bridge; addresses from 198.18.0.0/15).
+# 1. sbatch -N 2 --ntasks-per-node=2 launch/slurm/train.sbatch trains
+#    through srun --mpi=pmix across the nodes: environment.json names the
+#    launcher slurm, every rank's host, node index, local rank (SLURM's
+#    block layout: 0,1 on node1, 0,1 on node2) and local size 2; the
+#    banner says "2 nodes × 2 ranks"; the weights equal, bit for bit, the
+#    same run started by mpirun across the same two nodes (both sum
+#    hierarchically, in the same order);
+# 2. SLURM_TASKS_PER_NODE=3,1 (4 tasks placed 3 and 1 by an arbitrary
+#    distribution): each rank's local size is its node's count (3,3,3,1),
+#    and the run trains; the banner says "2 nodes: 3+1 ranks";
+# 3. the daemons and the nodes are gone afterwards.
+# usage: multinode.sh MEMTRAIN MPIEXEC PYTHON WORKDIR; exit 77 (skipped)
+# where SLURM or namespaces cannot run (not root).
+set -uo pipefail
+MEMTRAIN=$1
+MPIEXEC=$2
+PY=$3
+WORK=$4
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+[ -d "$WORK/cluster" ] && "$HERE/cluster.sh" stop "$WORK/cluster"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+cd "$WORK" || exit 1
+source "$REPO/launch/env.sh"
+
+rc=0
+"$HERE/cluster.sh" start cluster 2 >start.log 2>&1 || rc=$?
+[ "$rc" = 77 ] && { cat start.log; exit 77; }
+trap '"$HERE/cluster.sh" stop "$WORK/cluster"' EXIT
+trap 'exit 130' INT TERM
+[ "$rc" = 0 ] || { cat start.log; fail "cluster.sh start: exit $rc"; }
+export SLURM_CONF=$WORK/cluster/slurm.conf
+source cluster/net/cluster.env
+S=$MT_SHARED
+echo "SLURM $(sinfo --version | awk '{print $2}'): $(sinfo -h -N -o '%N %c CPUs %T' | tr '\n' ' ')"
+
+"$MEMTRAIN" make-data --kind features --out "$S/train.h5" --samples 256 --features 64 --classes 4 >/dev/null || fail make-data
+cat >"$S/cfg.yaml" <<EOF
+data:
+  train: $S/train.h5
+  val: ""
+  batch_size: 16
+model:
+  hidden: 128
+training:
+  epochs: 2
+EOF
+submit() {  # NAME then sbatch options; waits; the job's log is NAME-<id>.out
+  local name=$1
+  shift
+  local out
+  out=$(timeout 240 sbatch --wait "$@" --cpus-per-task=1 --gpus-per-node=0 --time=5 \
+    --output="$S/$name-%j.out" \
+    --export=ALL,MEMTRAIN_HOME="$REPO",MEMTRAIN_BIN="$MEMTRAIN" \
+    "$REPO/launch/slurm/train.sbatch" "$S/cfg.yaml" --output.dir="$S/$name" 2>&1)
+  local rc=$?
+  job=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
+  [ "$rc" = 0 ] || { echo "$out"; squeue; tail -n 30 "$S/$name"-*.out; fail "$name: sbatch exit $rc (124: not finished in 240 s)"; }
+  grep -q "^done: $S/$name/model.safetensors" "$S/$name-$job.out" ||
+    { tail -n 20 "$S/$name-$job.out"; fail "$name: no finished run"; }
+}
+
+# 1. 2 nodes x 2 tasks, and the same run under mpirun across the nodes.
+submit sb22 -N 2 --ntasks-per-node=2
+grep -q "^memtrain 0.1.0: 4 rank(s) on 2 nodes × 2 ranks, backend mpi, local rank from slurm" "$S/sb22-$job.out" ||
+  { head -8 "$S/sb22-$job.out"; fail "sb22: banner"; }
+"$MPIEXEC" "${MT_MPI_ARGS[@]}" --oversubscribe --map-by ppr:2:node -np 4 "$MEMTRAIN" train \
+  --config "$S/cfg.yaml" --output.dir="$S/mp22" >mp22.log 2>&1 || { tail -n 20 mp22.log; fail "mpirun across the nodes"; }
+cmp "$S/sb22/model.safetensors" "$S/mp22/model.safetensors" ||
+  fail "srun's and mpirun's weights across 2 nodes differ"
+"$PY" - "$S/sb22/environment.json" "$job" <<'PYEOF' || fail "sb22: environment.json"
+import json, sys
+e = json.load(open(sys.argv[1]))
+assert e["launcher"] == "slurm" and e["slurm"]["job_id"] == sys.argv[2], (e["launcher"], e["slurm"])
+assert e["nodes"] == {"count": 2, "ranks_per_node": [2, 2], "layout": "2 nodes × 2 ranks"}, e["nodes"]
+got = [(r["host"], r["node_index"], r["local_rank"], r["local_size"]) for r in e["ranks"]]
+assert got == [("node1", 0, 0, 2), ("node1", 0, 1, 2), ("node2", 1, 0, 2), ("node2", 1, 1, 2)], got
+print(f"sbatch -N 2 --ntasks-per-node=2: job {sys.argv[2]}, ranks {got}; weights = mpirun's across the nodes")
+PYEOF
+
+# 2. 3 tasks on node1 and 1 on node2: an arbitrary distribution from a
+#    host list, more tasks than the node's 2 CPUs (-O), srun as train.sbatch
+#    runs it (train.sbatch's own --ntasks-per-node=4 cannot be lifted from
+#    the command line, and SLURM refuses it with this layout).
+printf 'node1\nnode1\nnode1\nnode2\n' >"$S/hosts31"
+SLURM_HOSTFILE=$S/hosts31 timeout 240 sbatch --wait -O -N 2 -n 4 --distribution=arbitrary \
+  --time=5 --output="$S/sb31.out" \
+  --wrap "srun --mpi=pmix $MEMTRAIN train --config $S/cfg.yaml --output.dir=$S/sb31" >sb31.txt 2>&1 ||
+  { cat sb31.txt; tail -n 20 "$S/sb31.out"; fail "sb31: sbatch"; }
+grep -q "^memtrain 0.1.0: 4 rank(s) on 2 nodes: 3+1 ranks" "$S/sb31.out" ||
+  { head -8 "$S/sb31.out"; fail "sb31: banner"; }
+"$PY" - "$S/sb31/environment.json" <<'PYEOF' || fail "sb31: environment.json"
+import json, sys
+e = json.load(open(sys.argv[1]))
+assert e["nodes"]["ranks_per_node"] == [3, 1], e["nodes"]
+got = [(r["host"], r["local_rank"], r["local_size"]) for r in e["ranks"]]
+assert got == [("node1", 0, 3), ("node1", 1, 3), ("node1", 2, 3), ("node2", 0, 1)], got
+print(f"SLURM_TASKS_PER_NODE=3,1: ranks {got}")
+PYEOF
+
+# 3. Daemons and nodes gone.
+pids=$(cat cluster/*.pid)
+"$HERE/cluster.sh" stop "$WORK/cluster"
+trap - EXIT
+for p in $pids; do
+  ! kill -0 "$p" 2>/dev/null || fail "daemon $p still running after stop"
+done
+bash "$REPO/tests/multinode/cluster.sh" check cluster/net || fail "the nodes were not removed"
+echo "PASS slurm_multinode"
