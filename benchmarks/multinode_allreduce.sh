@@ -77,7 +77,7 @@ PYEOF
     bash tests/multinode/cluster.sh shape "$cluster" "$rate"
     tag=$n-nodes-$rate
     echo "# $n nodes x $ppn ranks, links $rate: bench_allreduce" | tee -a "$out/runs.txt"
-    "$MPIEXEC" "${MT_MPI_ARGS[@]}" --oversubscribe --map-by "ppr:$ppn:node" -np $((n * ppn)) \
+    "${MPIEXEC:-mpirun}" "${MT_MPI_ARGS[@]}" --hostfile "$MT_HOSTFILE" --oversubscribe --map-by "ppr:$ppn:node" -np $((n * ppn)) \
       "$bench" --min-bytes "$min_bytes" --max-bytes "$max_bytes" --rounds "$rounds" \
       --models '' --csv "$out/$tag" >"$out/$tag.log" 2>&1 ||
       { tail -20 "$out/$tag.log"; echo "multinode_allreduce.sh: bench_allreduce failed ($tag)" >&2; exit 1; }

@@ -7,6 +7,11 @@ if [ "$(id -u)" = 0 ]; then
 fi
 # More ranks than cores is fine for small runs and tests.
 export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
+# Between hosts over TCP, two connections per pair of ranks: with one,
+# Open MPI moved one direction at a time (tests/multinode's emulated
+# 1 Gbit/s links, 2 nodes x 1 rank, 16 MiB MPI_Allreduce: 0.48 of the
+# link's bound with one, 0.91 with two; benchmarks/README.md).
+export OMPI_MCA_btl_tcp_links=${OMPI_MCA_btl_tcp_links:-2}
 # Shared-memory single-copy (CMA) needs ptrace rights containers often lack.
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
 # Threads per rank: memtrain sets LibTorch's and OpenBLAS's thread counts

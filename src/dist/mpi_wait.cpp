@@ -116,7 +116,8 @@ void MpiWaiter::wait(
     MPI_Request* requests,
     int count,
     const char* what,
-    int64_t sequence) const {
+    int64_t sequence,
+    const std::function<void()>& between) const {
   // Non-blocking collectives (libnbc) advance only inside MPI calls: each
   // step of a large all-reduce waits for the next test. So poll without
   // sleeping, as a blocking MPI call busy-polls: for 10 ms without a
@@ -131,6 +132,8 @@ void MpiWaiter::wait(
   for (int spins = 0;; ++spins) {
     if (test(requests, count))
       return;
+    if (between)
+      between();
     if (spins % 256 == 0) {
       waited = seconds_since(start);
       if (timeout_s_ > 0 && waited > timeout_s_)

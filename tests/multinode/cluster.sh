@@ -175,9 +175,16 @@ case "$cmd" in
         if [ $side = host ]; then run=(); dev=${tag}v$k; else run=(ip netns exec "$(node_ns "$k")"); dev=eth0; fi
         "${run[@]}" tc qdisc del dev "$dev" root 2>/dev/null || true
         [ "$rate" = off ] && continue
-        # A bucket of 1 ms at RATE (at least 64 KiB: a few TSO segments),
-        # and up to 5 ms of queue before drops.
-        "${run[@]}" tc qdisc add dev "$dev" root tbf rate "$rate" burst 256kb latency 5ms
+        # A bucket of 2 ms at RATE, at least 256 KiB (a few TSO segments:
+        # a smaller one holds a 10gbit link to 7 Gbit/s here), and up to
+        # 5 ms of queue before drops.
+        burst=$(python3 -c "
+import re, sys
+m = re.fullmatch(r'([0-9.]+)([kmg])bit', sys.argv[1])
+if not m: sys.exit('cluster.sh: a rate is N kbit, mbit or gbit, not ' + sys.argv[1])
+bits = float(m[1]) * {'k': 1e3, 'm': 1e6, 'g': 1e9}[m[2]]
+print(max(256 * 1024, int(bits / 8 * 0.002)))" "$rate")
+        "${run[@]}" tc qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" latency 5ms
       done
     done
     exit 0
@@ -260,11 +267,12 @@ MT_SUBNET=$subnet.0/24
 MT_HOSTFILE=$dir/hostfile
 MT_SHARED=$dir/shared
 MT_SCRATCH=$dir/scratch
-# Open MPI across the nodes: mpirun "\${MT_MPI_ARGS[@]}" -np N ... starts
-# its daemons through the agent, not ssh (each from the head: no tree
-# spawn), keeps TCP between hosts on the bridge's subnet, and leaves the
-# ranks on their node's cores (no binding of its own).
-MT_MPI_ARGS=(--hostfile $dir/hostfile --mca plm_rsh_agent $dir/agent
+# Open MPI across the nodes: mpirun "\${MT_MPI_ARGS[@]}" --hostfile
+# \$MT_HOSTFILE -np N ... starts its daemons through the agent, not ssh
+# (each from the head: no tree spawn), keeps TCP between hosts on the
+# bridge's subnet, and leaves the ranks on their node's cores (no binding
+# of its own). A hostfile of fewer lines runs on fewer nodes.
+MT_MPI_ARGS=(--mca plm_rsh_agent $dir/agent
   --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include $subnet.0/24
   --mca btl self,vader,tcp --mca btl_tcp_if_include $subnet.0/24 --bind-to none)
 # Ranks started otherwise (srun) need TCP between hosts too, whatever a

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# memtrain across hosts, on this machine: tests/multinode/cluster.sh makes 2
+# memtrain across hosts, on this machine: tests/multinode/cluster.sh makes 4
 # nodes (network, hostname and mount namespaces on a bridge, addresses from
 # 198.18.0.0/15), and mpirun starts ranks on them through its launcher
 # agent, MPI over TCP between them.
-# 1. memtrain_mpi_tests' communicator tests at 2 nodes x 2 ranks (the
-#    hierarchical sum: shared memory within each node, the leaders over
-#    TCP) and 2 nodes x 1 rank (the flat MPI_Iallreduce): sums equal MPI's
-#    exactly on integers and within 1e-6 relative on random values, the
-#    same bits on every rank;
+# 1. memtrain_mpi_tests' communicator tests at 2, 3 and 4 nodes x 2 ranks
+#    (the hierarchical sum: shared memory within each node, the leaders'
+#    ring over TCP) and 2 nodes x 1 rank (the flat MPI_Iallreduce): sums
+#    equal MPI's exactly on integers and within 1e-6 relative on random
+#    values, the same bits on every rank;
 # 2. training at 2 nodes x 2 ranks ends with the weights of the same run on
 #    one node (4 ranks) within 1e-6 relative, its window losses within
 #    1e-6 relative; 2 nodes x 1 rank against 1 node x 2 ranks the same;
@@ -39,7 +39,7 @@ cd "$WORK" || exit 1
 source "$REPO/launch/env.sh"
 
 rc=0
-bash "$HERE/cluster.sh" up "$C" 2 >up.log 2>&1 || rc=$?
+bash "$HERE/cluster.sh" up "$C" 4 >up.log 2>&1 || rc=$?
 [ "$rc" = 77 ] && { cat up.log; exit 77; }
 trap 'bash "$HERE/cluster.sh" down "$C"' EXIT
 trap 'exit 130' INT TERM
@@ -47,24 +47,28 @@ trap 'exit 130' INT TERM
 cat up.log
 source "$C/cluster.env"
 S=$MT_SHARED
-# Across the nodes, -np N with N/2 per node (mpirun fills node1's slots
-# first: ranks 0..N/2-1 on node1).
+# Across NODES of the nodes with PER ranks on each (ranks 0..PER-1 on
+# node1, and so on): across NODES PER COMMAND...
 across() {
-  local np=$1
-  shift
-  "$MPIEXEC" "${MT_MPI_ARGS[@]}" --oversubscribe --map-by "ppr:$((np / 2)):node" -np "$np" "$@"
+  local nodes=$1 per=$2
+  shift 2
+  head -n "$nodes" "$MT_HOSTFILE" >"hosts$nodes"
+  "$MPIEXEC" "${MT_MPI_ARGS[@]}" --hostfile "hosts$nodes" --oversubscribe \
+    --map-by "ppr:$per:node" -np $((nodes * per)) "$@"
 }
 
-# 1. The communicator tests across hosts.
-for np in 4 2; do
-  across $np "$MPI_TESTS" --gtest_filter='MpiCommunicator.*' >"comm$np.log" 2>&1 ||
-    { tail -40 "comm$np.log"; fail "memtrain_mpi_tests MpiCommunicator.* at 2 nodes x $((np / 2))"; }
-  grep -q "PASSED.*tests" "comm$np.log" || { tail -20 "comm$np.log"; fail "no gtest summary at $np ranks"; }
-  echo "2 nodes x $((np / 2)): MpiCommunicator tests passed;$(grep -o ' [0-9] ranks, .*' "comm$np.log" | head -1)"
+# 1. The communicator tests across hosts: the leaders' ring at 2, 3 (its
+#    segments uneven) and 4 nodes, the flat path with one rank per node.
+for layout in "2 2 hierarchical" "3 2 hierarchical" "4 2 hierarchical" "2 1 flat"; do
+  read -r nodes per path <<<"$layout"
+  log=comm-$nodes-$per.log
+  across "$nodes" "$per" "$MPI_TESTS" --gtest_filter='MpiCommunicator.*' >"$log" 2>&1 ||
+    { tail -40 "$log"; fail "memtrain_mpi_tests MpiCommunicator.* at $nodes nodes x $per"; }
+  grep -q "PASSED.*tests" "$log" || { tail -20 "$log"; fail "no gtest summary at $nodes nodes x $per"; }
+  grep -q "$((nodes * per)) ranks, $path" "$log" ||
+    { grep "ranks," "$log"; fail "$nodes nodes x $per: the sums did not take the $path path"; }
+  echo "$nodes nodes x $per: MpiCommunicator tests passed;$(grep -o ' [0-9] ranks, .*' "$log" | head -1)"
 done
-grep -q "4 ranks, hierarchical: shared memory within each node, the leaders of 2 nodes over MPI" comm4.log ||
-  fail "2 nodes x 2: the sums did not take the hierarchical path"
-grep -q "2 ranks, flat MPI_Iallreduce" comm2.log || fail "2 nodes x 1: the sums did not take the flat path"
 
 # 2. Training across hosts against one node.
 "$MEMTRAIN" make-data --kind features --out "$S/train.h5" --samples 512 --features 64 --classes 4 >/dev/null || fail make-data
@@ -87,9 +91,9 @@ train() {  # OUT then the launcher's words
     { tail -30 "$out.log"; fail "run $out"; }
 }
 train one4 "$MPIEXEC" --oversubscribe -np 4
-train two2 across 4
+train two2 across 2 2
 train one2 "$MPIEXEC" --oversubscribe -np 2
-train two1 across 2
+train two1 across 2 1
 grep -q "^memtrain 0.1.0: 4 rank(s) on 2 nodes × 2 ranks," two2.log || { head -5 two2.log; fail "2x2 banner"; }
 grep -q "^memtrain 0.1.0: 2 rank(s) on 2 nodes × 1 rank," two1.log || { head -5 two1.log; fail "2x1 banner"; }
 grep -q "^memtrain 0.1.0: 4 rank(s) on 1 node × 4 ranks," one4.log || { head -5 one4.log; fail "1x4 banner"; }

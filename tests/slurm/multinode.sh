@@ -74,7 +74,7 @@ submit() {  # NAME then sbatch options; waits; the job's log is NAME-<id>.out
 submit sb22 -N 2 --ntasks-per-node=2
 grep -q "^memtrain 0.1.0: 4 rank(s) on 2 nodes × 2 ranks, backend mpi, local rank from slurm" "$S/sb22-$job.out" ||
   { head -8 "$S/sb22-$job.out"; fail "sb22: banner"; }
-"$MPIEXEC" "${MT_MPI_ARGS[@]}" --oversubscribe --map-by ppr:2:node -np 4 "$MEMTRAIN" train \
+"$MPIEXEC" "${MT_MPI_ARGS[@]}" --hostfile "$MT_HOSTFILE" --oversubscribe --map-by ppr:2:node -np 4 "$MEMTRAIN" train \
   --config "$S/cfg.yaml" --output.dir="$S/mp22" >mp22.log 2>&1 || { tail -n 20 mp22.log; fail "mpirun across the nodes"; }
 cmp "$S/sb22/model.safetensors" "$S/mp22/model.safetensors" ||
   fail "srun's and mpirun's weights across 2 nodes differ"

@@ -57,6 +57,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   struct Shm;
+  class LeaderRing;
   bool shm_all_reduce(at::Tensor& t, ReduceOp op);
   bool shm_ready();
   void shm_step(int64_t sequence);

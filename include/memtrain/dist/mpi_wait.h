@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -65,11 +66,14 @@ class MpiWaiter {
   // the timeout is set and passes (counted from this call), ends the job
   // with timed_out(what, sequence); never throws for that. Throws
   // memtrain::Error with MPI's message when MPI reports an error.
+  // `between`, when given, is called after every poll that found the
+  // requests unfinished: other work in flight moves on while this waits.
   void wait(
       MPI_Request* requests,
       int count,
       const char* what,
-      int64_t sequence) const;
+      int64_t sequence,
+      const std::function<void()>& between = nullptr) const;
 
   // Non-blocking: one MPI_Testall. True when all requests have completed.
   bool test(MPI_Request* requests, int count) const;

@@ -116,10 +116,114 @@ constexpr int64_t kShmMinBytes = 64 * 1024;
 // 0.97-1.52x, 512 KiB 1.07-1.42x.
 constexpr int64_t kShmSlotFloats = int64_t{1} << 17;  // 512 KiB
 // Floats per group: the node's sum of a group is what the node leaders
-// all-reduce between nodes in one MPI call, while the node sums the next.
+// all-reduce between nodes in one ring, while the node sums the next.
 constexpr int64_t kShmGroupFloats = 8 * kShmSlotFloats;  // 4 MiB
+// Tag of the leaders' ring messages (their own communicator).
+constexpr int kRingTag = 7402;
 
 }  // namespace
+
+// The node leaders' all-reduce of one group: a ring, reduce-scatter then
+// all-gather, in point-to-point messages that progress() moves on step by
+// step, so the node phase of the next group runs while it is in flight.
+// Each node's link carries 2(N-1)/N of the group each way, the bandwidth
+// bound (Open MPI's non-blocking MPI_Iallreduce in place reduces to one
+// rank and broadcasts back: twice the bytes, one way at a time). Segment s
+// is summed along the ring in one order, then copied to every leader: all
+// leaders get the same bits.
+class MpiCommunicator::LeaderRing {
+ public:
+  LeaderRing(MPI_Comm comm, int world_rank) : comm_(comm), rank_(world_rank) {
+    MPI_Comm_rank(comm, &me_);
+    MPI_Comm_size(comm, &n_);
+    tmp_.resize(static_cast<size_t>(kShmGroupFloats / n_ + 1));
+  }
+  bool active() const {
+    return active_;
+  }
+  void start(float* buf, int64_t len) {
+    MT_INTERNAL_ASSERT(!active_, "a leaders' ring is already in flight");
+    buf_ = buf;
+    len_ = len;
+    step_ = 0;
+    active_ = true;
+    post();
+  }
+  // Moves the ring on if its current step completed; true once the whole
+  // all-reduce has.
+  bool progress() {
+    if (!active_)
+      return true;
+    int done = 0;
+    MT_MPI_CHECK(MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE), rank_);
+    if (!done)
+      return false;
+    if (step_ < n_ - 1) {  // reduce-scatter: add the left's partial sum
+      float* into = buf_ + begin(recv_seg_);
+      const int64_t count = begin(recv_seg_ + 1) - begin(recv_seg_);
+      for (int64_t i = 0; i < count; ++i)
+        into[i] += tmp_[static_cast<size_t>(i)];
+    }
+    if (++step_ == 2 * (n_ - 1)) {
+      active_ = false;
+      return true;
+    }
+    post();
+    return false;
+  }
+  MPI_Request* requests() {
+    return requests_;
+  }
+
+ private:
+  int64_t begin(int seg) const {
+    return len_ * seg / n_;
+  }
+  // Step t < N-1 (reduce-scatter): send segment me-t, receive me-t-1 into
+  // tmp. Step N-1+u (all-gather): send segment me+1-u (summed), receive
+  // me-u in place.
+  void post() {
+    const bool reduce = step_ < n_ - 1;
+    const int t = reduce ? step_ : step_ - (n_ - 1);
+    const int send_seg = ((reduce ? me_ - t : me_ + 1 - t) % n_ + n_) % n_;
+    recv_seg_ = ((reduce ? me_ - t - 1 : me_ - t) % n_ + n_) % n_;
+    const int right = (me_ + 1) % n_;
+    const int left = (me_ + n_ - 1) % n_;
+    const int64_t recv_count = begin(recv_seg_ + 1) - begin(recv_seg_);
+    MT_MPI_CHECK(
+        MPI_Irecv(
+            reduce ? tmp_.data() : buf_ + begin(recv_seg_),
+            static_cast<int>(recv_count),
+            MPI_FLOAT,
+            left,
+            kRingTag,
+            comm_,
+            &requests_[0]),
+        rank_);
+    MT_MPI_CHECK(
+        MPI_Isend(
+            buf_ + begin(send_seg),
+            static_cast<int>(begin(send_seg + 1) - begin(send_seg)),
+            MPI_FLOAT,
+            right,
+            kRingTag,
+            comm_,
+            &requests_[1]),
+        rank_);
+  }
+
+  MPI_Comm comm_;
+  int rank_;  // in the world, for messages
+  int me_ = 0;
+  int n_ = 1;
+  std::vector<float> tmp_;
+  float* buf_ = nullptr;
+  int64_t len_ = 0;
+  int step_ = 0;
+  int recv_seg_ = 0;
+  bool active_ = false;
+  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+};
 
 // Note [Shared-memory all-reduce]
 // Open MPI's shared-memory transport moves a large message through small
@@ -142,18 +246,19 @@ constexpr int64_t kShmGroupFloats = 8 * kShmSlotFloats;  // 4 MiB
 // - one node (every rank of the communicator on it): every rank copies
 //   the group out of the result;
 // - several nodes (hierarchical): the node leaders all-reduce the result
-//   with one MPI_Iallreduce among themselves and go on with the next
-//   group's node phase while it is in flight (the result is double-
-//   buffered too); after that group, the leader waits for it, a barrier
-//   of the node, and every rank copies it out.
+//   among themselves in a ring of point-to-point messages (LeaderRing) and
+//   go on with the next group's node phase while it is in flight, moving
+//   it on from every poll of the node's barriers (the result is double-
+//   buffered too); after that group's node phase, the leader completes
+//   it, a barrier of the node, and every rank copies it out.
 // Each element's node sum is made by one rank in one order and its total
-// by MPI among the leaders, then copied to every rank of the node, so
+// by the leaders' ring, then copied to every rank of the node, so
 // every rank gets bit-identical results (as replica checks require); on
 // one node they are bit-identical to the earlier one-phase algorithm (the
 // same order). Only the leaders' traffic crosses between nodes: the node's
 // ranks send it once, not L times as the flat MPI_Iallreduce would. Nodes
 // of one rank each gain nothing from it: there the flat path is kept.
-// Barriers are MPI_Ibarrier and the leaders' all-reduce MPI_Iallreduce,
+// Barriers are MPI_Ibarrier and the leaders' ring MPI_Isend/MPI_Irecv,
 // polled by the MpiWaiter, so collective timeouts hold (and name the world
 // ranks and hosts that did not arrive); the work is complete when
 // all_reduce_async returns (it cannot overlap with backward, but it is
@@ -171,9 +276,10 @@ struct MpiCommunicator::Shm {
   int local_rank = 0;
   int local_size = 1;
   int nodes = 1;
-  std::vector<float*> slots;  // local rank q's slot pair: slots[q], + S
-  float* result = nullptr;    // the leader's result pair: result, + G
-  int parity = 0;             // the slot half the next piece goes into
+  std::vector<float*> slots;         // local rank q's slot pair: slots[q], + S
+  float* result = nullptr;           // the leader's result pair: result, + G
+  int parity = 0;                    // the slot half the next piece goes into
+  std::unique_ptr<LeaderRing> ring;  // leaders of several nodes only
 };
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s)
@@ -199,7 +305,7 @@ std::string MpiCommunicator::sum_path() const {
   return detail::concat(
       "hierarchical: shared memory within each node, the leaders of ",
       shm_->nodes,
-      " nodes over MPI");
+      " nodes in a ring over MPI");
 }
 
 bool MpiCommunicator::shm_ready() {
@@ -290,6 +396,8 @@ bool MpiCommunicator::shm_ready() {
         "shared-memory window smaller than asked");
   }
   shm->result = shm->slots[0] + 2 * kShmSlotFloats;
+  if (leaders != MPI_COMM_NULL)
+    shm->ring = std::make_unique<LeaderRing>(leaders, rank_);
   MT_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, shm->win), rank_);
   shm_ = std::move(shm);
   return true;
@@ -301,7 +409,12 @@ void MpiCommunicator::shm_step(int64_t sequence) {
   MT_MPI_CHECK(MPI_Win_sync(shm_->win), rank_);
   MPI_Request request = MPI_REQUEST_NULL;
   MT_MPI_CHECK(MPI_Ibarrier(shm_->node, &request), rank_);
-  waiter_.wait(&request, 1, "all-reduce", sequence);
+  LeaderRing* ring = shm_->ring.get();
+  if (ring && ring->active())
+    waiter_.wait(
+        &request, 1, "all-reduce", sequence, [ring] { ring->progress(); });
+  else
+    waiter_.wait(&request, 1, "all-reduce", sequence);
   MT_MPI_CHECK(MPI_Win_sync(shm_->win), rank_);
 }
 
@@ -317,9 +430,7 @@ bool MpiCommunicator::shm_all_reduce(at::Tensor& t, ReduceOp op) {
   const int64_t n = t.numel();
   const int64_t L = shm.local_size;
   const int64_t me = shm.local_rank;
-  const bool leader = shm.leaders != MPI_COMM_NULL;
-  // The leaders' all-reduce of each result half, while it is in flight.
-  MPI_Request between[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  LeaderRing* ring = shm.ring.get();
   auto copy_out = [&](int64_t group) {
     const int64_t off = group * kShmGroupFloats;
     const int64_t len = std::min(kShmGroupFloats, n - off);
@@ -329,10 +440,10 @@ bool MpiCommunicator::shm_all_reduce(at::Tensor& t, ReduceOp op) {
         static_cast<size_t>(len) * sizeof(float));
   };
   // Several nodes: group `group`'s total is complete on every rank of the
-  // node once its leader's all-reduce is.
+  // node once its leader's ring is.
   auto finish = [&](int64_t group) {
-    if (leader)
-      waiter_.wait(&between[group & 1], 1, "all-reduce", sequence);
+    while (ring && !ring->progress())
+      waiter_.wait(ring->requests(), 2, "all-reduce", sequence);
     shm_step(sequence);
     copy_out(group);
   };
@@ -365,20 +476,10 @@ bool MpiCommunicator::shm_all_reduce(at::Tensor& t, ReduceOp op) {
       copy_out(g);
       continue;
     }
-    if (leader) {
-      MT_MPI_CHECK(
-          MPI_Iallreduce(
-              MPI_IN_PLACE,
-              result,
-              static_cast<int>(glen),
-              MPI_FLOAT,
-              MPI_SUM,
-              shm.leaders,
-              &between[g & 1]),
-          rank_);
-    }
     if (g > 0)
       finish(g - 1);
+    if (ring)
+      ring->start(result, glen);
   }
   if (shm.nodes > 1)
     finish(groups - 1);
