@@ -103,7 +103,17 @@ down() {
     done
     ip netns del "$ns" 2>/dev/null || true
   done
+  # A namespace's veth pairs go with it, but the kernel removes them
+  # later: delete what is left, and wait until it is gone.
+  local v
+  for v in $(ip -o link show 2>/dev/null | awk -F': ' -v t="${tag}v" 'index($2, t) == 1 {sub(/@.*/, "", $2); print $2}'); do
+    ip link del "$v" 2>/dev/null || true
+  done
   ip link del "$bridge" 2>/dev/null || true
+  for _ in $(seq 50); do
+    ip -o link show 2>/dev/null | grep -q "${tag}[vb]" || break
+    sleep 0.1
+  done
   for m in $(our_mounts); do umount -l "$m" 2>/dev/null || true; done
   rm -rf "$dir/ns"
 }
