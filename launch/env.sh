@@ -10,7 +10,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
 # Between hosts over TCP, two connections per pair of ranks: with one,
 # Open MPI moved one direction at a time (tests/multinode's emulated
 # 1 Gbit/s links, 2 nodes x 1 rank, 16 MiB MPI_Allreduce: 0.48 of the
-# link's bound with one, 0.91 with two; benchmarks/README.md).
+# link's bound with one, 0.91 with two; one run, benchmarks/README.md).
 export OMPI_MCA_btl_tcp_links=${OMPI_MCA_btl_tcp_links:-2}
 # Shared-memory single-copy (CMA) needs ptrace rights containers often lack.
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}

@@ -53,8 +53,9 @@ std::vector<std::string>& rank_hosts() {
   return hosts;
 }
 
-// "rank(s) 2, 3 on node2" for ranks of `comm`, named by their world ranks
-// and hosts (ranks alone before set_rank_hosts).
+// "ranks 2, 3 on node2" for ranks of `comm`, named by their world ranks
+// and hosts (ranks alone before set_rank_hosts: NodeLayout lists ranks it
+// has no host for).
 std::string name_missing(MPI_Comm comm, const std::vector<int>& missing) {
   if (missing.empty())
     return "(none identified)";
@@ -71,16 +72,7 @@ std::string name_missing(MPI_Comm comm, const std::vector<int>& missing) {
       world.data());
   MPI_Group_free(&mine);
   MPI_Group_free(&all);
-  int world_size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  const auto& hosts = rank_hosts();
-  if (static_cast<int>(hosts.size()) != world_size) {
-    std::string out = missing.size() == 1 ? "rank " : "ranks ";
-    for (size_t i = 0; i < missing.size(); ++i)
-      out += (i ? ", " : "") + std::to_string(missing[i]);
-    return out;
-  }
-  return node_layout(hosts).name_ranks(world);
+  return node_layout(rank_hosts()).name_ranks(world);
 }
 
 }  // namespace

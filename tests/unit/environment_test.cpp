@@ -137,6 +137,11 @@ TEST(NodeLayout, NodesInOrderOfTheirLowestRank) {
   EXPECT_EQ(uneven.ranks_per_node, (std::vector<int>{3, 1}));
   EXPECT_EQ(uneven.describe(), "2 nodes: 3+1 ranks");
 
+  // Ranks without a known host (before the hosts were gathered): named
+  // alone.
+  EXPECT_EQ(node_layout({}).name_ranks({2, 3}), "ranks 2, 3");
+  EXPECT_EQ(even.name_ranks({3, 7}), "rank 3 on b; rank 7");
+
   EXPECT_EQ(node_layout({"h"}).describe(), "1 node × 1 rank");
   EXPECT_EQ(node_layout({"h", "h"}).describe(), "1 node × 2 ranks");
 }
