@@ -22,6 +22,8 @@
 #                                  runs CMD on NODE (its net, hostname,
 #                                  mounts; pinned to the node's cores,
 #                                  unless MT_PIN=0)
+#        cluster.sh kill DIR NODE  kills every process on NODE (a crash:
+#                                  its sockets close, its link stays up)
 #        cluster.sh link DIR NODE up|down
 #                                  cuts or restores NODE's link (a partition:
 #                                  no process dies)
@@ -38,13 +40,13 @@
 # [K*C/N, (K+1)*C/N) when N <= C cores, else CPU (K-1) mod C.
 set -euo pipefail
 usage() {
-  sed -n '9,35p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '9,38p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 cmd=${1:-}
 dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || usage
-case "$cmd" in up | down | exec | link | shape | check) ;; *) usage ;; esac
+case "$cmd" in up | down | exec | kill | link | shape | check) ;; *) usage ;; esac
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 # Names unique to DIR (two clusters may coexist), within IFNAMSIZ (15).
@@ -140,6 +142,16 @@ env_file() {
   source "$dir/cluster.env"
 }
 
+# The process that holds node K's hostname and mount namespaces (and sits
+# in its network namespace): `exec` enters through it from anywhere, also
+# from inside another node (mpirun started on node1).
+node_holder() {
+  local pid
+  pid=$(cat "$dir/ns/node$1.pid" 2>/dev/null) && [ -d "/proc/$pid" ] ||
+    { echo "cluster.sh: node$1 is gone (its namespace holder ended; cluster.sh down $dir, then up)" >&2; exit 2; }
+  echo "$pid"
+}
+
 # The node's number from its name (node3 -> 3), checked against the cluster.
 node_number() {
   local k=${1#node}
@@ -165,8 +177,17 @@ case "$cmd" in
     shift 3
     pin=(taskset -c "$(node_cpus "$k" "$MT_NODES")")
     [ "${MT_PIN:-1}" != 0 ] || pin=()
-    exec nsenter --net="/run/netns/$(node_ns "$k")" --uts="$dir/ns/uts-node$k" --wd="$(pwd)" \
-      --mount="$dir/ns/mnt-node$k" -- "${pin[@]}" "$@"
+    holder=$(node_holder "$k")
+    exec nsenter -t "$holder" --net --uts --mount --wd="$(pwd)" -- "${pin[@]}" "$@"
+    ;;
+  kill)
+    env_file
+    k=$(node_number "${3:-}")
+    holder=$(node_holder "$k")
+    pids=$(ip netns pids "$(node_ns "$k")" | grep -vx "$holder" || true)
+    [ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
+    echo "cluster.sh: node$k: killed $(echo $pids | wc -w) process(es)"
+    exit 0
     ;;
   link)
     env_file
@@ -214,10 +235,6 @@ ip netns add "${tag}probe" 2>/dev/null || skip "the kernel refuses network names
 ip netns del "${tag}probe"
 
 mkdir -p "$dir/ns" "$dir/shared" "$dir/scratch"
-# Persistent UTS and mount namespaces are bind mounts of nsfs files; their
-# folder must be a private mount so they do not propagate into themselves.
-mount --bind "$dir/ns" "$dir/ns"
-mount --make-private "$dir/ns"
 ip link add "$bridge" type bridge
 ip addr add "$gateway/24" dev "$bridge"
 ip link set "$bridge" up
@@ -233,11 +250,11 @@ for k in $(seq "$n"); do
   ip -n "$ns" addr add "$subnet.$k/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
-  touch "$dir/ns/uts-node$k" "$dir/ns/mnt-node$k"
-  unshare --uts="$dir/ns/uts-node$k" hostname "node$k"
+  # TCP gives up on an unanswered peer after 6 retransmissions (about 25 s;
+  # Linux's default, 15, is about 15 min): how long mpirun and its daemons
+  # take to notice a node cut off (tests/multinode/node_lost.sh).
+  ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_retries2="${MT_TCP_RETRIES2:-6}" >/dev/null
   mkdir -p "$dir/nodes/node$k/scratch"
-  unshare --mount="$dir/ns/mnt-node$k" --propagation private \
-    mount --bind "$dir/nodes/node$k/scratch" "$dir/scratch"
   echo "node$k slots=$slots" >>"$dir/hostfile"
   echo "$subnet.$k node$k" >>"$dir/hosts"
 done
@@ -245,8 +262,23 @@ done
 # mount namespace (this machine's /etc/hosts is not touched).
 cat /etc/hosts "$dir/hosts" >"$dir/nodes/hosts"
 echo "$gateway head" >>"$dir/nodes/hosts"
+# Each node's hostname and mounts live in a holder process (sleep, in the
+# node's network namespace) that `exec` enters: its hostname, its scratch
+# folder on DIR/scratch, the hosts file on /etc/hosts. A file-held mount
+# namespace could not be entered from inside another node (the later
+# nodes' files are not in the earlier nodes' mount trees).
 for k in $(seq "$n"); do
-  nsenter --mount="$dir/ns/mnt-node$k" -- mount --bind "$dir/nodes/hosts" /etc/hosts
+  pidfile=$dir/ns/node$k.pid
+  setsid nsenter --net="/run/netns/$(node_ns "$k")" unshare --uts --mount --propagation private /bin/sh -c \
+    'hostname "$1" && mount --bind "$2" "$3" && mount --bind "$4" /etc/hosts &&
+     echo $$ >"$5.tmp" && mv "$5.tmp" "$5" && exec sleep infinity' \
+    holder "node$k" "$dir/nodes/node$k/scratch" "$dir/scratch" "$dir/nodes/hosts" "$pidfile" \
+    </dev/null >/dev/null 2>&1 &
+  for _ in $(seq 100); do
+    [ -f "$pidfile" ] && break
+    sleep 0.05
+  done
+  [ -f "$pidfile" ] || { echo "cluster.sh: node$k's namespaces could not be made (unshare --uts --mount failed)" >&2; exit 1; }
 done
 
 # Open MPI's launcher agent: called as `agent [options] HOST COMMAND...` in

@@ -24,29 +24,8 @@ MPIEXEC=$2
 PY=$3
 WORK=$4
 MPI_TESTS=$5
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
-C=$WORK/cluster
-# A cluster a killed earlier run of this test left: removed first.
-[ -d "$C" ] && bash "$HERE/cluster.sh" down "$C"
-rm -rf "$WORK"
-mkdir -p "$WORK"
-cd "$WORK" || exit 1
-source "$REPO/launch/env.sh"
-
-rc=0
-bash "$HERE/cluster.sh" up "$C" 4 >up.log 2>&1 || rc=$?
-[ "$rc" = 77 ] && { cat up.log; exit 77; }
-trap 'bash "$HERE/cluster.sh" down "$C"' EXIT
-trap 'exit 130' INT TERM
-[ "$rc" = 0 ] || { cat up.log; fail "cluster.sh up: exit $rc"; }
-cat up.log
-source "$C/cluster.env"
-S=$MT_SHARED
+source "$(dirname "$0")/common.sh"
+start_cluster 4
 # Across NODES of the nodes with PER ranks on each (ranks 0..PER-1 on
 # node1, and so on): across NODES PER COMMAND...
 across() {
@@ -110,11 +89,7 @@ def windows(d):
 for one, two, shape in (("one4", "two2", (2, 2)), ("one2", "two1", (2, 1))):
     a, _ = safetensors_read.load(f"{S}/{one}/model.safetensors")
     b, _ = safetensors_read.load(f"{S}/{two}/model.safetensors")
-    assert a.keys() == b.keys()
-    worst = 0.0
-    for k in a:
-        scale = max(abs(x) for x in a[k][2]) or 1.0
-        worst = max(worst, max(abs(x - y) for x, y in zip(a[k][2], b[k][2])) / scale)
+    worst = safetensors_read.max_relative_diff(a, b)
     assert worst <= 1e-6, (two, worst)
     la, lb = windows(one), windows(two)
     assert [s for s, _ in la] == [s for s, _ in lb] and len(la) > 4, (len(la), len(lb))
@@ -134,9 +109,5 @@ for one, two, shape in (("one4", "two2", (2, 2)), ("one2", "two1", (2, 1))):
 PYEOF
 
 # 3. Nothing left behind.
-bash "$HERE/cluster.sh" down "$C"
-trap - EXIT
-bash "$HERE/cluster.sh" check "$C" || fail "the cluster was not removed"
-! ip netns list | grep -q "^$MT_TAG" || fail "namespaces left: $(ip netns list)"
-echo "cluster removed: no namespace, bridge, veth, mount or process left"
+stop_cluster
 echo "PASS multinode"

@@ -49,15 +49,24 @@ def load(path):
     return out, meta
 
 
-def max_abs_diff(a, b):
+def _pairs(a, b):
+    """(values of a, values of b) per tensor; the names and shapes must agree."""
     if a.keys() != b.keys():
         raise ValueError(f"different tensors: {sorted(a)} vs {sorted(b)}")
-    m = 0.0
     for k in a:
         if a[k][1] != b[k][1]:
             raise ValueError(f"{k}: shapes {a[k][1]} vs {b[k][1]}")
-        m = max(m, max(abs(x - y) for x, y in zip(a[k][2], b[k][2])))
-    return m
+        yield a[k][2], b[k][2]
+
+
+def max_abs_diff(a, b):
+    return max((max(abs(x - y) for x, y in zip(u, v)) for u, v in _pairs(a, b)), default=0.0)
+
+
+def max_relative_diff(a, b):
+    """The largest |a - b| of each tensor over that tensor's largest |a|."""
+    return max((max(abs(x - y) for x, y in zip(u, v)) / (max(map(abs, u)) or 1.0)
+                for u, v in _pairs(a, b)), default=0.0)
 
 
 if __name__ == "__main__":
