@@ -24,6 +24,7 @@
 #include "memtrain/train/run_files/output_dir.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/file_digest.h"
 #include "memtrain/util/rank_log.h"
 
 namespace memtrain::cli {
@@ -52,6 +53,33 @@ void add_train(CLI::App& app, TrainArgs& args) {
 }
 
 namespace {
+
+// Collective: refuses when the ranks would read different data files
+// (node-local copies that differ), naming each copy's ranks and hosts.
+// A rank that cannot read a file says so in its entry; when none can, the
+// data layer's own message comes later.
+void check_same_data(const Environment& env, const DataConfig& data) {
+  for (const auto& [key, path] :
+       {std::pair<const char*, std::string>{"data.train", data.train},
+        {"data.val", data.val}}) {
+    if (path.empty())
+      continue;
+    std::string mine;
+    try {
+      mine = file_digest(path);
+    } catch (const Error& e) {
+      mine = std::string("nothing (") + e.what() + ")";
+    }
+    check_same_on_every_rank(
+        env,
+        mine,
+        detail::concat(key, " '", path, "': the ranks read different files"),
+        "read",
+        "Put one copy in a folder every node sees, or copy the same file "
+        "to every node (compare the copies with sha256sum), then start "
+        "again");
+  }
+}
 
 // The CUDA caching allocator's settings in force (memory.allocator_conf
 // merged with PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF, the environment
@@ -173,6 +201,10 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
       std::fputs(cfg.to_yaml().c_str(), stdout);
     return kExitOk;
   }
+  // Every node reads the same data (node-local copies that differ would
+  // train each node on other samples).
+  if (!agreed(env, "data", [&] { check_same_data(env, cfg.data); }))
+    return kExitUsage;
   // The device, once, before any tensor or data: it decides which memory
   // backend counts (the CPU accounting allocator or CUDA's caching
   // allocator, whose settings must precede its first allocation).

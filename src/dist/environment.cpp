@@ -15,6 +15,7 @@
 
 #include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/file_digest.h"
 
 namespace memtrain {
 namespace {
@@ -115,47 +116,50 @@ std::string executable_identity() {
   dl_iterate_phdr(find_build_id, &id);
   if (!id.empty())
     return "memtrain 0.1.0, build id " + id;
-  // No build id (another linker's choice): a 64-bit FNV-1a of the file.
-  std::FILE* f = std::fopen("/proc/self/exe", "rb");
-  MT_CHECK(f, "cannot read this process's executable (/proc/self/exe)");
-  uint64_t h = 1469598103934665603ull;
-  uint64_t size = 0;
-  std::vector<unsigned char> buf(size_t{1} << 20);
-  for (size_t got; (got = std::fread(buf.data(), 1, buf.size(), f)) > 0;) {
-    size += got;
-    for (size_t i = 0; i < got; ++i)
-      h = (h ^ buf[i]) * 1099511628211ull;
+  // No build id (another linker's choice): the file's digest.
+  return "memtrain 0.1.0, " + file_digest("/proc/self/exe");
+}
+
+void check_same_on_every_rank(
+    const Environment& env,
+    const std::string& mine,
+    const std::string& subject,
+    const std::string& verb,
+    const std::string& fix) {
+  const auto all = env.all_gather(mine);
+  std::vector<std::string> values;
+  std::vector<std::vector<int>> ranks;
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    const size_t v = static_cast<size_t>(
+        std::find(values.begin(), values.end(), all[r]) - values.begin());
+    if (v == values.size()) {
+      values.push_back(all[r]);
+      ranks.emplace_back();
+    }
+    ranks[v].push_back(r);
   }
-  std::fclose(f);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return detail::concat("memtrain 0.1.0, ", size, " bytes, digest ", hex);
+  if (values.size() == 1)
+    return;
+  std::string what;
+  for (size_t v = 0; v < values.size(); ++v)
+    what += detail::concat(
+        v ? "; " : "",
+        env.nodes().name_ranks(ranks[v]),
+        " ",
+        verb,
+        " ",
+        values[v]);
+  throw Error(detail::concat(subject, ": ", what, ". ", fix));
 }
 
 void check_same_build(const Environment& env) {
-  const auto all = env.all_gather(executable_identity());
-  std::vector<std::string> builds;
-  std::vector<std::vector<int>> ranks;
-  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
-    const size_t b = static_cast<size_t>(
-        std::find(builds.begin(), builds.end(), all[r]) - builds.begin());
-    if (b == builds.size()) {
-      builds.push_back(all[r]);
-      ranks.emplace_back();
-    }
-    ranks[b].push_back(r);
-  }
-  if (builds.size() == 1)
-    return;
-  std::string what;
-  for (size_t b = 0; b < builds.size(); ++b)
-    what += detail::concat(
-        b ? "; " : "", env.nodes().name_ranks(ranks[b]), " run ", builds[b]);
-  throw Error(detail::concat(
-      "the ranks run different builds of memtrain: ",
-      what,
-      ". Install the same memtrain on every node (one build on a shared "
-      "folder, or the same package), then start again"));
+  check_same_on_every_rank(
+      env,
+      executable_identity(),
+      "the ranks run different builds of memtrain",
+      "run",
+      "Install the same memtrain on every node (one build on a shared "
+      "folder, or the same package), then start again");
 }
 
 NodeLayout node_layout(const std::vector<std::string>& host_by_rank) {

@@ -5,18 +5,16 @@
 #include <cstring>
 
 #include "memtrain/dist/communicator.h"
+#include "memtrain/util/fnv.h"
 
 namespace memtrain {
 
 uint64_t parameter_checksum(const std::vector<at::Tensor>& tensors) {
-  uint64_t h = 14695981039346656037ull;
+  uint64_t h = kFnvOffset;
   for (const auto& t : tensors) {
     const at::Tensor c = t.detach().to(torch::kCPU).contiguous();
-    const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
-    const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
-    for (size_t i = 0; i < n; ++i) {
-      h = (h ^ bytes[i]) * 1099511628211ull;
-    }
+    h = fnv1a(
+        h, c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
   }
   return h;
 }

@@ -14,7 +14,11 @@
 #    environment.json names each rank's host, node index, local rank and
 #    local size, and the banner "2 nodes × 2 ranks"; the output folder is
 #    the nodes' shared folder;
-# 3. afterwards nothing of the cluster is left: no namespace, bridge, veth,
+# 3. node-local copies of data.train that differ (each node's scratch
+#    folder), and a node that runs another build (another GNU build id),
+#    are refused before anything is written: exit 2, each host's ranks
+#    named; equal copies train;
+# 4. afterwards nothing of the cluster is left: no namespace, bridge, veth,
 #    mount or process.
 # usage: multinode.sh MEMTRAIN MPIEXEC PYTHON WORKDIR MPI_TESTS; exit 77
 # (skipped, the reason printed) where namespaces cannot be made (not root).
@@ -108,6 +112,45 @@ for one, two, shape in (("one4", "two2", (2, 2)), ("one2", "two1", (2, 1))):
           f"ranks on {[g[0] for g in got]}")
 PYEOF
 
-# 3. Nothing left behind.
+# 3. Refused across nodes, before anything is written (exit 2, one line
+#    naming each host's ranks): node-local copies of data.train that
+#    differ, and a node that runs another build of memtrain.
+for k in 1 2; do cp "$S/train.h5" "$C/nodes/node$k/scratch/train.h5"; done
+"$MEMTRAIN" make-data --kind features --out "$C/nodes/node2/scratch/train.h5" --samples 512 \
+  --features 64 --classes 4 --seed 7 >/dev/null || fail make-data
+refused() {  # NAME PATTERN then overrides: across 2 nodes x 1, exit 2
+  local name=$1 pattern=$2 rc=0
+  shift 2
+  across 2 1 "$MEMTRAIN" train --config "$S/cfg.yaml" --output.dir="$S/$name" "$@" >"$name.log" 2>&1 || rc=$?
+  [ "$rc" = 2 ] || { tail -20 "$name.log"; fail "$name: exit $rc, not 2"; }
+  grep -q "$pattern" "$name.log" || { grep error "$name.log"; fail "$name: no line '$pattern'"; }
+  [ ! -e "$S/$name" ] || fail "$name: output.dir was written: $(ls "$S/$name")"
+  grep -o "memtrain: error: .*" "$name.log" | head -1 | cut -c1-400
+}
+refused data "data.train '$MT_SCRATCH/train.h5': the ranks read different files: rank 0 on node1 read .* bytes, digest [0-9a-f]*; rank 1 on node2 read .* bytes, digest [0-9a-f]*\. Put one copy" \
+  --data.train="$MT_SCRATCH/train.h5" --training.max_windows=2
+cp "$S/train.h5" "$C/nodes/node2/scratch/train.h5"
+across 2 1 "$MEMTRAIN" train --config "$S/cfg.yaml" --output.dir="$S/same" --data.train="$MT_SCRATCH/train.h5" \
+  --training.max_windows=2 >same.log 2>&1 || { tail -20 same.log; fail "equal node-local copies of data.train"; }
+echo "equal node-local copies of data.train: trained"
+# Another build on node2: this memtrain with one byte of its GNU build id
+# changed, mounted over the executable in node2's mount namespace alone.
+id=$(readelf -n "$MEMTRAIN" | awk '/Build ID/ {print $3}')
+[ -n "$id" ] || fail "no GNU build id in $MEMTRAIN"
+"$PY" - "$MEMTRAIN" "$C/nodes/other-memtrain" "$id" <<'PYEOF' || fail "could not make another build"
+import sys
+blob = bytearray(open(sys.argv[1], "rb").read())
+at = blob.find(bytes.fromhex(sys.argv[3]))
+assert at > 0
+blob[at] ^= 0xff
+open(sys.argv[2], "wb").write(blob)
+PYEOF
+chmod +x "$C/nodes/other-memtrain"
+bash "$C/cluster.sh" exec "$C" node2 mount --bind "$C/nodes/other-memtrain" "$MEMTRAIN"
+refused build "the ranks run different builds of memtrain: rank 0 on node1 run memtrain 0.1.0, build id $id; rank 1 on node2 run memtrain 0.1.0, build id [0-9a-f]*\. Install the same memtrain" \
+  --training.max_windows=2
+bash "$C/cluster.sh" exec "$C" node2 umount "$MEMTRAIN"
+
+# 4. Nothing left behind.
 stop_cluster
 echo "PASS multinode"

@@ -1,11 +1,16 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "memtrain/dist/environment.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/file_digest.h"
 
 namespace memtrain {
 namespace {
@@ -217,6 +222,48 @@ TEST(LaunchWorld, MatchingOrSmallerLaunchesAreAccepted) {
   // WORLD_SIZE alone is too generic a name to act on.
   EXPECT_NO_THROW(launch(1, {{"WORLD_SIZE", "4"}}));
   EXPECT_NO_THROW(launch(4, {{"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "4"}}));
+}
+
+// file_digest: the copies that ranks on different nodes open are compared
+// by size and 64 sampled 64 KiB blocks (the first and the last among
+// them): equal copies agree, a byte changed in a sampled block or a
+// different size disagrees, a missing file is an error naming it.
+TEST(FileDigest, EqualCopiesAgreeAndChangedOnesDoNot) {
+  const std::string dir = "/tmp/mt-digest-" + std::to_string(::getpid());
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  const size_t size = 10 * 1024 * 1024 + 123;  // 161 blocks, 64 sampled
+  std::string bytes(size, '\0');
+  for (size_t i = 0; i < size; ++i)
+    bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+  auto write = [&](const std::string& name, const std::string& b) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << b;
+    return dir + "/" + name;
+  };
+  const std::string a = write("a", bytes);
+  const std::string copy = write("copy", bytes);
+  EXPECT_EQ(file_digest(a), file_digest(copy));
+  EXPECT_EQ(file_digest(a).rfind("10485883 bytes, digest ", 0), 0u)
+      << file_digest(a);
+  std::string last = bytes;
+  last[size - 1] ^= 1;  // the last block is always read
+  EXPECT_NE(file_digest(a), file_digest(write("last", last)));
+  std::string first = bytes;
+  first[100] ^= 1;
+  EXPECT_NE(file_digest(a), file_digest(write("first", first)));
+  EXPECT_NE(file_digest(a), file_digest(write("shorter", bytes.substr(1))));
+  const std::string small = write("small", "abc");  // under one block
+  EXPECT_EQ(file_digest(small), file_digest(write("small2", "abc")));
+  EXPECT_NE(file_digest(small), file_digest(write("small3", "abd")));
+  try {
+    file_digest(dir + "/missing");
+    FAIL() << "no error for a missing file";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("cannot open '" + dir + "/missing'"),
+        std::string::npos)
+        << e.what();
+  }
+  std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace

@@ -140,9 +140,17 @@ class Environment {
   NodeLayout nodes_;
 };
 
-// Collective: refuses (memtrain::Error on every rank, naming the hosts and
-// ranks of each build and the fix) when the ranks run different builds of
-// memtrain.
+// Collective: refuses (memtrain::Error on every rank) when the ranks hold
+// different `mine` values, naming the ranks and hosts of each value:
+// "SUBJECT: ranks 0, 1 on node1 VERB A; ranks 2, 3 on node2 VERB B. FIX".
+void check_same_on_every_rank(
+    const Environment& env,
+    const std::string& mine,
+    const std::string& subject,
+    const std::string& verb,
+    const std::string& fix);
+
+// Collective: refuses when the ranks run different builds of memtrain.
 void check_same_build(const Environment& env);
 
 }  // namespace memtrain

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "memtrain/util/error.h"
+#include "memtrain/util/fnv.h"
 
 namespace memtrain {
 
@@ -37,16 +38,9 @@ namespace {
 constexpr const char* kFormat = "memtrain-checkpoint-2";
 constexpr const char* kFormat1 = "memtrain-checkpoint-1";  // tensors only
 
-uint64_t fnv(uint64_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i)
-    h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 uint64_t fnv_string(uint64_t h, const std::string& s) {
-  h = fnv(h, s.data(), s.size());
-  return fnv(h, "", 1);  // a terminator: "ab"+"c" differs from "a"+"bc"
+  h = fnv1a(h, s.data(), s.size());
+  return fnv1a(h, "", 1);  // a terminator: "ab"+"c" differs from "a"+"bc"
 }
 
 // Over the metadata (all but "checksum" itself) when `meta` is given, then
@@ -54,7 +48,7 @@ uint64_t fnv_string(uint64_t h, const std::string& s) {
 std::string checksum(
     const NamedTensors& tensors,
     const std::map<std::string, std::string>* meta) {
-  uint64_t h = 14695981039346656037ull;
+  uint64_t h = kFnvOffset;
   if (meta) {
     for (const auto& [key, value] : *meta) {  // std::map: key order
       if (key == "checksum")
@@ -64,13 +58,14 @@ std::string checksum(
   }
   for (const auto& [name, t] : tensors) {
     const at::Tensor c = t.contiguous();
-    h = meta ? fnv_string(h, name) : fnv(h, name.data(), name.size());
+    h = meta ? fnv_string(h, name) : fnv1a(h, name.data(), name.size());
     if (meta) {
       h = fnv_string(h, c10::toString(c.scalar_type()));
       for (const int64_t d : c.sizes())
-        h = fnv(h, &d, sizeof d);
+        h = fnv1a(h, &d, sizeof d);
     }
-    h = fnv(h, c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
+    h = fnv1a(
+        h, c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
   }
   char buf[17];
   std::snprintf(

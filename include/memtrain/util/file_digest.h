@@ -1,0 +1,16 @@
+#pragma once
+
+#include <string>
+
+namespace memtrain {
+
+// A cheap identity of a file's contents, to tell whether the copies that
+// ranks on different hosts open are the same file: its size and an FNV-1a
+// digest of up to 64 blocks of 64 KiB spread evenly over it (the first and
+// the last included; the whole file when it is smaller than 4 MiB), as
+// "N bytes, digest HEX". Reads at most 4 MiB whatever the size: copies
+// that differ only between the sampled blocks pass. Throws memtrain::Error
+// naming the file when it cannot be read.
+std::string file_digest(const std::string& path);
+
+}  // namespace memtrain
