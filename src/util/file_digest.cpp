@@ -6,11 +6,15 @@
 #include <vector>
 
 #include "memtrain/util/error.h"
+#include "memtrain/util/file_kind.h"
 #include "memtrain/util/fnv.h"
 
 namespace memtrain {
 
 std::string file_digest(const std::string& path) {
+  // Never opened when it is not a regular file (a FIFO would block).
+  const std::string why = not_a_regular_file(path);
+  MT_CHECK(why.empty(), "cannot read '", path, "': ", why);
   std::FILE* f = std::fopen(path.c_str(), "rb");
   MT_CHECK(f, "cannot open '", path, "': ", std::strerror(errno));
   constexpr long long kBlock = 64 * 1024;

@@ -283,7 +283,9 @@ done
 
 # Open MPI's launcher agent: called as `agent [options] HOST COMMAND...` in
 # place of ssh; runs COMMAND in HOST's namespaces through a shell, as sshd
-# would.
+# would. Like ssh it must reach the host over the network first: a TCP
+# connection to its port 22 (refused at once when the host answers; no
+# answer within 5 s, or no route, when it is cut off).
 cat >"$dir/agent" <<AGENT
 #!/usr/bin/env bash
 while [ \$# -gt 0 ] && [ "\${1#-}" != "\$1" ]; do shift; done
@@ -293,6 +295,13 @@ case "\$host" in
   node[0-9]*) ;;
   *) echo "agent: no node '\$host' in $dir (node1..node$n)" >&2; exit 255 ;;
 esac
+addr=\$(awk -v h="\$host" '\$2 == h {print \$1}' "$dir/hosts")
+err=\$(timeout 5 bash -c "exec 3<>/dev/tcp/\$addr/22" 2>&1)
+rc=\$?
+if [ \$rc = 124 ] || [[ "\$err" == *"No route"* ]] || [[ "\$err" == *nreachable* ]]; then
+  echo "agent: connect to host \$host (\$addr) port 22: no answer within 5 s" >&2
+  exit 255
+fi
 exec "$dir/cluster.sh" exec "$dir" "\$host" /bin/sh -c "\$*"
 AGENT
 chmod +x "$dir/agent"

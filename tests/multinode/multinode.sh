@@ -17,7 +17,8 @@
 # 3. node-local copies of data.train that differ (each node's scratch
 #    folder), and a node that runs another build (another GNU build id),
 #    are refused before anything is written: exit 2, each host's ranks
-#    named; equal copies train;
+#    named; equal copies train; a host that does not answer is named by
+#    the launcher agent (as by ssh) and mpirun ends;
 # 4. afterwards nothing of the cluster is left: no namespace, bridge, veth,
 #    mount or process.
 # usage: multinode.sh MEMTRAIN MPIEXEC PYTHON WORKDIR MPI_TESTS; exit 77
@@ -150,6 +151,18 @@ bash "$C/cluster.sh" exec "$C" node2 mount --bind "$C/nodes/other-memtrain" "$ME
 refused build "the ranks run different builds of memtrain: rank 0 on node1 run memtrain 0.1.0, build id $id; rank 1 on node2 run memtrain 0.1.0, build id [0-9a-f]*\. Install the same memtrain" \
   --training.max_windows=2
 bash "$C/cluster.sh" exec "$C" node2 umount "$MEMTRAIN"
+# A host in the hostfile that does not answer (node2 cut off): the launcher
+# agent, as ssh would, names it; mpirun ends, memtrain never starts.
+bash "$C/cluster.sh" link "$C" node2 down
+rc=0
+start=$SECONDS
+timeout 120 "$MPIEXEC" "${MT_MPI_ARGS[@]}" --hostfile hosts2 --oversubscribe --map-by ppr:1:node -np 2 \
+  "$MEMTRAIN" train --config "$S/cfg.yaml" --output.dir="$S/nohost" >nohost.log 2>&1 || rc=$?
+bash "$C/cluster.sh" link "$C" node2 up
+[ "$rc" != 0 ] && [ "$rc" != 124 ] || { tail -20 nohost.log; fail "a host that does not answer: mpirun exit $rc"; }
+grep -q "connect to host node2 (.*) port 22: no answer" nohost.log || { cat nohost.log; fail "node2 not named"; }
+[ ! -e "$S/nohost" ] || fail "a host that does not answer: output.dir was written"
+echo "a host that does not answer: mpirun ended after $((SECONDS - start)) s, status $rc: $(grep -o 'agent: .*' nohost.log)"
 
 # 4. Nothing left behind.
 stop_cluster

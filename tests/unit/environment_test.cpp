@@ -259,8 +259,18 @@ TEST(FileDigest, EqualCopiesAgreeAndChangedOnesDoNot) {
     FAIL() << "no error for a missing file";
   } catch (const Error& e) {
     EXPECT_NE(
-        std::string(e.what()).find("cannot open '" + dir + "/missing'"),
+        std::string(e.what()).find(
+            "cannot read '" + dir + "/missing': no such file"),
         std::string::npos)
+        << e.what();
+  }
+  // A FIFO is refused without being opened (an open would block).
+  ASSERT_EQ(std::system(("mkfifo " + dir + "/pipe").c_str()), 0);
+  try {
+    file_digest(dir + "/pipe");
+    FAIL() << "no error for a FIFO";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a FIFO"), std::string::npos)
         << e.what();
   }
   std::system(("rm -rf " + dir).c_str());

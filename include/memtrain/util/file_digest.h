@@ -10,7 +10,8 @@ namespace memtrain {
 // the last included; the whole file when it is smaller than 4 MiB), as
 // "N bytes, digest HEX". Reads at most 4 MiB whatever the size: copies
 // that differ only between the sampled blocks pass. Throws memtrain::Error
-// naming the file when it cannot be read.
+// naming the file when it cannot be read or is not a regular file (never
+// opened then: a FIFO would block).
 std::string file_digest(const std::string& path);
 
 }  // namespace memtrain
