@@ -116,8 +116,8 @@ std::string executable_identity() {
   dl_iterate_phdr(find_build_id, &id);
   if (!id.empty())
     return "memtrain 0.1.0, build id " + id;
-  // No build id (another linker's choice): the file's digest.
-  return "memtrain 0.1.0, " + file_digest("/proc/self/exe");
+  // No build id (another linker's choice): the whole file's digest.
+  return "memtrain 0.1.0, " + file_digest("/proc/self/exe", /*whole=*/true);
 }
 
 void check_same_on_every_rank(

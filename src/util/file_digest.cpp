@@ -11,7 +11,7 @@
 
 namespace memtrain {
 
-std::string file_digest(const std::string& path) {
+std::string file_digest(const std::string& path, bool whole) {
   // Never opened when it is not a regular file (a FIFO would block).
   const std::string why = not_a_regular_file(path);
   MT_CHECK(why.empty(), "cannot read '", path, "': ", why);
@@ -24,7 +24,7 @@ std::string file_digest(const std::string& path) {
   std::vector<unsigned char> buf(static_cast<size_t>(kBlock));
   uint64_t h = fnv1a(kFnvOffset, &size, sizeof size);
   const long long blocks = (size + kBlock - 1) / kBlock;
-  const long long taken = blocks < kBlocks ? blocks : kBlocks;
+  const long long taken = whole || blocks < kBlocks ? blocks : kBlocks;
   bool ok = size >= 0;
   for (long long i = 0; ok && i < taken; ++i) {
     // Block i of `taken`, evenly spaced from the first to the last block.

@@ -84,12 +84,12 @@ grep -q "^memtrain 0.1.0: 4 rank(s) on 1 node × 4 ranks," one4.log || { head -5
 "$PY" - "$S" "$REPO/tests/tools" <<'PYEOF' || fail "weights, losses or environment.json"
 import json, sys
 sys.path.insert(0, sys.argv[2])
+import check_metrics
 import safetensors_read
 S = sys.argv[1]
 
 def windows(d):
-    return [(j["step"], j["loss"]) for j in map(json.loads, open(f"{S}/{d}/metrics.jsonl"))
-            if j["type"] == "window"]
+    return [(w["step"], w["loss"]) for w in check_metrics.records(f"{S}/{d}")[0]]
 
 for one, two, shape in (("one4", "two2", (2, 2)), ("one2", "two1", (2, 1))):
     a, _ = safetensors_read.load(f"{S}/{one}/model.safetensors")

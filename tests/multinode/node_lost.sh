@@ -141,14 +141,14 @@ on node1 "$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train --config "$S/cfg.yam
 grep "resumed from" resume.log || fail "no resume line"
 grep -q "on 1 node × 2 ranks" resume.log || { head -3 resume.log; fail "the resumed run is not 1 node x 2 ranks"; }
 "$PY" - "$S" "$REPO/tests/tools" <<'PYEOF' || fail "the resumed run's losses or weights"
-import json, sys
+import sys
 sys.path.insert(0, sys.argv[2])
+import check_metrics
 import safetensors_read
 S = sys.argv[1]
 
 def windows(d):
-    return [(j["step"], j["loss"]) for j in map(json.loads, open(f"{S}/{d}/metrics.jsonl"))
-            if j["type"] == "window"]
+    return [(w["step"], w["loss"]) for w in check_metrics.records(f"{S}/{d}")[0]]
 
 a, b = windows("full"), windows("cut")
 assert [s for s, _ in a] == [s for s, _ in b] and len(a) == 256, (len(a), len(b))

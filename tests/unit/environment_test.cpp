@@ -247,6 +247,13 @@ TEST(FileDigest, EqualCopiesAgreeAndChangedOnesDoNot) {
   std::string last = bytes;
   last[size - 1] ^= 1;  // the last block is always read
   EXPECT_NE(file_digest(a), file_digest(write("last", last)));
+  // Block 1 lies between the sampled blocks 0 and 2 (161 blocks, 64
+  // taken): the sample misses a change there, the whole file does not.
+  std::string between = bytes;
+  between[64 * 1024 + 5] ^= 1;
+  const std::string b = write("between", between);
+  EXPECT_EQ(file_digest(a), file_digest(b));
+  EXPECT_NE(file_digest(a, /*whole=*/true), file_digest(b, /*whole=*/true));
   std::string first = bytes;
   first[100] ^= 1;
   EXPECT_NE(file_digest(a), file_digest(write("first", first)));
