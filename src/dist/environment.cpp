@@ -3,6 +3,7 @@
 #include <elf.h>
 #include <link.h>
 #include <mpi.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -321,6 +322,11 @@ void check_launch_world(
 }
 
 Environment::Environment(int* argc, char*** argv) {
+  // A peer's socket that closes under a write (its node lost) must come
+  // back to MPI as an error, so that the collective timeout names the
+  // ranks that did not arrive: by default SIGPIPE ends this rank at once
+  // without a word (seen under srun: "task 0: Broken pipe", status 141).
+  signal(SIGPIPE, SIG_IGN);
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {

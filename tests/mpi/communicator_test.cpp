@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <signal.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -351,6 +353,17 @@ TEST(MakeCommunicator, OneRefusedRankFailsEveryRankAlike) {
         std::string::npos);
   }
   EXPECT_EQ(kind, refused ? "own" : "peer");
+}
+
+// A write to a peer whose socket closed (a node lost) is an error MPI
+// reports, not a SIGPIPE that ends the rank before the timeout names who
+// is missing.
+TEST(Environment, IgnoresSigpipe) {
+  signal(SIGPIPE, SIG_DFL);
+  Environment env(nullptr, nullptr);  // MPI is already initialised
+  struct sigaction now {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
 }
 
 // Environment's start-up collectives, now polled against a timeout: the

@@ -29,26 +29,8 @@ on() { # NODE COMMAND...: run on a node, unpinned (its ranks pin themselves)
   MT_PIN=0 bash "$C/cluster.sh" exec "$C" "$node" "$@"
 }
 
-"$MEMTRAIN" make-data --kind features --out "$S/train.h5" --samples 4096 --features 64 --classes 4 >/dev/null || fail make-data
-cat >"$S/cfg.yaml" <<EOF
-data:
-  train: $S/train.h5
-  val: ""
-  batch_size: 16
-model:
-  hidden: 128
-training:
-  epochs: 8
-  effective_batch_size: 128
-  checkpoint_every: 16
-  keep_checkpoints: 3
-dist:
-  timeout_s: 10
-EOF
-# The uninterrupted run (2 ranks; another world size gives the same losses
-# within 1e-5).
-"$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train --config "$S/cfg.yaml" --output.dir="$S/full" >full.log 2>&1 ||
-  { tail -20 full.log; fail "the uninterrupted run"; }
+source "$HERE/lost_run.sh"
+lost_run_setup "$S"
 
 # A 2 x 2 run into OUT, started on node1; HOW (kill or link) strikes node2
 # once a checkpoint at step 32 or later is on disk. Sets lost_rc, t_line
@@ -146,19 +128,12 @@ sys.path.insert(0, sys.argv[2])
 import check_metrics
 import safetensors_read
 S = sys.argv[1]
-
-def windows(d):
-    return [(w["step"], w["loss"]) for w in check_metrics.records(f"{S}/{d}")[0]]
-
-a, b = windows("full"), windows("cut")
-assert [s for s, _ in a] == [s for s, _ in b] and len(a) == 256, (len(a), len(b))
-loss = max(abs(x - y) / abs(x) for (_, x), (_, y) in zip(a, b))
-assert loss <= 1e-5, loss
+loss = check_metrics.same_losses(f"{S}/full", f"{S}/cut", 256, 1e-5)
 wa, _ = safetensors_read.load(f"{S}/full/model.safetensors")
 wb, _ = safetensors_read.load(f"{S}/cut/model.safetensors")
 worst = safetensors_read.max_relative_diff(wa, wb)
 assert worst <= 1e-4, worst
-print(f"resumed on node1 at world size 2: {len(b)} windows, losses within {loss:.2g} and "
+print(f"resumed on node1 at world size 2: 256 windows, losses within {loss:.2g} and "
       f"weights within {worst:.2g} relative of the uninterrupted run")
 PYEOF
 none_left node1

@@ -13,7 +13,14 @@
 # 2. SLURM_TASKS_PER_NODE=3,1 (4 tasks placed 3 and 1 by an arbitrary
 #    distribution): each rank's local size is its node's count (3,3,3,1),
 #    and the run trains; the banner says "2 nodes: 3+1 ranks";
-# 3. the daemons and the nodes are gone afterwards.
+# 3. node2 crashes during a 2 x 2 job (every process on it killed, slurmd
+#    too): rank 0 names ranks 2, 3 on node2, train.sbatch finds node2
+#    gone and continues the job on node1 at world size 2 from the newest
+#    checkpoint (--no-kill keeps the allocation); the job completes, its
+#    window losses equal an uninterrupted run's within 1e-5 relative, its
+#    newest checkpoint exports whole, and no process of it is left on
+#    either node;
+# 4. the daemons and the nodes are gone afterwards.
 # usage: multinode.sh MEMTRAIN MPIEXEC PYTHON WORKDIR; exit 77 (skipped)
 # where SLURM or namespaces cannot run (not root).
 set -uo pipefail
@@ -55,16 +62,28 @@ model:
 training:
   epochs: 2
 EOF
+# A rank that crashed inside MPI_Init: Open MPI 4.1.4 under srun across
+# these nodes, about 1 launch in 25 (ARCHITECTURE.md, "Several nodes"):
+# a segmentation fault before any rank printed memtrain's banner. A test
+# launch that ends so is run once more, and says so.
+init_crash() {  # LOG
+  grep -q "Segmentation fault" "$1" && ! grep -q "^memtrain 0.1.0: " "$1" &&
+    echo "($1: a rank crashed inside MPI_Init, Open MPI's start-up crash: launched once more)"
+}
 submit() {  # NAME then sbatch options; waits; the job's log is NAME-<id>.out
   local name=$1
   shift
-  local out
-  out=$(timeout 240 sbatch --wait "$@" --cpus-per-task=1 --gpus-per-node=0 --time=5 \
-    --output="$S/$name-%j.out" \
-    --export=ALL,MEMTRAIN_HOME="$REPO",MEMTRAIN_BIN="$MEMTRAIN" \
-    "$REPO/launch/slurm/train.sbatch" "$S/cfg.yaml" --output.dir="$S/$name" 2>&1)
-  local rc=$?
-  job=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
+  local out rc try
+  for try in 1 2; do
+    out=$(timeout 240 sbatch --wait "$@" --cpus-per-task=1 --gpus-per-node=0 --time=5 \
+      --output="$S/$name-%j.out" \
+      --export=ALL,MEMTRAIN_HOME="$REPO",MEMTRAIN_BIN="$MEMTRAIN" \
+      "$REPO/launch/slurm/train.sbatch" "$S/cfg.yaml" --output.dir="$S/$name" 2>&1)
+    rc=$?
+    job=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
+    [ "$try" = 1 ] && [ "$rc" != 0 ] && init_crash "$S/$name-$job.out" && rm -rf "${S:?}/$name" && continue
+    break
+  done
   [ "$rc" = 0 ] || { echo "$out"; squeue; tail -n 30 "$S/$name"-*.out; fail "$name: sbatch exit $rc (124: not finished in 240 s)"; }
   grep -q "^done: $S/$name/model.safetensors" "$S/$name-$job.out" ||
     { tail -n 20 "$S/$name-$job.out"; fail "$name: no finished run"; }
@@ -93,10 +112,15 @@ PYEOF
 #    runs it (train.sbatch's own --ntasks-per-node=4 cannot be lifted from
 #    the command line, and SLURM refuses it with this layout).
 printf 'node1\nnode1\nnode1\nnode2\n' >"$S/hosts31"
-SLURM_HOSTFILE=$S/hosts31 timeout 240 sbatch --wait -O -N 2 -n 4 --distribution=arbitrary \
-  --time=5 --output="$S/sb31.out" \
-  --wrap "srun --mpi=pmix $MEMTRAIN train --config $S/cfg.yaml --output.dir=$S/sb31" >sb31.txt 2>&1 ||
-  { cat sb31.txt; tail -n 20 "$S/sb31.out"; fail "sb31: sbatch"; }
+for try in 1 2; do
+  rc=0
+  SLURM_HOSTFILE=$S/hosts31 timeout 240 sbatch --wait -O -N 2 -n 4 --distribution=arbitrary \
+    --time=5 --output="$S/sb31.out" --open-mode=truncate \
+    --wrap "srun --mpi=pmix $MEMTRAIN train --config $S/cfg.yaml --output.dir=$S/sb31" >sb31.txt 2>&1 || rc=$?
+  [ "$try" = 1 ] && [ "$rc" != 0 ] && init_crash "$S/sb31.out" && rm -rf "${S:?}/sb31" && continue
+  [ "$rc" = 0 ] || { cat sb31.txt; tail -n 20 "$S/sb31.out"; fail "sb31: sbatch"; }
+  break
+done
 grep -q "^memtrain 0.1.0: 4 rank(s) on 2 nodes: 3+1 ranks" "$S/sb31.out" ||
   { head -8 "$S/sb31.out"; fail "sb31: banner"; }
 "$PY" - "$S/sb31/environment.json" <<'PYEOF' || fail "sb31: environment.json"
@@ -108,7 +132,62 @@ assert got == [("node1", 0, 3), ("node1", 1, 3), ("node1", 2, 3), ("node2", 0, 1
 print(f"SLURM_TASKS_PER_NODE=3,1: ranks {got}")
 PYEOF
 
-# 3. Daemons and nodes gone.
+# 3. node2 crashes; the job continues on node1.
+source "$REPO/tests/multinode/lost_run.sh"
+mkdir -p "$S/nl"
+lost_run_setup "$S/nl"
+for try in 1 2; do
+  timeout 300 sbatch --wait -N 2 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 --time=5 \
+    --output="$S/lost.out" --open-mode=truncate \
+    --export=ALL,MEMTRAIN_HOME="$REPO",MEMTRAIN_BIN="$MEMTRAIN",MEMTRAIN_NODE_PROBE_S=20 \
+    "$REPO/launch/slurm/train.sbatch" "$S/nl/cfg.yaml" --output.dir="$S/lost" >lost.txt 2>&1 &
+  sb=$!
+  waited=0
+  until ls "$S/lost/checkpoints/" 2>/dev/null | grep -q 'ckpt-000000\([3-9][0-9]\|[1-9][0-9][0-9]\)\.'; do
+    kill -0 $sb 2>/dev/null || break
+    sleep 0.1
+    waited=$((waited + 1))
+    [ $waited -lt 1200 ] || fail "lost: no checkpoint at step 32 after 120 s"
+  done
+  kill -0 $sb 2>/dev/null && break
+  [ "$try" = 1 ] && init_crash "$S/lost.out" && rm -rf "${S:?}/lost" && continue
+  cat lost.txt
+  tail -20 "$S/lost.out"
+  fail "lost: the job ended before its checkpoint at step 32"
+done
+t0=$(date +%s)
+bash "$MT_CLUSTER/cluster.sh" kill "$MT_CLUSTER" node2
+wait $sb || { cat lost.txt; grep -v '"type"' "$S/lost.out" | tail -30; fail "lost: the job did not complete (sbatch --wait: $?)"; }
+echo "lost: the job completed $(($(date +%s) - t0)) s after node2 was killed"
+grep -h "error:.*did not arrive\|^train.sbatch:\|^resumed from" "$S/lost.out"
+grep -q "^memtrain: \[rank 0, node1\] error: .*ranks 2, 3 on node2 did not arrive" "$S/lost.out" ||
+  fail "lost: rank 0 did not name ranks 2, 3 on node2"
+grep -q "^train.sbatch: node(s) node2 did not answer after memtrain stopped (status [0-9]*): job [0-9]* continues on node1 with 2 ranks" "$S/lost.out" ||
+  fail "lost: train.sbatch did not continue on node1"
+grep -q "on 1 node × 2 ranks" "$S/lost.out" || fail "lost: no 1 node x 2 ranks run after the loss"
+grep -q "^resumed from $S/lost/checkpoints/ckpt-" "$S/lost.out" || fail "lost: the run on node1 did not resume"
+"$PY" - "$S" "$REPO/tests/tools" <<'PYEOF' || fail "lost: the continued run's losses"
+import sys
+sys.path.insert(0, sys.argv[2])
+import check_metrics
+worst = check_metrics.same_losses(f"{sys.argv[1]}/nl/full", f"{sys.argv[1]}/lost", 256, 1e-5)
+print(f"lost: 256 windows, losses within {worst:.2g} relative of the uninterrupted run")
+PYEOF
+newest=$(ls "$S/lost/checkpoints/"ckpt-*.safetensors | sort | tail -1)
+"$MEMTRAIN" export --checkpoint "$newest" --out lost-export.safetensors >export.log 2>&1 ||
+  { cat export.log; fail "lost: the newest checkpoint $newest is not whole"; }
+for node in node1 node2; do  # (waits up to 30 s for what is ending)
+  for _ in $(seq 300); do
+    left=$(ip netns pids "${MT_TAG}n${node#node}" | grep -vx "$(cat "$MT_CLUSTER/ns/$node.pid")" |
+      xargs -r ps -o args= -p | grep -v "^slurmd " || true)
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  [ -z "$left" ] || fail "lost: processes left on $node: $left"
+done
+echo "lost: the newest checkpoint exports whole; nothing of the job left on node1 or node2"
+
+# 4. Daemons and nodes gone.
 pids=$(cat cluster/*.pid)
 "$HERE/cluster.sh" stop "$WORK/cluster"
 trap - EXIT

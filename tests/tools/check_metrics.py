@@ -25,6 +25,18 @@ def records(outdir):
             [r for r in rows if r["type"] == "epoch"])
 
 
+def same_losses(a, b, windows, tol):
+    """The window losses of runs A and B: the same steps (WINDOWS of them),
+    losses within TOL relative; returns the largest difference."""
+    la = [(w["step"], w["loss"]) for w in records(a)[0]]
+    lb = [(w["step"], w["loss"]) for w in records(b)[0]]
+    assert [s for s, _ in la] == [s for s, _ in lb] and len(la) == windows, \
+        (len(la), len(lb))
+    worst = max(abs(x - y) / abs(x) for (_, x), (_, y) in zip(la, lb))
+    assert worst <= tol, f"window losses differ by {worst:.3g} relative (bound {tol})"
+    return worst
+
+
 def main():
     outdir, epochs = sys.argv[1], int(sys.argv[2])
     min_acc = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
