@@ -16,10 +16,12 @@
 # 3. node2 crashes during a 2 x 2 job (every process on it killed, slurmd
 #    too): rank 0 names ranks 2, 3 on node2, train.sbatch finds node2
 #    gone and continues the job on node1 at world size 2 from the newest
-#    checkpoint (--no-kill keeps the allocation); the job completes, its
-#    window losses equal an uninterrupted run's within 1e-5 relative, its
-#    newest checkpoint exports whole, and no process of it is left on
-#    either node;
+#    checkpoint (--no-kill keeps the allocation); USR1 there (the time
+#    limit's warning): memtrain checkpoints, train.sbatch does not requeue
+#    (the job could not start again) and says how to submit it again;
+#    submitted so, it resumes and completes: its window losses equal an
+#    uninterrupted run's within 1e-5 relative, its newest checkpoint
+#    exports whole, and no process of it is left on either node;
 # 4. the daemons and the nodes are gone afterwards.
 # usage: multinode.sh MEMTRAIN MPIEXEC PYTHON WORKDIR; exit 77 (skipped)
 # where SLURM or namespaces cannot run (not root).
@@ -157,15 +159,36 @@ for try in 1 2; do
 done
 t0=$(date +%s)
 bash "$MT_CLUSTER/cluster.sh" kill "$MT_CLUSTER" node2
-wait $sb || { cat lost.txt; grep -v '"type"' "$S/lost.out" | tail -30; fail "lost: the job did not complete (sbatch --wait: $?)"; }
-echo "lost: the job completed $(($(date +%s) - t0)) s after node2 was killed"
+# Once the job runs on node1 alone, SLURM's warning before its time limit
+# (USR1): memtrain checkpoints and exits 3, and train.sbatch does not
+# requeue a job that lost a node (it could never start again) but says how
+# to submit it again.
+job=$(awk '/Submitted batch job/ {print $4}' lost.txt)
+until grep -q "^resumed from" "$S/lost.out" 2>/dev/null; do
+  kill -0 $sb 2>/dev/null || { cat lost.txt; grep -v '"type"' "$S/lost.out" | tail -30; fail "lost: the job ended before it continued on node1"; }
+  [ $(($(date +%s) - t0)) -lt 180 ] || fail "lost: the job did not continue on node1 within 180 s"
+  sleep 0.1
+done
+echo "lost: the job continued on node1 $(($(date +%s) - t0)) s after node2 was killed"
+scancel --signal=USR1 "$job" || fail "scancel --signal=USR1 $job"
+rc=0
+wait $sb || rc=$?
+[ "$rc" = 3 ] || { cat lost.txt; grep -v '"type"' "$S/lost.out" | tail -30; fail "lost: the job ended with $rc, not 3 (USR1 after the loss)"; }
 grep -h "error:.*did not arrive\|^train.sbatch:\|^resumed from" "$S/lost.out"
 grep -q "^memtrain: \[rank 0, node1\] error: .*ranks 2, 3 on node2 did not arrive" "$S/lost.out" ||
   fail "lost: rank 0 did not name ranks 2, 3 on node2"
-grep -q "^train.sbatch: node(s) node2 did not answer after memtrain stopped (status [0-9]*): job [0-9]* continues on node1 with 2 ranks" "$S/lost.out" ||
+grep -q "^train.sbatch: node(s) node2 did not answer after memtrain stopped (status [0-9]*): job $job continues on node1 with 2 ranks" "$S/lost.out" ||
   fail "lost: train.sbatch did not continue on node1"
 grep -q "on 1 node × 2 ranks" "$S/lost.out" || fail "lost: no 1 node x 2 ranks run after the loss"
 grep -q "^resumed from $S/lost/checkpoints/ckpt-" "$S/lost.out" || fail "lost: the run on node1 did not resume"
+grep -q "^train.sbatch: memtrain stopped at a checkpoint (status 3) after this job lost a node: not requeued .*sbatch -N 1 --ntasks-per-node=2 $REPO/launch/slurm/train.sbatch $S/nl/cfg.yaml --output.dir=$S/lost$" "$S/lost.out" ||
+  fail "lost: no line saying the job is not requeued and how to submit it again"
+# Submitted again as that line says: it resumes and completes on node1.
+timeout 240 sbatch --wait -N 1 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 --time=5 \
+  --output="$S/again.out" --export=ALL,MEMTRAIN_HOME="$REPO",MEMTRAIN_BIN="$MEMTRAIN" \
+  "$REPO/launch/slurm/train.sbatch" "$S/nl/cfg.yaml" --output.dir="$S/lost" >again.txt 2>&1 ||
+  { cat again.txt; tail -20 "$S/again.out"; fail "lost: the job submitted again did not complete"; }
+grep -h "^resumed from" "$S/again.out" || fail "lost: the job submitted again did not resume"
 "$PY" - "$S" "$REPO/tests/tools" <<'PYEOF' || fail "lost: the continued run's losses"
 import sys
 sys.path.insert(0, sys.argv[2])
