@@ -199,6 +199,7 @@ PYEOF
 newest=$(ls "$S/lost/checkpoints/"ckpt-*.safetensors | sort | tail -1)
 "$MEMTRAIN" export --checkpoint "$newest" --out lost-export.safetensors >export.log 2>&1 ||
   { cat export.log; fail "lost: the newest checkpoint $newest is not whole"; }
+ip netns list | grep -q "^${MT_TAG}n2\b" || fail "lost: node2's namespace is gone: nothing to check on it"
 for node in node1 node2; do  # (waits up to 30 s for what is ending)
   for _ in $(seq 300); do
     left=$(ip netns pids "${MT_TAG}n${node#node}" | grep -vx "$(cat "$MT_CLUSTER/ns/$node.pid")" |
