@@ -69,30 +69,6 @@ lose_node2() {
   t_end=$(echo "$(date +%s.%N) - $t0" | bc)
 }
 
-# No process of the run left on NODE (its namespace holder only); waits up
-# to 60 s for one that is ending.
-none_left() {
-  local node=$1 holder left
-  holder=$(cat "$C/ns/$node.pid")
-  for _ in $(seq 600); do
-    left=$(ip netns pids "${MT_TAG}n${node#node}" | grep -vx "$holder" || true)
-    [ -z "$left" ] && return 0
-    sleep 0.1
-  done
-  fail "processes left on $node: $(for p in $left; do tr '\0' ' ' </proc/$p/cmdline; echo; done)"
-}
-
-# The newest checkpoint of OUT is whole: exported with its checksum checked.
-newest_whole() {
-  local out=$1 newest
-  newest=$(ls "$S/$out/checkpoints/"ckpt-*.safetensors | sort | tail -1)
-  "$MEMTRAIN" export --checkpoint "$newest" --out "$out-export.safetensors" >export.log 2>&1 ||
-    { cat export.log; fail "$out: the newest checkpoint $newest is not whole"; }
-  ! ls "$S/$out/checkpoints/" | grep -v '^ckpt-[0-9]*\.safetensors$' ||
-    fail "$out: a partial file in checkpoints/"
-  echo "$out: the newest checkpoint, $(basename "$newest"), verified by memtrain export"
-}
-
 # (a) node2 crashes.
 lose_node2 crash kill
 grep -v '"type"' crash.log | grep -i "node2\|lost\|error" | head -8
@@ -101,7 +77,7 @@ grep -q "node2" crash.log || fail "kill: no line names node2"
 echo "kill: mpirun ended $t_end s after node2's processes were killed, status $lost_rc"
 none_left node1
 none_left node2
-newest_whole crash
+newest_whole "$S/crash"
 
 # (b) node2 cut off.
 lose_node2 cut link
@@ -115,7 +91,7 @@ echo "link: rank 0 named ranks 2, 3 on node2 $t_line s after the cut; mpirun end
 bash "$C/cluster.sh" link "$C" node2 up
 none_left node1
 none_left node2
-newest_whole cut
+newest_whole "$S/cut"
 
 # The cut run resumes on node1 alone: 2 ranks, the same effective batch.
 on node1 "$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train --config "$S/cfg.yaml" \

@@ -196,20 +196,10 @@ import check_metrics
 worst = check_metrics.same_losses(f"{sys.argv[1]}/nl/full", f"{sys.argv[1]}/lost", 256, 1e-5)
 print(f"lost: 256 windows, losses within {worst:.2g} relative of the uninterrupted run")
 PYEOF
-newest=$(ls "$S/lost/checkpoints/"ckpt-*.safetensors | sort | tail -1)
-"$MEMTRAIN" export --checkpoint "$newest" --out lost-export.safetensors >export.log 2>&1 ||
-  { cat export.log; fail "lost: the newest checkpoint $newest is not whole"; }
-ip netns list | grep -q "^${MT_TAG}n2\b" || fail "lost: node2's namespace is gone: nothing to check on it"
-for node in node1 node2; do  # (waits up to 30 s for what is ending)
-  for _ in $(seq 300); do
-    left=$(ip netns pids "${MT_TAG}n${node#node}" | grep -vx "$(cat "$MT_CLUSTER/ns/$node.pid")" |
-      xargs -r ps -o args= -p | grep -v "^slurmd " || true)
-    [ -z "$left" ] && break
-    sleep 0.1
-  done
-  [ -z "$left" ] || fail "lost: processes left on $node: $left"
-done
-echo "lost: the newest checkpoint exports whole; nothing of the job left on node1 or node2"
+newest_whole "$S/lost"
+none_left node1 "^slurmd "
+none_left node2 "^slurmd "
+echo "lost: nothing of the job left on node1 or node2"
 
 # 4. Daemons and nodes gone.
 pids=$(cat cluster/*.pid)
