@@ -13,7 +13,16 @@
 # 2. SLURM_TASKS_PER_NODE=3,1 (4 tasks placed 3 and 1 by an arbitrary
 #    distribution): each rank's local size is its node's count (3,3,3,1),
 #    and the run trains; the banner says "2 nodes: 3+1 ranks";
-# 3. node2 crashes during a 2 x 2 job (every process on it killed, slurmd
+# 3. node2 cut off during a 2 x 2 job (its link down: a partition, no
+#    process dies): rank 0 names ranks 2, 3 on node2, srun ends the step
+#    (--wait: MEMTRAIN_STEP_WAIT_S after the first rank exited, while
+#    SLURM has not marked node2 down), node2 does not answer train.sbatch's probe,
+#    and the job continues on node1 at world size 2 from the newest
+#    checkpoint; the link comes back and the job completes there: its
+#    window losses equal an uninterrupted run's within 1e-5 relative, its
+#    newest checkpoint exports whole, node2's ranks ended on their own
+#    timeout and nothing of the job is left on either node;
+# 4. node2 crashes during a 2 x 2 job (every process on it killed, slurmd
 #    too): rank 0 names ranks 2, 3 on node2, train.sbatch finds node2
 #    gone and continues the job on node1 at world size 2 from the newest
 #    checkpoint (--no-kill keeps the allocation); USR1 there (the time
@@ -22,7 +31,7 @@
 #    submitted so, it resumes and completes: its window losses equal an
 #    uninterrupted run's within 1e-5 relative, its newest checkpoint
 #    exports whole, and no process of it is left on either node;
-# 4. the daemons and the nodes are gone afterwards.
+# 5. the daemons and the nodes are gone afterwards.
 # usage: multinode.sh MEMTRAIN MPIEXEC PYTHON WORKDIR; exit 77 (skipped)
 # where SLURM or namespaces cannot run (not root).
 set -uo pipefail
@@ -134,36 +143,102 @@ assert got == [("node1", 0, 3), ("node1", 1, 3), ("node1", 2, 3), ("node2", 0, 1
 print(f"SLURM_TASKS_PER_NODE=3,1: ranks {got}")
 PYEOF
 
-# 3. node2 crashes; the job continues on node1.
+# A 2 x 2 job of lost_run_setup's run into $S/NAME (its log NAME.out),
+# in the background (its sbatch: $sb, its id: $job), once it has written
+# its checkpoint at step 32.
 source "$REPO/tests/multinode/lost_run.sh"
 mkdir -p "$S/nl"
 lost_run_setup "$S/nl"
-for try in 1 2; do
-  timeout 300 sbatch --wait -N 2 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 --time=5 \
-    --output="$S/lost.out" --open-mode=truncate \
-    --export=ALL,MEMTRAIN_HOME="$REPO",MEMTRAIN_BIN="$MEMTRAIN",MEMTRAIN_NODE_PROBE_S=20 \
-    "$REPO/launch/slurm/train.sbatch" "$S/nl/cfg.yaml" --output.dir="$S/lost" >lost.txt 2>&1 &
-  sb=$!
-  waited=0
-  until ls "$S/lost/checkpoints/" 2>/dev/null | grep -q 'ckpt-000000\([3-9][0-9]\|[1-9][0-9][0-9]\)\.'; do
-    kill -0 $sb 2>/dev/null || break
-    sleep 0.1
-    waited=$((waited + 1))
-    [ $waited -lt 1200 ] || fail "lost: no checkpoint at step 32 after 120 s"
+start_lost_job() {  # NAME
+  local name=$1 try waited
+  for try in 1 2; do
+    timeout 300 sbatch --wait -N 2 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 --time=5 \
+      --output="$S/$name.out" --open-mode=truncate \
+      --export=ALL,MEMTRAIN_HOME="$REPO",MEMTRAIN_BIN="$MEMTRAIN",MEMTRAIN_NODE_PROBE_S=20,MEMTRAIN_STEP_WAIT_S=5 \
+      "$REPO/launch/slurm/train.sbatch" "$S/nl/cfg.yaml" --output.dir="$S/$name" >"$name.txt" 2>&1 &
+    sb=$!
+    waited=0
+    until ls "$S/$name/checkpoints/" 2>/dev/null | grep -q 'ckpt-000000\([3-9][0-9]\|[1-9][0-9][0-9]\)\.'; do
+      kill -0 $sb 2>/dev/null || break
+      sleep 0.1
+      waited=$((waited + 1))
+      [ $waited -lt 1200 ] || fail "$name: no checkpoint at step 32 after 120 s"
+    done
+    kill -0 $sb 2>/dev/null && break
+    [ "$try" = 1 ] && init_crash "$S/$name.out" && rm -rf "${S:?}/$name" && continue
+    cat "$name.txt"
+    tail -20 "$S/$name.out"
+    fail "$name: the job ended before its checkpoint at step 32"
   done
-  kill -0 $sb 2>/dev/null && break
-  [ "$try" = 1 ] && init_crash "$S/lost.out" && rm -rf "${S:?}/lost" && continue
-  cat lost.txt
-  tail -20 "$S/lost.out"
-  fail "lost: the job ended before its checkpoint at step 32"
+  job=$(awk '/Submitted batch job/ {print $4}' "$name.txt")
+}
+# The job continues on node1: rank 0 named ranks 2, 3 on node2 and
+# train.sbatch continued the job there (NAME's log).
+continued_on_node1() {  # NAME
+  local out=$S/$1.out
+  grep -h "error:.*did not arrive\|^train.sbatch:\|^resumed from" "$out"
+  grep -q "^memtrain: \[rank 0, node1\] error: .*ranks 2, 3 on node2 did not arrive" "$out" ||
+    fail "$1: rank 0 did not name ranks 2, 3 on node2"
+  grep -q "^train.sbatch: node(s) node2 did not answer after memtrain stopped (status [0-9]*): job $job continues on node1 with 2 ranks" "$out" ||
+    fail "$1: train.sbatch did not continue on node1"
+  grep -q "on 1 node × 2 ranks" "$out" || fail "$1: no 1 node x 2 ranks run after the loss"
+  grep -q "^resumed from $S/$1/checkpoints/ckpt-" "$out" || fail "$1: the run on node1 did not resume"
+}
+# NAME's window losses against the uninterrupted run's.
+same_as_full() {  # NAME
+  "$PY" - "$S" "$REPO/tests/tools" "$1" <<'PYEOF' || fail "$1: the continued run's losses"
+import sys
+sys.path.insert(0, sys.argv[2])
+import check_metrics
+worst = check_metrics.same_losses(f"{sys.argv[1]}/nl/full", f"{sys.argv[1]}/{sys.argv[3]}", 256, 1e-5)
+print(f"{sys.argv[3]}: 256 windows, losses within {worst:.2g} relative of the uninterrupted run")
+PYEOF
+}
+# Until the SLURM nodes are STATE (a regular expression), at most 120 s.
+wait_nodes() {
+  local _ states
+  for _ in $(seq 240); do
+    states=$(sinfo -h -N -o %T)
+    [ -n "$states" ] && [ -z "$(grep -Ev "^($1)$" <<<"$states")" ] && return 0
+    sleep 0.5
+  done
+  sinfo -N
+  fail "the nodes did not become $1 within 120 s"
+}
+
+# 3. node2 cut off; the job continues on node1, the link comes back.
+start_lost_job cut
+t0=$(date +%s)
+bash "$MT_CLUSTER/cluster.sh" link "$MT_CLUSTER" node2 down
+until grep -q "^resumed from" "$S/cut.out" 2>/dev/null; do
+  kill -0 $sb 2>/dev/null || { cat cut.txt; grep -v '"type"' "$S/cut.out" | tail -30; fail "cut: the job ended before it continued on node1"; }
+  [ $(($(date +%s) - t0)) -lt 180 ] || fail "cut: the job did not continue on node1 within 180 s"
+  sleep 0.1
 done
+echo "cut: the job continued on node1 $(($(date +%s) - t0)) s after node2's link went down"
+bash "$MT_CLUSTER/cluster.sh" link "$MT_CLUSTER" node2 up
+rc=0
+wait $sb || rc=$?
+[ "$rc" = 0 ] || { cat cut.txt; grep -v '"type"' "$S/cut.out" | tail -30; fail "cut: the job ended with $rc, not 0"; }
+continued_on_node1 cut
+grep -q "^srun: First task exited [0-9]*s ago" "$S/cut.out" ||
+  fail "cut: srun did not end the step by its --wait"
+grep -q "^done: $S/cut/model.safetensors" "$S/cut.out" || fail "cut: the job did not complete on node1"
+same_as_full cut
+newest_whole "$S/cut"
+none_left node1 "^slurmd "
+none_left node2 "^slurmd "
+echo "cut: nothing of the job left on node1 or node2"
+wait_nodes idle
+
+# 4. node2 crashes; the job continues on node1.
+start_lost_job lost
 t0=$(date +%s)
 bash "$MT_CLUSTER/cluster.sh" kill "$MT_CLUSTER" node2
 # Once the job runs on node1 alone, SLURM's warning before its time limit
 # (USR1): memtrain checkpoints and exits 3, and train.sbatch does not
 # requeue a job that lost a node (it could never start again) but says how
 # to submit it again.
-job=$(awk '/Submitted batch job/ {print $4}' lost.txt)
 until grep -q "^resumed from" "$S/lost.out" 2>/dev/null; do
   kill -0 $sb 2>/dev/null || { cat lost.txt; grep -v '"type"' "$S/lost.out" | tail -30; fail "lost: the job ended before it continued on node1"; }
   [ $(($(date +%s) - t0)) -lt 180 ] || fail "lost: the job did not continue on node1 within 180 s"
@@ -174,13 +249,7 @@ scancel --signal=USR1 "$job" || fail "scancel --signal=USR1 $job"
 rc=0
 wait $sb || rc=$?
 [ "$rc" = 3 ] || { cat lost.txt; grep -v '"type"' "$S/lost.out" | tail -30; fail "lost: the job ended with $rc, not 3 (USR1 after the loss)"; }
-grep -h "error:.*did not arrive\|^train.sbatch:\|^resumed from" "$S/lost.out"
-grep -q "^memtrain: \[rank 0, node1\] error: .*ranks 2, 3 on node2 did not arrive" "$S/lost.out" ||
-  fail "lost: rank 0 did not name ranks 2, 3 on node2"
-grep -q "^train.sbatch: node(s) node2 did not answer after memtrain stopped (status [0-9]*): job $job continues on node1 with 2 ranks" "$S/lost.out" ||
-  fail "lost: train.sbatch did not continue on node1"
-grep -q "on 1 node × 2 ranks" "$S/lost.out" || fail "lost: no 1 node x 2 ranks run after the loss"
-grep -q "^resumed from $S/lost/checkpoints/ckpt-" "$S/lost.out" || fail "lost: the run on node1 did not resume"
+continued_on_node1 lost
 grep -q "^train.sbatch: memtrain stopped at a checkpoint (status 3) after this job lost a node: not requeued .*sbatch -N 1 --ntasks-per-node=2 $REPO/launch/slurm/train.sbatch $S/nl/cfg.yaml --output.dir=$S/lost$" "$S/lost.out" ||
   fail "lost: no line saying the job is not requeued and how to submit it again"
 # Submitted again as that line says: it resumes and completes on node1.
@@ -189,19 +258,13 @@ timeout 240 sbatch --wait -N 1 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-
   "$REPO/launch/slurm/train.sbatch" "$S/nl/cfg.yaml" --output.dir="$S/lost" >again.txt 2>&1 ||
   { cat again.txt; tail -20 "$S/again.out"; fail "lost: the job submitted again did not complete"; }
 grep -h "^resumed from" "$S/again.out" || fail "lost: the job submitted again did not resume"
-"$PY" - "$S" "$REPO/tests/tools" <<'PYEOF' || fail "lost: the continued run's losses"
-import sys
-sys.path.insert(0, sys.argv[2])
-import check_metrics
-worst = check_metrics.same_losses(f"{sys.argv[1]}/nl/full", f"{sys.argv[1]}/lost", 256, 1e-5)
-print(f"lost: 256 windows, losses within {worst:.2g} relative of the uninterrupted run")
-PYEOF
+same_as_full lost
 newest_whole "$S/lost"
 none_left node1 "^slurmd "
 none_left node2 "^slurmd "
 echo "lost: nothing of the job left on node1 or node2"
 
-# 4. Daemons and nodes gone.
+# 5. Daemons and nodes gone.
 pids=$(cat cluster/*.pid)
 "$HERE/cluster.sh" stop "$WORK/cluster"
 trap - EXIT
