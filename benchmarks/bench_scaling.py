@@ -17,9 +17,15 @@ OUT/bench_scaling.csv and draws OUT/bench_scaling.png (gnuplot).
       [--launch 'mpirun -np {n}'] [--config FILE] [-- overrides...]
 
 --launch is the command that starts {n} ranks: `srun --mpi=pmix -n {n}`
-inside a SLURM allocation (launch/slurm/scaling.sbatch). With the default
-mpirun, more ranks than this process's CPUs get --oversubscribe, and the
-output says so: such points measure time sharing, not scaling.
+inside a SLURM allocation (launch/slurm/scaling.sbatch), mpirun with a
+hostfile across hosts (benchmarks/multinode_scaling.sh). With the default
+mpirun (no hostfile or host list), more ranks than this process's CPUs get
+--oversubscribe, and the output says so: such points measure time sharing,
+not scaling. Every row also gets cpu_load, from what the ranks report in
+environment.json (their CPU masks and threads): the most threads one CPU
+carries, each rank's threads spread over its mask's CPUs, summed over the
+ranks of one machine (of one host; of all hosts with --one-machine, as for
+emulated nodes); at least 1. Above 1, ranks time-share CPUs.
 """
 
 import argparse
@@ -57,6 +63,30 @@ def run(cmd, log):
         sys.exit(f"bench_scaling: {' '.join(cmd)} failed (exit {rc}); log {log}")
 
 
+def cpu_set(text):
+    """A CPU list as environment.json writes it ("0-3,6") as a set."""
+    cpus = set()
+    for part in text.split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def cpu_load(env, one_machine):
+    """The most threads one CPU carries (at least 1): each rank's threads
+    spread evenly over its mask, summed per CPU over the ranks of one
+    machine (a host, or every host with one_machine)."""
+    load = {}
+    for r in env["ranks"]:
+        mask = cpu_set(r.get("cpus", ""))
+        machine = "" if one_machine else r["host"]
+        for cpu in mask:
+            key = (machine, cpu)
+            load[key] = load.get(key, 0.0) + r["threads"] / len(mask)
+    return max([1.0] + list(load.values()))
+
+
 def windows(path):
     return [json.loads(l) for l in open(path) if '"type":"window"' in l.replace(" ", "")]
 
@@ -77,6 +107,8 @@ def main():
     ap.add_argument("--out", default="runs/bench_scaling")
     ap.add_argument("--launch", default="mpirun -np {n}")
     ap.add_argument("--config", default="")
+    ap.add_argument("--one-machine", action="store_true",
+                    help="the hosts share one machine's CPUs (emulated nodes)")
     ap.add_argument("overrides", nargs="*", help="--section.key=value ...")
     a = ap.parse_args()
     modes = [m for m in a.modes.split(",") if m]
@@ -94,7 +126,12 @@ def main():
         sys.exit(f"bench_scaling: {a.memtrain} not built (bash launch/build.sh)")
     os.makedirs(a.out, exist_ok=True)
     cpus = len(os.sched_getaffinity(0))
-    mpirun = a.launch.split()[0] in ("mpirun", "mpiexec")
+    words = shlex.split(a.launch)
+    # mpirun placing ranks on this host only: more ranks than CPUs need
+    # --oversubscribe. A launch naming its hosts places them itself.
+    hosts = ("--hostfile", "-hostfile", "--machinefile", "-machinefile", "--host", "-host", "-H")
+    mpirun = (os.path.basename(words[0]) in ("mpirun", "mpiexec")
+              and not any(w.split("=")[0] in hosts for w in words))
 
     # One training file large enough for the largest window.
     data = os.path.join(a.out, "train.h5")
@@ -114,7 +151,7 @@ def main():
     rows = []
     for mode, k, n, micro in plan:
         tag = f"{mode}-k{k}-n{n}" + (f"-m{micro}" if mode == "calibration" else "")
-        cmd = shlex.split(a.launch.format(n=n))
+        cmd = shlex.split(a.launch.replace("{n}", str(n)))
         over = mpirun and n > cpus
         if over:
             cmd.append("--oversubscribe")
@@ -134,6 +171,7 @@ def main():
         t0 = time.time()
         run(cmd, os.path.join(a.out, tag + ".log"))
         w = windows(os.path.join(a.out, tag, "metrics.jsonl"))[a.warmup:]
+        env = json.load(open(os.path.join(a.out, tag, "environment.json")))
         if not w:
             sys.exit(f"bench_scaling: {tag}: no windows after the warm-up")
         med = lambda key: statistics.median(x[key] for x in w)
@@ -141,7 +179,8 @@ def main():
         rows.append(dict(
             mode=mode, accum=k, ranks=n, micro=micro,
             effective_batch=w[0]["effective_batch"],
-            oversubscribed=int(over), window_s=window_s,
+            oversubscribed=int(over), cpu_load=cpu_load(env, a.one_machine),
+            hosts=len({r["host"] for r in env["ranks"]}), window_s=window_s,
             window_min_s=min(x["window_s"] for x in w),
             window_max_s=max(x["window_s"] for x in w),
             samples_per_s=w[0]["effective_batch"] / window_s,
@@ -174,14 +213,18 @@ def main():
     if any(r["oversubscribed"] for r in rows):
         print(f"# --oversubscribe: rows marked * ran more ranks than the {cpus} "
               "CPU(s) here: time sharing, not scaling")
-    hdr = ("mode", "K", "ranks", "micro", "eff_batch", "window_s", "samples/s",
-           "efficiency", "compute_s", "exposed_s", "data_s")
-    print("%-6s %3s %6s %6s %9s %9s %10s %10s %10s %10s %8s" % hdr)
+    if any(r["cpu_load"] > 1 for r in rows):
+        print("# cpu_load above 1: that many threads on the busiest CPU (the ranks' "
+              "masks and threads, environment.json): time sharing")
+    hdr = ("mode", "K", "ranks", "hosts", "cpu_load", "micro", "eff_batch", "window_s",
+           "samples/s", "efficiency", "compute_s", "exposed_s", "data_s")
+    print("%-6s %3s %6s %5s %9s %6s %9s %9s %10s %10s %10s %10s %8s" % hdr)
     for r in rows:
-        print("%-6s %3d %5d%s %6d %9d %9.4f %10.1f %10.3f %10.4f %10.4f %8.4f" % (
+        print("%-6s %3d %5d%s %5d %9.2f %6d %9d %9.4f %10.1f %10.3f %10.4f %10.4f %8.4f" % (
             r["mode"], r["accum"], r["ranks"], "*" if r["oversubscribed"] else " ",
-            r["micro"], r["effective_batch"], r["window_s"], r["samples_per_s"],
-            r["efficiency"], r["t_compute_s"], r["t_comm_exposed_s"], r["t_data_s"]))
+            r["hosts"], r["cpu_load"], r["micro"], r["effective_batch"], r["window_s"],
+            r["samples_per_s"], r["efficiency"], r["t_compute_s"], r["t_comm_exposed_s"],
+            r["t_data_s"]))
     csv = os.path.join(a.out, "bench_scaling.csv")
     keys = list(rows[0].keys())
     with open(csv, "w") as f:

@@ -4,7 +4,7 @@ cluster, from measured compute and an alpha-beta model of the all-reduce.
 
   python3 benchmarks/scaling_model.py
       --scaling-csv runs/bench_scaling/bench_scaling.csv
-      --allreduce-csv runs/bench_allreduce.sizes.csv
+      --allreduce-csv runs/bench_allreduce.sizes.csv [--allreduce-csv ...]
       [--profile name:compute_per_micro_s:grad_bytes[:update_s] ...]
       [--measure-configs] [--memtrain build/memtrain]
       [--gpus 8,16,...,1024] [--accum 1,4,16] [--out runs/scaling_model]
@@ -43,7 +43,16 @@ between nodes), unless --allreduce-csv fits alpha and busbw instead:
                 network hop), not a published figure
 Validation: with --allreduce-csv (this machine's measured all-reduce) the
 model predicts bench_scaling's multi-rank rows that are not oversubscribed
-and prints each error; the target is within 15%.
+and prints each error; the target is within 15%. --allreduce-csv may be
+given once per rank count (across emulated nodes: each its own ring); a
+row takes the fit at its rank count, else at the largest count below it.
+Rows whose CPUs carry more threads than the 1-rank row's (bench_scaling's
+cpu_load: more ranks than cores, as 4 emulated nodes on 2 cores) are
+predicted with their compute and the rest of the window stretched by the
+ratio of the two loads (time sharing), the all-reduce as fitted; the
+table prints each row's load. Writes OUT/validation.csv: each predicted
+row's measured and predicted window and efficiency (bench_scaling's
+definition: samples/s at N over N times samples/s at 1).
 """
 
 import argparse
@@ -65,12 +74,14 @@ def ints(text):
 
 
 class Network:
-    def __init__(self, alpha_step, busbw_intra, busbw_inter, gpus_per_node, source):
+    def __init__(self, alpha_step, busbw_intra, busbw_inter, gpus_per_node, source,
+                 ranks=0):
         self.alpha_step = alpha_step
         self.busbw_intra = busbw_intra
         self.busbw_inter = busbw_inter
         self.gpus_per_node = gpus_per_node
         self.source = source
+        self.ranks = ranks  # the rank count a fit was measured at
 
     def allreduce(self, nbytes, n):
         if n <= 1:
@@ -104,7 +115,7 @@ def fit_network(path):
     intercept = max(my - slope * mx, 0.0)
     steps = 2 * math.ceil(math.log2(n))
     return Network(intercept / steps, 1.0 / slope, 1.0 / slope, 10 ** 9,
-                   f"fitted to {path} ({n} ranks, {m} sizes)")
+                   f"fitted to {path} ({n} ranks, {m} sizes)", n)
 
 
 class Profile:
@@ -112,13 +123,16 @@ class Profile:
         self.name, self.c, self.grad_bytes, self.u, self.source = name, c, grad_bytes, u, source
 
 
-def window(p, net, n, k, overlap):
+def window(p, net, n, k, overlap, share=1.0):
+    """share: how much longer compute and the rest take than in p's
+    measurement (time sharing of CPUs)."""
+    c, u = p.c * share, p.u * share
     t_ar = net.allreduce(p.grad_bytes, n)
     if overlap:
-        exposed = max(net.allreduce(min(p.grad_bytes, MiB), n), t_ar - 2.0 / 3.0 * p.c)
+        exposed = max(net.allreduce(min(p.grad_bytes, MiB), n), t_ar - 2.0 / 3.0 * c)
     else:
         exposed = t_ar
-    return k * p.c + p.u + exposed
+    return k * c + u + exposed
 
 
 def from_scaling_csv(path):
@@ -126,6 +140,10 @@ def from_scaling_csv(path):
     for r in rows:
         for key in ("accum", "ranks", "micro", "oversubscribed", "grad_bytes"):
             r[key] = int(r[key])
+        # CSVs written before bench_scaling recorded them.
+        r["cpu_load"] = float(r.get("cpu_load") or 1)
+        r["hosts"] = int(r.get("hosts") or 1)
+        r["efficiency"] = float(r["efficiency"])
         for key in ("window_s", "t_compute_s", "t_comm_exposed_s", "t_data_s",
                     "buckets_early"):
             r[key] = float(r[key])
@@ -140,7 +158,14 @@ def profile_of(r):
                    "bench_scaling 1 rank")
 
 
-def validate(rows, net, overlap):
+def network_for(nets, n):
+    """The fit at n ranks, else at the largest count below n, else the
+    smallest."""
+    below = [m for m in nets if m <= n]
+    return nets[max(below)] if below else nets[min(nets)]
+
+
+def validate(rows, nets, overlap):
     """Predicts the multi-rank rows (not oversubscribed) from the 1-rank row
     of the same micro-batch and K (strong scaling's smaller micro-batches
     have 1-rank "calibration" rows); overlap as the measured run did it
@@ -156,7 +181,8 @@ def validate(rows, net, overlap):
         p = profile_of(one[0])
         p.grad_bytes = r["grad_bytes"]
         ov = overlap and float(r.get("buckets_early", 0)) > 0
-        predicted = window(p, net, r["ranks"], r["accum"], ov)
+        predicted = window(p, network_for(nets, r["ranks"]), r["ranks"], r["accum"], ov,
+                           r["cpu_load"] / one[0]["cpu_load"])
         results.append((r, predicted, predicted / r["window_s"] - 1.0))
     return results
 
@@ -207,7 +233,7 @@ def measure_configs(memtrain, out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scaling-csv", default="")
-    ap.add_argument("--allreduce-csv", default="")
+    ap.add_argument("--allreduce-csv", action="append", default=[])
     ap.add_argument("--profile", action="append", default=[])
     ap.add_argument("--measure-configs", action="store_true")
     ap.add_argument("--memtrain", default="build/memtrain")
@@ -223,19 +249,36 @@ def main():
     worst = 0.0
     rows = from_scaling_csv(a.scaling_csv) if a.scaling_csv else []
     if rows and a.allreduce_csv:
-        local = fit_network(a.allreduce_csv)
-        print(f"# validation network: alpha_step {local.alpha_step * 1e6:.2f} us, busbw "
-              f"{local.busbw_intra / 1e9:.3f} GB/s, {local.source}")
-        print("%-6s %3s %6s %6s %11s %12s %8s" % (
-            "mode", "K", "ranks", "micro", "measured_s", "predicted_s", "error"))
-        for r, pred, err in validate(rows, local, not a.no_overlap_validation):
-            worst = max(worst, abs(err))
-            print("%-6s %3d %6d %6d %11.4f %12.4f %+7.1f%%" % (
-                r["mode"], r["accum"], r["ranks"], r["micro"], r["window_s"], pred, 100 * err))
+        nets = {}
+        for path in a.allreduce_csv:
+            net = fit_network(path)
+            if net.ranks in nets:
+                sys.exit(f"scaling_model: two --allreduce-csv at {net.ranks} ranks: "
+                         f"{nets[net.ranks].source} and {path}")
+            nets[net.ranks] = net
+            print(f"# validation network at {net.ranks} ranks: alpha_step "
+                  f"{net.alpha_step * 1e6:.2f} us, busbw {net.busbw_intra / 1e9:.3f} GB/s, "
+                  f"{net.source}")
+        print("%-6s %3s %6s %5s %9s %6s %11s %12s %8s" % (
+            "mode", "K", "ranks", "hosts", "cpu_load", "micro", "measured_s", "predicted_s",
+            "error"))
+        val_csv = os.path.join(a.out, "validation.csv")
+        with open(val_csv, "w") as f:
+            f.write("mode,accum,ranks,hosts,cpu_load,micro,measured_s,predicted_s,error,"
+                    "measured_efficiency,predicted_efficiency\n")
+            for r, pred, err in validate(rows, nets, not a.no_overlap_validation):
+                worst = max(worst, abs(err))
+                print("%-6s %3d %6d %5d %9.2f %6d %11.4f %12.4f %+7.1f%%" % (
+                    r["mode"], r["accum"], r["ranks"], r["hosts"], r["cpu_load"],
+                    r["micro"], r["window_s"], pred, 100 * err))
+                eff = r["efficiency"]  # the window's time scales it inversely
+                f.write(f"{r['mode']},{r['accum']},{r['ranks']},{r['hosts']},"
+                        f"{r['cpu_load']},{r['micro']},{r['window_s']},{pred},{err},"
+                        f"{eff},{eff * r['window_s'] / pred}\n")
         skipped = sum(1 for r in rows if r["ranks"] > 1 and r["oversubscribed"])
         if skipped:
             print(f"# {skipped} oversubscribed row(s) not predicted: time sharing, not scaling")
-        print(f"# largest error {100 * worst:.1f}% (target: within 15%)")
+        print(f"# largest error {100 * worst:.1f}% (target: within 15%); CSV {val_csv}")
 
     profiles = []
     # bench_scaling's MLP: its 1-rank weak row with the fewest micro-steps.
