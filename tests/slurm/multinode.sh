@@ -194,6 +194,27 @@ worst = check_metrics.same_losses(f"{sys.argv[1]}/nl/full", f"{sys.argv[1]}/{sys
 print(f"{sys.argv[3]}: 256 windows, losses within {worst:.2g} relative of the uninterrupted run")
 PYEOF
 }
+# NAME's sbatch output and the end of its job's log, then fail with WHY.
+job_fail() {  # NAME WHY
+  cat "$1.txt"
+  grep -v '"type"' "$S/$1.out" | tail -30
+  fail "$1: $2"
+}
+# Until NAME's job resumed on node1 (within 180 s of t0), saying so after WHAT.
+until_resumed() {  # NAME WHAT
+  until grep -q "^resumed from" "$S/$1.out" 2>/dev/null; do
+    kill -0 $sb 2>/dev/null || job_fail "$1" "the job ended before it continued on node1"
+    [ $(($(date +%s) - t0)) -lt 180 ] || fail "$1: the job did not continue on node1 within 180 s"
+    sleep 0.1
+  done
+  echo "$1: the job continued on node1 $(($(date +%s) - t0)) s after $2"
+}
+# NAME's job (sbatch $sb) ends with status RC.
+job_ends_with() {  # NAME RC [WHY]
+  local rc=0
+  wait $sb || rc=$?
+  [ "$rc" = "$2" ] || job_fail "$1" "the job ended with $rc, not $2${3:+ ($3)}"
+}
 # Until the SLURM nodes are STATE (a regular expression), at most 120 s.
 wait_nodes() {
   local _ states
@@ -210,16 +231,9 @@ wait_nodes() {
 start_lost_job cut
 t0=$(date +%s)
 bash "$MT_CLUSTER/cluster.sh" link "$MT_CLUSTER" node2 down
-until grep -q "^resumed from" "$S/cut.out" 2>/dev/null; do
-  kill -0 $sb 2>/dev/null || { cat cut.txt; grep -v '"type"' "$S/cut.out" | tail -30; fail "cut: the job ended before it continued on node1"; }
-  [ $(($(date +%s) - t0)) -lt 180 ] || fail "cut: the job did not continue on node1 within 180 s"
-  sleep 0.1
-done
-echo "cut: the job continued on node1 $(($(date +%s) - t0)) s after node2's link went down"
+until_resumed cut "node2's link went down"
 bash "$MT_CLUSTER/cluster.sh" link "$MT_CLUSTER" node2 up
-rc=0
-wait $sb || rc=$?
-[ "$rc" = 0 ] || { cat cut.txt; grep -v '"type"' "$S/cut.out" | tail -30; fail "cut: the job ended with $rc, not 0"; }
+job_ends_with cut 0
 continued_on_node1 cut
 grep -q "^srun: First task exited [0-9]*s ago" "$S/cut.out" ||
   fail "cut: srun did not end the step by its --wait"
@@ -239,16 +253,9 @@ bash "$MT_CLUSTER/cluster.sh" kill "$MT_CLUSTER" node2
 # (USR1): memtrain checkpoints and exits 3, and train.sbatch does not
 # requeue a job that lost a node (it could never start again) but says how
 # to submit it again.
-until grep -q "^resumed from" "$S/lost.out" 2>/dev/null; do
-  kill -0 $sb 2>/dev/null || { cat lost.txt; grep -v '"type"' "$S/lost.out" | tail -30; fail "lost: the job ended before it continued on node1"; }
-  [ $(($(date +%s) - t0)) -lt 180 ] || fail "lost: the job did not continue on node1 within 180 s"
-  sleep 0.1
-done
-echo "lost: the job continued on node1 $(($(date +%s) - t0)) s after node2 was killed"
+until_resumed lost "node2 was killed"
 scancel --signal=USR1 "$job" || fail "scancel --signal=USR1 $job"
-rc=0
-wait $sb || rc=$?
-[ "$rc" = 3 ] || { cat lost.txt; grep -v '"type"' "$S/lost.out" | tail -30; fail "lost: the job ended with $rc, not 3 (USR1 after the loss)"; }
+job_ends_with lost 3 "USR1 after the loss"
 continued_on_node1 lost
 grep -q "^train.sbatch: memtrain stopped at a checkpoint (status 3) after this job lost a node: not requeued .*sbatch -N 1 --ntasks-per-node=2 $REPO/launch/slurm/train.sbatch $S/nl/cfg.yaml --output.dir=$S/lost$" "$S/lost.out" ||
   fail "lost: no line saying the job is not requeued and how to submit it again"
