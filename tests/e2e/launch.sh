@@ -96,7 +96,12 @@ echo "train.sbatch: status 3 requeues job 12345; 0 and 1 do not"
 # them from sbatch: one CPU a task).
 : >stub.log
 expect_rc 0 env STUB_RC=0 SLURM_CPUS_PER_TASK=3 bash "$ROOT/launch/slurm/train.sbatch" cfg.yaml
-grep -q -- "^srun --mpi=pmix --cpus-per-task=3 " stub.log || { cat stub.log; fail "srun without --cpus-per-task"; }
+grep -q -- "^srun --mpi=pmix .*--cpus-per-task=3 " stub.log || { cat stub.log; fail "srun without --cpus-per-task"; }
+# srun ends the step 60 s after its first task exits (a node cut off).
+grep -q -- "^srun --mpi=pmix .*--wait=60 " stub.log || { cat stub.log; fail "srun without --wait=60"; }
+: >stub.log
+expect_rc 0 env STUB_RC=0 MEMTRAIN_STEP_WAIT_S=0 bash "$ROOT/launch/slurm/train.sbatch" cfg.yaml
+grep -q -- "^srun --mpi=pmix .*--wait=0 " stub.log || { cat stub.log; fail "MEMTRAIN_STEP_WAIT_S=0 not passed"; }
 
 STUB_RC=exec expect_rc 0 bash "$ROOT/launch/slurm/train.sbatch" cfg.yaml
 [ -f slurm_out/model.safetensors ] || fail "train.sbatch did not train"
