@@ -3,7 +3,7 @@
 # without root, from the package folder launch/gpu/prepare_offline.sh made.
 # usage: launch/gpu/build_offline.sh DIR [PREFIX] [--build-dir B] [--python PY]
 #                                    [--targets T1,T2,...] [--hide-system] [--no-build]
-#   DIR          the kit (DIR/MANIFEST, DIR/debs/*.deb)
+#   DIR          the kit (DIR/MANIFEST, DIR/debs/*.deb; DIR/TOOLS, DIR/tools/*.deb)
 #   PREFIX       where the packages are unpacked (default DIR/prefix; never /)
 #   --build-dir  default build-gpu (relative to the source folder)
 #   --python     the Python that holds PyTorch 2.x for CUDA (default python3)
@@ -66,17 +66,42 @@ if [ -n "$need_cxx" ] && [ -f "$libstdcxx" ] && ! grep -qa "GLIBCXX_$need_cxx" "
 fi
 
 # 2. Unpack (no root: dpkg-deb -x, or ar + tar), then what relocation needs.
-say "unpacking $(grep -vc '^#' "$kit/MANIFEST") packages into $prefix"
-awk '!/^#/{print $5}' "$kit/MANIFEST" | while read -r deb; do
+unpack() {  # DEB DEST
   if command -v dpkg-deb >/dev/null; then
-    dpkg-deb -x "$kit/$deb" "$prefix"
+    dpkg-deb -x "$1" "$2"
   else
     command -v ar >/dev/null || die "neither dpkg-deb nor ar (binutils) to unpack .deb files"
+    local t
     t=$(mktemp -d)
-    (cd "$t" && ar x "$kit/$deb" && tar -xf data.tar.* -C "$prefix")
+    (cd "$t" && ar x "$1" && tar -xf data.tar.* -C "$2")
     rm -rf "$t"
   fi
-done
+}
+say "unpacking $(grep -vc '^#' "$kit/MANIFEST") packages into $prefix"
+awk '!/^#/{print $5}' "$kit/MANIFEST" | while read -r deb; do unpack "$kit/$deb" "$prefix"; done
+# The tools (prepare_offline.sh's TOOLS: iproute2's ip), apart from the
+# kit in PREFIX/tools/root: each program gets a wrapper in PREFIX/tools/bin
+# that runs it through the loader with the tools' library folders alone
+# (--library-path: neither the kit's nor the node's libraries are touched,
+# and what the program runs, `ip netns exec CMD`, inherits nothing of it).
+# env.sh puts PREFIX/tools/bin last on PATH: the node's own programs first.
+T=$prefix/tools
+rm -rf "$T"
+if [ -f "$kit/TOOLS" ]; then
+  (cd "$kit" && awk '!/^#/{print $3 "  " $5}' TOOLS | sha256sum --quiet -c -) ||
+    die "a package in $kit/tools does not match its TOOLS sha256: copy the kit again"
+  mkdir -p "$T/root" "$T/bin"
+  awk '!/^#/{print $5}' "$kit/TOOLS" | while read -r deb; do unpack "$kit/$deb" "$T/root"; done
+  loader=/lib64/ld-linux-x86-64.so.2
+  for prog in $(sed -n 's/^# programs: //p' "$kit/TOOLS"); do
+    cat >"$T/bin/$(basename "$prog")" <<EOF
+#!/bin/sh
+# Written by launch/gpu/build_offline.sh: the kit's $prog with its own libraries.
+exec $loader --library-path "$T/root/lib/x86_64-linux-gnu:$T/root/usr/lib/x86_64-linux-gnu" "$T/root$prog" "\$@"
+EOF
+    chmod +x "$T/bin/$(basename "$prog")"
+  done
+fi
 L=$prefix/usr/lib/x86_64-linux-gnu
 # Absolute links into /usr or /lib: into the prefix, or to the node's copy
 # of a base library (libz.so -> /lib/x86_64-linux-gnu/libz.so.1.2.13).
@@ -134,6 +159,8 @@ command -v ssh >/dev/null 2>&1 || command -v rsh >/dev/null 2>&1 ||
   export OMPI_MCA_plm_rsh_agent=\${OMPI_MCA_plm_rsh_agent:-false}
 export MEMTRAIN_BUILD_DIR="$build"
 export MEMTRAIN_KIT_PREFIX="$prefix"
+# The kit's tools (ip) where the node has none of its own.
+[ ! -d "$T/bin" ] || export PATH="\$PATH:$T/bin"
 EOF
 source "$prefix/env.sh"
 source "$src/launch/env.sh"

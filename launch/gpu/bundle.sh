@@ -3,7 +3,8 @@
 # (default gpu-bundle, at most 48 MiB) that tests/gpu/run.sh --bundle runs
 # the GPU proof from:
 #   kit/         the Debian packages launch/gpu/prepare_offline.sh computes
-#                (Open MPI, HDF5, yaml-cpp, libpng, libjpeg, ...; MANIFEST)
+#                (Open MPI, HDF5, yaml-cpp, libpng, libjpeg, ICU, ...; MANIFEST;
+#                TOOLS: iproute2's ip)
 #   bin.tar.xz   the CUDA configuration's executables, stripped: memtrain,
 #                memtrain_unit_tests, memtrain_mpi_tests, bench_memory,
 #                bench_overlap, built here against the torch wheel that
@@ -99,9 +100,15 @@ if [ -n "$kit" ]; then
   [ -f "$kit/MANIFEST" ] || die "$kit has no MANIFEST: not a kit from launch/gpu/prepare_offline.sh"
   (cd "$kit" && awk '!/^#/{print $3 "  " $5}' MANIFEST | sha256sum --quiet -c -) ||
     die "a package in $kit does not match its MANIFEST: make the kit again"
-  mkdir -p "$stage/kit/debs"
+  mkdir -p "$stage/kit/debs" "$stage/kit/tools"
   cp "$kit/MANIFEST" "$stage/kit/"
   awk '!/^#/{print $5}' "$kit/MANIFEST" | while read -r f; do cp "$kit/$f" "$stage/kit/debs/"; done
+  if [ -f "$kit/TOOLS" ]; then
+    cp "$kit/TOOLS" "$stage/kit/"
+    awk '!/^#/{print $5}' "$kit/TOOLS" | while read -r f; do cp "$kit/$f" "$stage/kit/tools/"; done
+  else
+    say "note: $kit has no TOOLS (made before they were added): no ip of the kit's for point (h)"
+  fi
   step "kit copied from $kit" $((SECONDS - t0))
 else
   bash "$src/launch/gpu/prepare_offline.sh" "$stage/kit" | grep -v 'on the GPU node' ||
@@ -144,7 +151,7 @@ rm -rf "${stage:?}/bin"
 step "strip, check libraries, xz ($((raw / 1048576)) MiB stripped)" $((SECONDS - t0))
 
 # 5. What run.sh reads besides the executables.
-(cd "$src" && cp --parents -r tests/gpu launch/gpu launch/env.sh launch/configs/unet3d-v100.yaml \
+(cd "$src" && cp --parents -r tests/gpu tests/multinode/cluster.sh launch/gpu launch/env.sh launch/configs/unet3d-v100.yaml \
   tests/tools/safetensors_read.py tests/data benchmarks/vs_pytorch "$stage/src/")
 find "$stage/src" -name __pycache__ -prune -exec rm -rf {} +
 rm -rf "$stage/src/benchmarks/vs_pytorch/results"  # figures of earlier runs
@@ -152,7 +159,7 @@ rm -rf "$stage/src/benchmarks/vs_pytorch/results"  # figures of earlier runs
 # 6. BUNDLE.info, SHA256SUMS, README.md.
 commit=$(git -C "$src" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 dirty=$(git -C "$src" status --porcelain --untracked-files=no 2>/dev/null | wc -l)
-id=$(cat "$stage/bin.tar.xz" "$stage/kit/MANIFEST" | sha256sum | cut -c1-16)
+id=$(cat "$stage/bin.tar.xz" "$stage/kit/MANIFEST" "$stage/kit/TOOLS" 2>/dev/null | sha256sum | cut -c1-16)
 built="$(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname) from commit $commit$([ "$dirty" = 0 ] || echo " with $dirty changed files") against torch $tv (CUDA $tcuda)"
 cat >"$stage/BUNDLE.info" <<EOF
 id $id
@@ -192,7 +199,7 @@ that has this folder at gpu-bundle/ (the device tool: carry ["gpu-bundle"]):
 
     bash tests/gpu/probe.sh --bundle gpu-bundle
     bash tests/gpu/run.sh --bundle gpu-bundle --points a,c,d,e --out runs/gpu-1
-    bash tests/gpu/run.sh --bundle gpu-bundle --points b --no-ctest --out runs/gpu-2
+    bash tests/gpu/run.sh --bundle gpu-bundle --points b,h --no-ctest --out runs/gpu-2
 
 or without a checkout, from this folder's own copy of the scripts:
 

@@ -2,7 +2,7 @@
 # Puts into DIR the Debian (bookworm, amd64) packages that the CUDA build of
 # memtrain needs on a GPU node without network: the Open MPI and HDF5
 # runtimes and headers, yaml-cpp, CLI11, nlohmann-json, GoogleTest, nifti,
-# libpng, libjpeg-turbo, zlib headers, and the shared libraries these load:
+# libpng, libjpeg-turbo, ICU, zlib headers, and the shared libraries these load:
 # every package whose library or headers CMakeLists.txt finds, except
 # LibTorch (the node's torch wheel), CUDA (the node's toolkit) and what a
 # compiling system has (rule 1 below). tests/gpu/hide_system.sh proves it:
@@ -13,7 +13,8 @@
 #   --with-toolchain  also cmake, make and ninja (and their libraries), for a
 #                     node that has a C++ compiler but no cmake; not g++:
 #                     a compiler does not run from an unpacked folder
-# Writes DIR/debs/*.deb and DIR/MANIFEST (package, version, sha256, bytes);
+# Writes DIR/debs/*.deb and DIR/MANIFEST (package, version, sha256, bytes),
+# DIR/tools/*.deb and DIR/TOOLS (the same for the tools, below);
 # prints the package count and total size. Then, on the GPU node:
 #   bash launch/gpu/build_offline.sh DIR
 #
@@ -57,11 +58,11 @@ codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-unknown}")
 
 # What CMakeLists.txt and tests/CMakeLists.txt find (find_package,
 # find_library, find_path) besides Torch, CUDA, Threads and Python: MPI, HDF5,
-# yaml-cpp, nlohmann_json, CLI11, GTest, nifti2 + znz, ZLIB, PNG, JPEG.
+# yaml-cpp, nlohmann_json, CLI11, GTest, nifti2 + znz, ZLIB, PNG, JPEG, ICU.
 # libjpeg62-turbo-dev, not libjpeg-dev: that one only depends on it.
 ROOTS=(libopenmpi-dev openmpi-bin openmpi-common libhdf5-dev hdf5-helpers libyaml-cpp-dev
        libcli11-dev nlohmann-json3-dev libgtest-dev libnifti2-dev libniftiio-dev
-       libznz-dev zlib1g-dev libpng-dev libjpeg62-turbo-dev)
+       libznz-dev zlib1g-dev libpng-dev libjpeg62-turbo-dev libicu-dev)
 [ "$toolchain" = 0 ] || ROOTS+=(cmake cmake-data make ninja-build)
 
 mkdir -p "$dir/debs"
@@ -170,7 +171,65 @@ rm -f "$dir"/debs/*.deb
     echo "$p $(dpkg-deb -f "$dir/debs/$f" Version) $(sha256sum "$dir/debs/$f" | cut -d' ' -f1) $(stat -c %s "$dir/debs/$f") debs/$f"
   done
 } >"$dir/MANIFEST"
+# The tools (DIR/TOOLS, DIR/tools/*.deb): programs the GPU proof's
+# two-node part runs (tests/gpu/run.sh point h; tests/multinode/cluster.sh)
+# that a node's image may lack although every Debian system has them:
+# iproute2's ip. Each with the packages of the libraries it loads, libc6
+# excepted (the node's); build_offline.sh unpacks them apart from the kit
+# and runs each through the loader with their own library folders, so they
+# never shadow a library of the node's.
+TOOLS=("iproute2 bin/ip")
+progs=()
+mkdir -p "$work/t/x" "$dir/tools"
+rm -f "$dir"/tools/*.deb
+for t in "${TOOLS[@]}"; do
+  read -r pkg prog <<<"$t"
+  apt_closure "$work/t" "$pkg" >"$work/t/closure" ||
+    { echo "prepare_offline.sh: apt-get -s cannot install $pkg" >&2; exit 1; }
+  (cd "$work/t" && xargs -a closure apt-get download -q -q >/dev/null 2>dl.err) ||
+    { cat "$work/t/dl.err" >&2; echo "prepare_offline.sh: apt-get download $pkg's closure failed" >&2; exit 1; }
+  : >"$work/t/sonames"
+  for deb in "$work"/t/*.deb; do
+    p=$(dpkg-deb -f "$deb" Package)
+    echo "$p $(basename "$deb")" >>"$work/t/debfile"
+    dpkg-deb -x "$deb" "$work/t/x/$p"
+    find "$work/t/x/$p" -type f -name '*.so*' | while read -r f; do
+      s=$(readelf -d "$f" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+      [ -z "$s" ] || echo "$s $p $f"
+    done >>"$work/t/sonames"
+  done
+  [ -f "$work/t/x/$pkg/$prog" ] || { echo "prepare_offline.sh: $pkg has no $prog" >&2; exit 1; }
+  # The program, then each library it loads (by SONAME, libc6's excepted).
+  declare -A tool=([$pkg]=1)
+  files=("$work/t/x/$pkg/$prog")
+  while [ ${#files[@]} -gt 0 ]; do
+    f=${files[0]}
+    files=("${files[@]:1}")
+    while read -r s; do
+      read -r q lib < <(awk -v s="$s" '$1 == s {print $2, $3; exit}' "$work/t/sonames")
+      [ -n "$q" ] || { echo "prepare_offline.sh: $prog needs $s, which no package of $pkg's closure has" >&2; exit 1; }
+      [ "$q" != libc6 ] && [ -z "${tool[$lib]:-}" ] || continue
+      tool[$lib]=1 tool[$q]=1
+      files+=("$lib")
+    done < <(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  done
+  for q in "${!tool[@]}"; do
+    [ "${q#/}" = "$q" ] || continue  # the library files, not packages
+    f=$(awk -v p="$q" '$1 == p {print $2; exit}' "$work/t/debfile")
+    cp "$work/t/$f" "$dir/tools/"
+    echo "$q $(dpkg-deb -f "$dir/tools/$f" Version) $(sha256sum "$dir/tools/$f" | cut -d' ' -f1) $(stat -c %s "$dir/tools/$f") tools/$f"
+  done | sort >>"$work/tools-manifest"
+  progs+=("/$prog")
+  unset tool
+done
+{
+  echo "# memtrain offline kit's tools: made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $codename/$arch by launch/gpu/prepare_offline.sh"
+  echo "# programs: ${progs[*]}"
+  echo "# package version sha256 bytes file"
+  sort -u "$work/tools-manifest"
+} >"$dir/TOOLS"
 n=$(grep -vc '^#' "$dir/MANIFEST")
 bytes=$(awk '!/^#/{s += $4} END {print s}' "$dir/MANIFEST")
 echo "prepare_offline.sh: $n packages, $bytes bytes ($(awk -v b="$bytes" 'BEGIN {printf "%.1f", b / 1048576}') MiB) in $dir/debs; needs glibc >= ${glibc#GLIBC_}, libstdc++ GLIBCXX >= ${glibcxx#GLIBCXX_}"
+echo "prepare_offline.sh: tools: $(grep -vc '^#' "$dir/TOOLS") packages for ${progs[*]} in $dir/tools"
 echo "prepare_offline.sh: on the GPU node: bash launch/gpu/build_offline.sh $dir"

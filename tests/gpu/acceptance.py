@@ -13,6 +13,8 @@ puts into gpu-report.md, and exits 1 when the check it names fails.
   plan DIR                                    memory_plan.json: budget, micro,
         steps, checkpointed segments, predicted/measured peak, probes
   env DIR                                     environment.json versions
+  hosts DIR                                   environment.json: the node
+        count and each rank's host, node index and device
 """
 
 import json
@@ -108,6 +110,14 @@ def cmd_env(d):
         if isinstance(v, dict):
             flat.update({f"{k}.{a}": b for a, b in v.items() if isinstance(b, (str, int, float))})
     print(" ".join(f"{k}={str(v).replace(' ', '_')}" for k, v in sorted(flat.items())))
+    return 0
+
+
+def cmd_hosts(d):
+    e = json.load(open(os.path.join(d, "environment.json")))
+    ranks = e["ranks"]
+    each = ";".join(f"{r['host']}:{r['node_index']}:{r['device']}" for r in ranks)
+    print(f"nodes={e['nodes']['count']} ranks={each}")
     return 0
 
 

@@ -12,27 +12,30 @@
 #     a build or a run reaches for must come from the kit, or it fails.
 #   - python3 (the node's Python; its torch is a pip wheel, outside /usr)
 #   - ccache (a compiler cache: it changes no result, it spares minutes)
-#   - the packages named with --keep.
+#   - the packages named with --keep,
+# and hides the packages named with --hide even where the base system has
+# them (iproute2: a GPU node's image may have no ip).
 # Files no package installed stay as they are: /usr/local (the CUDA
 # toolkit), /opt (the torch venv), /root, the source and build folders.
 # Debian's cmake and ninja are hidden (a GPU node has pip's): put pip's
 # first on PATH (--path DIR), or --keep cmake,cmake-data.
 # The dynamic loader's cache is rebuilt inside. Nothing changes outside the
 # namespace. Run as root; the command runs as root.
-# usage: tests/gpu/hide_system.sh [--keep PKG,...] [--path DIR] [--list FILE]
-#                                 COMMAND [ARGS...]
+# usage: tests/gpu/hide_system.sh [--keep PKG,...] [--hide PKG,...] [--path DIR]
+#                                 [--list FILE] COMMAND [ARGS...]
 #   --list FILE  also write the hidden packages, one a line, to FILE
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-usage="usage: $0 [--keep PKG,...] [--path DIR] [--list FILE] COMMAND [ARGS...]"
+usage="usage: $0 [--keep PKG,...] [--hide PKG,...] [--path DIR] [--list FILE] COMMAND [ARGS...]"
 if [ -z "${MEMTRAIN_HIDDEN:-}" ]; then
-  keep=() path= list=
+  keep=() hide=() path= list=
   while [ $# -gt 0 ]; do
     case "$1" in
-      --keep | --path | --list)
+      --keep | --hide | --path | --list)
         [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
         case "$1" in
           --keep) IFS=, read -r -a more <<<"$2"; keep+=("${more[@]}") ;;
+          --hide) IFS=, read -r -a more <<<"$2"; hide+=("${more[@]}") ;;
           --path) path=$(cd "$2" 2>/dev/null && pwd) || { echo "hide_system.sh: --path $2: no such folder" >&2; exit 2; } ;;
           --list) list=$2 ;;
         esac
@@ -55,13 +58,13 @@ if [ -z "${MEMTRAIN_HIDDEN:-}" ]; then
     { rm -rf "$work"; echo "hide_system.sh: apt-get -s cannot compute the base system" >&2; exit 1; }
   apt_closure "$work" python3 ccache "${keep[@]}" >"$work/extra" ||
     { rm -rf "$work"; echo "hide_system.sh: apt-get -s cannot resolve: python3 ccache ${keep[*]}" >&2; exit 1; }
-  sort -u "$work/base" "$work/extra" >"$work/keep"
+  sort -u "$work/base" "$work/extra" | grep -vxF -f <(printf '%s\n' "${hide[@]}" __none__) >"$work/keep" || true
   dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' | awk '$1 ~ /^.i/ {print $2}' | sort -u >"$work/installed"
   comm -23 "$work/installed" "$work/keep" >"$work/hidden"
   [ -z "$list" ] || cp "$work/hidden" "$list"
   rc=0
   env MEMTRAIN_HIDDEN="$work" MEMTRAIN_HIDE_T0="$t0" MEMTRAIN_HIDE_PATH="$path" \
-    MEMTRAIN_HIDE_KEEP="$(IFS=,; echo "${keep[*]}")" unshare -m --propagation private bash "$0" "$@" || rc=$?
+    MEMTRAIN_HIDE_KEEP="$(IFS=,; echo "${keep[*]}")" MEMTRAIN_HIDE_ALSO="$(IFS=,; echo "${hide[*]}")" unshare -m --propagation private bash "$0" "$@" || rc=$?
   rm -rf "$work"
   exit $rc
 fi
@@ -122,6 +125,6 @@ done
 ldconfig  # the loader's cache, without the hidden libraries
 [ -z "${MEMTRAIN_HIDE_PATH:-}" ] || export PATH="$MEMTRAIN_HIDE_PATH:$PATH"
 secs=$(awk -v a="$MEMTRAIN_HIDE_T0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}')
-echo "hide_system.sh: $(wc -l <"$work/hidden") of $(wc -l <"$work/installed") installed packages hidden ($n files; visible: the base system, python3, ccache${MEMTRAIN_HIDE_KEEP:+, $MEMTRAIN_HIDE_KEEP}; ${secs} s) from: $*" >&2
-unset MEMTRAIN_HIDDEN MEMTRAIN_HIDE_T0 MEMTRAIN_HIDE_PATH MEMTRAIN_HIDE_KEEP
+echo "hide_system.sh: $(wc -l <"$work/hidden") of $(wc -l <"$work/installed") installed packages hidden ($n files; visible: the base system, python3, ccache${MEMTRAIN_HIDE_KEEP:+, $MEMTRAIN_HIDE_KEEP}${MEMTRAIN_HIDE_ALSO:+; hidden too: $MEMTRAIN_HIDE_ALSO}; ${secs} s) from: $*" >&2
+unset MEMTRAIN_HIDDEN MEMTRAIN_HIDE_T0 MEMTRAIN_HIDE_PATH MEMTRAIN_HIDE_KEEP MEMTRAIN_HIDE_ALSO
 exec "$@"

@@ -97,6 +97,27 @@ stdcxx=$(ldconfig -p 2>/dev/null | awk '$1 == "libstdc++.so.6" && /x86-64/ && !f
 kv libstdc++ "$([ -n "$stdcxx" ] && grep -ao 'GLIBCXX_3\.4\.[0-9]*' "$stdcxx" | sort -uV | tail -1 || echo none)${stdcxx:+ ($stdcxx)}"
 kv "unpack tools" "dpkg-deb: $(command -v dpkg-deb || echo none); ar: $(command -v ar || echo none); xz: $(command -v xz || echo none)"
 kv "own mpi" "$(command -v mpirun || command -v mpiexec || echo none)"
+# Point (h)'s needs (tests/multinode/cluster.sh): root, the programs, and
+# a network namespace with a bridge and a veth pair, tried in a namespace
+# of its own that takes them with it when it ends.
+ns_tools=
+for t in ip unshare nsenter setsid taskset mount hostname; do
+  command -v "$t" >/dev/null 2>&1 || ns_tools="$ns_tools $t"
+done
+kv "namespace tools" "$([ -z "$ns_tools" ] && echo "all there" || echo "missing:$ns_tools (the bundle's kit carries ip)")"
+if [ "$(id -u)" != 0 ]; then
+  kv namespaces "no: not root (point h needs root)"
+elif ! command -v unshare >/dev/null 2>&1; then
+  kv namespaces "no: no unshare"
+else
+  ipx=$(command -v ip 2>/dev/null || true)
+  [ -n "$ipx" ] || { [ -z "$bundle" ] || ipx=$(ls "$bundle"/prefix/tools/bin/ip 2>/dev/null || true); }
+  if [ -z "$ipx" ]; then
+    kv namespaces "$(timeout 10 unshare --net --uts true 2>&1 && echo "network and UTS: yes; bridge and veth: not tried (no ip yet: run.sh unpacks the kit's)" || echo "no: unshare --net --uts failed")"
+  else
+    kv namespaces "$(timeout 10 unshare --net --uts sh -c "$ipx link add mtpb type bridge && $ipx link add mtpa type veth peer name mtpc && echo 'network, UTS, bridge, veth: yes'" 2>&1 | tail -1)"
+  fi
+fi
 kv "own hdf5" "$(command -v h5cc || ldconfig -p 2>/dev/null | awk '/libhdf5/ && !f {print $NF; f = 1}' || true)"
 
 if [ -n "$bundle" ]; then

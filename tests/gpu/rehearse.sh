@@ -3,11 +3,12 @@
 # as the device tool makes them: a fresh folder holding what the tool sends
 # (the git working tree: tracked and untracked-but-not-ignored files, plus
 # the bundle as a carried path), every library of this machine a GPU node
-# is not known to have hidden (tests/gpu/hide_system.sh), python3 the one
+# is not known to have hidden (tests/gpu/hide_system.sh; iproute2 too: an
+# image may have no ip, and point h must then use the kit's), python3 the one
 # that holds torch, pip's cmake and ninja instead of Debian's (--path); then
 # the calls of tests/gpu/README.md in CPU mode, each timed:
 #   1. probe.sh, then run.sh --bundle --cpu --points a,c,d,e (with the tests)
-#   2. probe.sh, then run.sh --bundle --cpu --points b --no-ctest
+#   2. probe.sh, then run.sh --bundle --cpu --points b,h --no-ctest
 #   3. (--fallback) the bundle's BUNDLE.info made to name another torch:
 #      run.sh must say so and build with launch/gpu/build_offline.sh from
 #      the bundle's kit (every library hidden: point 3 of issue 24), then
@@ -73,7 +74,7 @@ R=$work/rehearsal.md
 call() {  # N COMMAND: one call, as on the node, hidden; logged and timed
   local n=$1 cmd=$2 rc=0 t0=$SECONDS
   say "call $n: $cmd"
-  bash "$src/tests/gpu/hide_system.sh" --path "$tools" \
+  bash "$src/tests/gpu/hide_system.sh" --path "$tools" --hide iproute2 \
     bash -c "export PATH=$venv/bin:\$PATH; cd $tree && $cmd" >"$work/call$n.log" 2>&1 || rc=$?
   echo "| $n | \`$cmd\` | $rc | $((SECONDS - t0)) s |" >>"$R"
   say "call $n: exit $rc, $((SECONDS - t0)) s (log $work/call$n.log)"
@@ -82,7 +83,7 @@ if [[ ",$only," == *,1,* ]]; then
   call 1 "bash tests/gpu/probe.sh --bundle gpu-bundle && bash tests/gpu/run.sh --bundle gpu-bundle --cpu --points a,c,d,e --out runs/gpu-1"
 fi
 if [[ ",$only," == *,2,* ]]; then
-  call 2 "bash tests/gpu/probe.sh --bundle gpu-bundle && bash tests/gpu/run.sh --bundle gpu-bundle --cpu --points b --no-ctest --out runs/gpu-2"
+  call 2 "bash tests/gpu/probe.sh --bundle gpu-bundle && bash tests/gpu/run.sh --bundle gpu-bundle --cpu --points b,h --no-ctest --out runs/gpu-2"
 fi
 if [[ ",$only," == *,3,* ]]; then
   # Another torch than the bundle's: the executables must not be used.

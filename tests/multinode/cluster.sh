@@ -35,12 +35,14 @@
 #                                  still there (namespaces, bridge, mounts,
 #                                  processes)
 # Exit 77 with one line (SKIP: ...) where namespaces cannot be made here:
-# not root, no ip/unshare/nsenter, or the kernel refuses.
+# not root, a program missing (ip, unshare, nsenter, setsid, taskset,
+# mount, hostname), or the kernel refuses (network namespaces, a bridge, a
+# veth pair).
 # Each node gets its share of this machine's cores: node K of N the CPUs
 # [K*C/N, (K+1)*C/N) when N <= C cores, else CPU (K-1) mod C.
 set -euo pipefail
 usage() {
-  sed -n '9,38p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '9,42p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 cmd=${1:-}
@@ -226,12 +228,19 @@ esac
 n=${3:-}
 [[ "$n" =~ ^[1-8]$ ]] || { echo "cluster.sh: N must be 1 to 8 nodes, not '$n'" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || skip "network namespaces need root (this is uid $(id -u))"
-for t in ip unshare nsenter taskset; do
-  command -v "$t" >/dev/null || skip "no '$t' on this machine (Debian: iproute2, util-linux)"
+for t in ip unshare nsenter setsid taskset mount hostname; do
+  command -v "$t" >/dev/null || skip "no '$t' on this machine (Debian: iproute2, util-linux, mount, hostname)"
 done
 down  # what a killed earlier run left
 trap 'rc=$?; [ $rc = 0 ] || [ $rc = 77 ] || down; exit $rc' EXIT
-ip netns add "${tag}probe" 2>/dev/null || skip "the kernel refuses network namespaces (ip netns add failed)"
+# What the kernel must offer, tried in a namespace of its own first (it
+# takes its links with it when it goes).
+err=$(ip netns add "${tag}probe" 2>&1) || skip "the kernel refuses network namespaces (ip netns add: $err)"
+for what in "bridge:type bridge" "veth pair:type veth peer name ${tag}pp"; do
+  err=$(ip -n "${tag}probe" link add "${tag}pl" ${what#*:} 2>&1) ||
+    { ip netns del "${tag}probe"; skip "the kernel makes no ${what%%:*} (ip link add ... ${what#*:}: $err)"; }
+  ip -n "${tag}probe" link del "${tag}pl"
+done
 ip netns del "${tag}probe"
 
 mkdir -p "$dir/ns" "$dir/shared" "$dir/scratch"
@@ -253,7 +262,7 @@ for k in $(seq "$n"); do
   # TCP gives up on an unanswered peer after 6 retransmissions (about 25 s;
   # Linux's default, 15, is about 15 min): how long mpirun and its daemons
   # take to notice a node cut off (tests/multinode/node_lost.sh).
-  ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_retries2="${MT_TCP_RETRIES2:-6}" >/dev/null
+  ip netns exec "$ns" sh -c 'echo "$1" >/proc/sys/net/ipv4/tcp_retries2' sh "${MT_TCP_RETRIES2:-6}"
   mkdir -p "$dir/nodes/node$k/scratch"
   echo "node$k slots=$slots" >>"$dir/hostfile"
   echo "$subnet.$k node$k" >>"$dir/hosts"
