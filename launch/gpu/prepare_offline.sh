@@ -81,19 +81,26 @@ echo "prepare_offline.sh: $(wc -l <"$work/candidates") candidates (closure $(wc 
 mkdir -p "$work/cand" "$work/x"
 (cd "$work/cand" && xargs -a "$work/candidates" apt-get download -q -q >/dev/null 2>"$work/dl.err") ||
   { cat "$work/dl.err" >&2; echo "prepare_offline.sh: apt-get download failed (network? apt-get update?)" >&2; exit 1; }
-# Index: file path -> package, SONAME -> package.
-: >"$work/files"
-: >"$work/sonames"
-for deb in "$work"/cand/*.deb; do
-  p=$(dpkg-deb -f "$deb" Package)
-  echo "$p $(basename "$deb")" >>"$work/debfile"
-  dpkg-deb -x "$deb" "$work/x/$p"
-  (cd "$work/x/$p" && find . \( -type f -o -type l \) | sed "s|^\.|$p |") >>"$work/files"
-  find "$work/x/$p" -type f -name '*.so*' | while read -r f; do
-    s=$(readelf -d "$f" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-    [ -z "$s" ] || echo "$s $p"
-  done >>"$work/sonames"
-done
+# index_debs DEBS OUT: unpacks DEBS/*.deb into OUT/x/PACKAGE and writes the
+# indexes OUT/debfile (package, .deb), OUT/files (package, path) and
+# OUT/sonames (SONAME, package, library file).
+index_debs() {
+  local deb p f s
+  : >"$2/debfile"
+  : >"$2/files"
+  : >"$2/sonames"
+  for deb in "$1"/*.deb; do
+    p=$(dpkg-deb -f "$deb" Package)
+    echo "$p $(basename "$deb")" >>"$2/debfile"
+    dpkg-deb -x "$deb" "$2/x/$p"
+    (cd "$2/x/$p" && find . \( -type f -o -type l \) | sed "s|^\.|$p |") >>"$2/files"
+    find "$2/x/$p" -type f -name '*.so*' | while read -r f; do
+      s=$(readelf -d "$f" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+      [ -z "$s" ] || echo "$s $p $f"
+    done >>"$2/sonames"
+  done
+}
+index_debs "$work/cand" "$work"
 owner_of_path() { awk -v f="$1" '$2 == f {print $1; exit}' "$work/files"; }
 needed_of() {  # PKG -> the NEEDED sonames of its ELF files
   find "$work/x/$1" -type f \( -perm -u+x -o -name '*.so*' \) -print0 |
@@ -188,16 +195,7 @@ for t in "${TOOLS[@]}"; do
     { echo "prepare_offline.sh: apt-get -s cannot install $pkg" >&2; exit 1; }
   (cd "$work/t" && xargs -a closure apt-get download -q -q >/dev/null 2>dl.err) ||
     { cat "$work/t/dl.err" >&2; echo "prepare_offline.sh: apt-get download $pkg's closure failed" >&2; exit 1; }
-  : >"$work/t/sonames"
-  for deb in "$work"/t/*.deb; do
-    p=$(dpkg-deb -f "$deb" Package)
-    echo "$p $(basename "$deb")" >>"$work/t/debfile"
-    dpkg-deb -x "$deb" "$work/t/x/$p"
-    find "$work/t/x/$p" -type f -name '*.so*' | while read -r f; do
-      s=$(readelf -d "$f" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-      [ -z "$s" ] || echo "$s $p $f"
-    done >>"$work/t/sonames"
-  done
+  index_debs "$work/t" "$work/t"
   [ -f "$work/t/x/$pkg/$prog" ] || { echo "prepare_offline.sh: $pkg has no $prog" >&2; exit 1; }
   # The program, then each library it loads (by SONAME, libc6's excepted).
   declare -A tool=([$pkg]=1)
