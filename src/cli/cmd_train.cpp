@@ -26,6 +26,7 @@
 #include "memtrain/util/error.h"
 #include "memtrain/util/file_digest.h"
 #include "memtrain/util/rank_log.h"
+#include "stage_data.h"
 
 namespace memtrain::cli {
 
@@ -201,6 +202,12 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
       std::fputs(cfg.to_yaml().c_str(), stdout);
     return kExitOk;
   }
+  // data.stage_dir: each node's own copy, read from here on.
+  std::vector<std::string> staged;
+  if (!stage_data(env, &cfg.data, &staged))
+    return kExitUsage;
+  for (const auto& l : staged)
+    std::printf("%s\n", l.c_str());
   // Every node reads the same data (node-local copies that differ would
   // train each node on other samples).
   if (!agreed(env, "data", [&] { check_same_data(env, cfg.data); }))

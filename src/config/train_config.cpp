@@ -420,6 +420,13 @@ const std::vector<Key>& keys() {
           "data.val",
           [](TrainConfig& c) { return &c.data.val; },
           "validation HDF5 file; empty to skip validation"),
+      optional_string_key(
+          "data.stage_dir",
+          [](TrainConfig& c) { return &c.data.stage_dir; },
+          "a node-local folder (a local disk, $TMPDIR) where each node "
+          "copies data.train and data.val before training and reads them "
+          "from (a later run finds the copies there); empty: read them "
+          "where they are"),
       auto_int_key(
           "data.batch_size",
           [](TrainConfig& c) { return &c.data.batch_size; },

@@ -19,7 +19,11 @@
 #    are refused before anything is written: exit 2, each host's ranks
 #    named; equal copies train; a host that does not answer is named by
 #    the launcher agent (as by ssh) and mpirun ends;
-# 4. afterwards nothing of the cluster is left: no namespace, bridge, veth,
+# 4. data.stage_dir: each node's own copies of the data in its scratch
+#    folder, the weights of the shared-folder run to the bit; a stage
+#    folder one node cannot write, or too small there, refused naming the
+#    host before any node copies (exit 2, nothing written);
+# 5. afterwards nothing of the cluster is left: no namespace, bridge, veth,
 #    mount or process.
 # usage: multinode.sh MEMTRAIN MPIEXEC PYTHON WORKDIR MPI_TESTS; exit 77
 # (skipped, the reason printed) where namespaces cannot be made (not root).
@@ -164,6 +168,41 @@ grep -q "connect to host node2 (.*) port 22: no answer" nohost.log || { cat noho
 [ ! -e "$S/nohost" ] || fail "a host that does not answer: output.dir was written"
 echo "a host that does not answer: mpirun ended after $((SECONDS - start)) s, status $rc: $(grep -o 'agent: .*' nohost.log)"
 
-# 4. Nothing left behind.
+# 4. data.stage_dir: each node copies data.train and data.val into its own
+#    scratch folder (two ranks a node: a stripe each) and trains from there
+#    to the bits of the run that read the shared copies; a later run finds
+#    the copies. Refused, before any node copies and with nothing written
+#    (exit 2, the host named): a stage folder node2 cannot write (its
+#    scratch read-only there), one with too little space (a 64 KiB tmpfs).
+staged() {  # NAME: 2 nodes x 2 ranks with data.stage_dir=$MT_SCRATCH/stage
+  across 2 2 "$MEMTRAIN" train --config "$S/cfg.yaml" --output.dir="$S/$1" \
+    --data.stage_dir="$MT_SCRATCH/stage" >"$1.log" 2>&1 || { tail -30 "$1.log"; fail "run $1"; }
+}
+staged staged
+grep -q "^data.stage_dir: data.train '$S/train.h5' copied to '$MT_SCRATCH/stage/train\.[0-9a-f]*\.h5' on 2 of 2 node(s) (" staged.log ||
+  { grep -i stage staged.log; fail "no line for the copy of data.train"; }
+for k in 1 2; do
+  for f in train val; do
+    cmp -s "$S/$f.h5" "$C/nodes/node$k/scratch/stage/$f".*.h5 || fail "node$k's copy of $f.h5 differs"
+  done
+  ! ls "$C/nodes/node$k/scratch/stage" | grep -q tmp || fail "node$k: a partial copy left"
+done
+cmp -s "$S/two2/model.safetensors" "$S/staged/model.safetensors" || fail "staged data: other weights than two2's"
+staged staged_again
+grep -q "^data.stage_dir: data.train '$S/train.h5' found as '$MT_SCRATCH/stage/train\.[0-9a-f]*\.h5' on every node (2; " staged_again.log ||
+  { grep -i stage staged_again.log; fail "the second run did not find the copies"; }
+echo "data.stage_dir: copied on each node, the weights of the shared-folder run to the bit; found by the next run"
+bash "$C/cluster.sh" exec "$C" node2 mount -o remount,bind,ro "$MT_SCRATCH"
+refused stage_ro "data.stage_dir '$MT_SCRATCH/stage2' cannot be written on node2: no file can be made in '$MT_SCRATCH' (where '$MT_SCRATCH/stage2' would be made): Read-only file system\. Give data.stage_dir a folder" \
+  --data.stage_dir="$MT_SCRATCH/stage2"
+bash "$C/cluster.sh" exec "$C" node2 mount -o remount,bind,rw "$MT_SCRATCH"
+[ ! -e "$C/nodes/node1/scratch/stage2" ] || fail "a refused stage folder was made on node1"
+bash "$C/cluster.sh" exec "$C" node2 mount -t tmpfs -o size=64k tmpfs "$MT_SCRATCH"
+refused stage_full "data.stage_dir '$MT_SCRATCH/stage3' on node2 has 64.0 KiB free; the copies of the data need .*\. Free space there" \
+  --data.stage_dir="$MT_SCRATCH/stage3"
+bash "$C/cluster.sh" exec "$C" node2 umount "$MT_SCRATCH"
+[ ! -e "$C/nodes/node1/scratch/stage3" ] || fail "a refused stage folder was made on node1"
+
+# 5. Nothing left behind.
 stop_cluster
 echo "PASS multinode"

@@ -97,10 +97,13 @@ constexpr int64_t kAuto = 0;  // "auto" for integer keys that allow it
 struct DataConfig {
   std::string train = "runs/data/train.h5";
   std::string val = "runs/data/val.h5";  // "" disables validation
-  int64_t batch_size = 16;               // micro-batch per rank
-  int64_t val_batch_size = 0;            // 0: the training micro-batch
-  int64_t seed = 0;                      // epoch permutation seed
-  bool drop_last = false;  // drop the epoch's last, partial window
+  // A node-local folder: each node reads its own copies of train and val
+  // from there ("": read them where they are; src/cli/stage_data.h).
+  std::string stage_dir;
+  int64_t batch_size = 16;     // micro-batch per rank
+  int64_t val_batch_size = 0;  // 0: the training micro-batch
+  int64_t seed = 0;            // epoch permutation seed
+  bool drop_last = false;      // drop the epoch's last, partial window
   // Volumes (/volumes files): a training sample is a patch.
   std::array<int64_t, 3> patch_size{32, 32, 32};  // [D, H, W] voxels
   int64_t patches_per_volume = 8;  // training samples per volume per epoch
