@@ -112,28 +112,33 @@ void MpiWaiter::wait(
     const std::function<void()>& between) const {
   // Non-blocking collectives (libnbc) advance only inside MPI calls: each
   // step of a large all-reduce waits for the next test. So poll without
-  // sleeping, as a blocking MPI call busy-polls: for 10 ms without a
-  // pause, then yielding the core to any other runnable process
-  // (oversubscribed ranks) up to a second; past that a peer is far behind, and
-  // a millisecond between polls costs nothing. Sleeping 100 us between polls
-  // from the start made a 64 KiB all-reduce of 2 ranks on the 2-core
-  // development machine, while a build shared it, 9.5x slower than
-  // MPI_Allreduce (bench_allreduce: 289 us against 30 us).
+  // sleeping, as a blocking MPI call busy-polls: for 50 us without a pause
+  // (a peer microseconds behind: a small sum ends here), then yielding the
+  // core to any other runnable process up to a second; past that a peer is
+  // far behind, and a millisecond between polls costs nothing. Yielding is
+  // free on a core of one's own and what a shared core needs: two ranks of
+  // a node on one CPU (2 emulated nodes of one CPU each,
+  // benchmarks/multinode_allreduce.sh, 10 Gbit/s) summed 64 MiB in 660 ms
+  // when each first polled 10 ms without yielding (every barrier of the
+  // node-local phases waited out the other's time slice), in 140 ms
+  // yielding after 50 us. Sleeping 100 us between polls from the start made
+  // a 64 KiB all-reduce of 2 ranks on the 2-core development machine, while
+  // a build shared it, 9.5x slower than MPI_Allreduce (bench_allreduce:
+  // 289 us against 30 us).
+  constexpr double kSpinSeconds = 50e-6;
+  constexpr double kYieldSeconds = 1.0;
   const auto start = std::chrono::steady_clock::now();
-  double waited = 0;
-  for (int spins = 0;; ++spins) {
+  for (;;) {
     if (test(requests, count))
       return;
     if (between)
       between();
-    if (spins % 256 == 0) {
-      waited = seconds_since(start);
-      if (timeout_s_ > 0 && waited > timeout_s_)
-        timed_out(what, sequence);
-    }
-    if (waited < 0.01)
-      continue;  // the common case: a peer microseconds behind
-    if (waited < 1.0)
+    const double waited = seconds_since(start);
+    if (timeout_s_ > 0 && waited > timeout_s_)
+      timed_out(what, sequence);
+    if (waited < kSpinSeconds)
+      continue;
+    if (waited < kYieldSeconds)
       std::this_thread::yield();
     else
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
