@@ -115,16 +115,16 @@ void MpiWaiter::wait(
   // sleeping, as a blocking MPI call busy-polls: for 50 us without a pause
   // (a peer microseconds behind: a small sum ends here), then yielding the
   // core to any other runnable process up to a second; past that a peer is
-  // far behind, and a millisecond between polls costs nothing. Yielding is
-  // free on a core of one's own and what a shared core needs: two ranks of
-  // a node on one CPU (2 emulated nodes of one CPU each,
-  // benchmarks/multinode_allreduce.sh, 10 Gbit/s) summed 64 MiB in 660 ms
-  // when each first polled 10 ms without yielding (every barrier of the
-  // node-local phases waited out the other's time slice), in 140 ms
-  // yielding after 50 us. Sleeping 100 us between polls from the start made
-  // a 64 KiB all-reduce of 2 ranks on the 2-core development machine, while
-  // a build shared it, 9.5x slower than MPI_Allreduce (bench_allreduce:
-  // 289 us against 30 us).
+  // far behind, and a millisecond between polls costs nothing. A shared
+  // core needs the yield: two ranks of a node on one CPU (2 emulated nodes
+  // of one CPU each, benchmarks/multinode_allreduce.sh, 10 Gbit/s) summed
+  // 64 MiB in 660 ms when each first polled 10 ms without yielding (every
+  // barrier of the node-local phases waited out the other's time slice),
+  // in 137 ms yielding after 50 us; 2 ranks on 2 cores of one node summed
+  // 4 KiB-1 MiB as before, within this VM's noise. Sleeping 100 us between
+  // polls from the start made a 64 KiB all-reduce of 2 ranks on the 2-core
+  // development machine, while a build shared it, 9.5x slower than
+  // MPI_Allreduce (bench_allreduce: 289 us against 30 us).
   constexpr double kSpinSeconds = 50e-6;
   constexpr double kYieldSeconds = 1.0;
   const auto start = std::chrono::steady_clock::now();
