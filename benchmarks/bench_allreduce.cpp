@@ -425,22 +425,49 @@ int run(Environment& env, int argc, char** argv) {
   ncclComm_t raw_nccl = nullptr;
   if (device == "cuda") {
     s.cuda = true;
-    s.device = torch::Device(torch::kCUDA, env.local_rank());
-    cudaSetDevice(env.local_rank());
+    // The GPU of this local rank modulo the GPUs visible, as the trainer's
+    // Placement::choose picks it.
+    const int gpus = static_cast<int>(torch::cuda::device_count());
+    MT_CHECK(
+        gpus > 0,
+        "bench_allreduce --device cuda: LibTorch sees no CUDA device "
+        "(check nvidia-smi and CUDA_VISIBLE_DEVICES)");
+    const int gpu = env.local_rank() % gpus;
+    s.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu));
+    const cudaError_t set = cudaSetDevice(gpu);
+    MT_CHECK(
+        set == cudaSuccess,
+        "bench_allreduce: cudaSetDevice(",
+        gpu,
+        ") failed: ",
+        cudaGetErrorString(set));
     spec.backend = BackendChoice::kNccl;
     spec.cuda_device = true;
-    spec.device_index = env.local_rank();
+    spec.device_index = gpu;
+    auto nccl_check = [&s](ncclResult_t rc, const char* what) {
+      MT_CHECK(
+          rc == ncclSuccess,
+          "bench_allreduce: [rank ",
+          s.rank,
+          "] ",
+          what,
+          " failed: ",
+          ncclGetErrorString(rc),
+          " (NCCL_DEBUG=INFO says more)");
+    };
     ncclUniqueId id;
     if (s.rank == 0)
-      ncclGetUniqueId(&id);
+      nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
     MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-    MT_CHECK(
-        ncclCommInitRank(&raw_nccl, s.world, id, s.rank) == ncclSuccess,
-        "ncclCommInitRank failed for the raw NCCL communicator");
+    nccl_check(
+        ncclCommInitRank(&raw_nccl, s.world, id, s.rank),
+        "ncclCommInitRank of the raw NCCL communicator");
     s.raw_name = "ncclAllReduce";
-    s.raw = [&](float* p, int64_t n) {
+    s.raw = [&s, &raw_nccl, nccl_check](float* p, int64_t n) {
       auto stream = c10::cuda::getCurrentCUDAStream(s.device.index());
-      ncclAllReduce(p, p, n, ncclFloat, ncclSum, raw_nccl, stream.stream());
+      nccl_check(
+          ncclAllReduce(p, p, n, ncclFloat, ncclSum, raw_nccl, stream.stream()),
+          "ncclAllReduce");
     };
     s.sync_device = [] { cudaDeviceSynchronize(); };
   }

@@ -3,9 +3,13 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
 #include <optional>
+#include <string>
+#include <unordered_set>
 
 #include "memtrain/util/error.h"
 
@@ -126,10 +130,57 @@ AutocastGuard::AutocastGuard(bool enabled, bool cuda, c10::ScalarType dtype) {
   region_.emplace(s);
 }
 
+namespace {
+
+// Prints each distinct warning once per process ("memtrain: warning
+// (printed once): ..."): an op without a deterministic algorithm warns at
+// every call, so every micro-step. Warnings raised in backward reach the
+// thread that called it (autograd replays them there), so the loop's
+// thread is the one to install this on.
+class OnceWarningHandler : public c10::WarningHandler {
+ public:
+#if MEMTRAIN_TORCH_AT_LEAST(2, 0)
+  void process(const c10::Warning& warning) override {
+    print(warning.msg());
+  }
+#else
+  void process(
+      const c10::SourceLocation& /*where*/,
+      const std::string& msg,
+      const bool /*verbatim*/) override {
+    print(msg);
+  }
+#endif
+
+ private:
+  void print(const std::string& msg) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (seen_.insert(msg).second)
+      std::fprintf(
+          stderr, "memtrain: warning (printed once): %s\n", msg.c_str());
+  }
+  std::mutex mutex_;
+  std::unordered_set<std::string> seen_;
+};
+
+}  // namespace
+
+void print_warnings_once() {
+  static OnceWarningHandler handler;
+#if MEMTRAIN_TORCH_AT_LEAST(2, 0)
+  c10::WarningUtils::set_warning_handler(&handler);
+#else
+  c10::Warning::set_warning_handler(&handler);
+#endif
+}
+
 void set_deterministic(bool on) {
   if (!on)
     return;
   auto& ctx = at::globalContext();
+  // warn_only: an op without a deterministic algorithm warns (once, here)
+  // instead of failing.
+  print_warnings_once();
   ctx.setDeterministicAlgorithms(true, /*warn_only=*/true);
   ctx.setDeterministicCuDNN(true);
   ctx.setBenchmarkCuDNN(false);

@@ -66,10 +66,11 @@ if [ "${MEMTRAIN_CUDA12:-1}" = 0 ]; then
   exit 0
 fi
 # The CUDA 12 configuration, for V100 (sm_70), which CUDA 13 cannot target:
-# torch 2.10.0 for CUDA 12.8 (README "Build notes"). Only the executable is
-# built, to keep CI inside its limit: the whole library and the CLI compiled
-# against LibTorch 2.10 and the CUDA 12.8 headers, and the link; its tests
-# are the CUDA 13 configuration's. Then: it starts, loads one cudart (12)
+# torch 2.10.0 for CUDA 12.8 (README "Build notes"). Only the executable and
+# the test files that hold *_CUDA tests are built, to keep CI inside its
+# limit: the whole library, the CLI and the GPU tests compiled against
+# LibTorch 2.10 and the CUDA 12.8 headers, and the link; the tests run in
+# the CUDA 13 configuration. Then: it starts, loads one cudart (12)
 # and LibTorch from that venv, and with a toolkit of another CUDA major
 # (nvcc 13 here) no translation unit read that toolkit's headers.
 start=$SECONDS
@@ -77,8 +78,9 @@ bash launch/install_torch.sh --cuda 12
 venv12=${MEMTRAIN_TORCH_CU12_VENV:-/opt/memtrain/torch-venv-cu12}
 wheel=$((SECONDS - start))
 bash launch/build.sh --build-dir build-cuda12 --target memtrain \
+  --target memtrain_cuda_test_sources \
   -DMEMTRAIN_CUDA=ON -DMEMTRAIN_TORCH_VENV="$venv12" "${release[@]}" \
-  -DMEMTRAIN_BUILD_TESTS=OFF -DMEMTRAIN_BUILD_BENCHMARKS=OFF
+  -DMEMTRAIN_BUILD_TESTS=ON -DMEMTRAIN_BUILD_BENCHMARKS=OFF
 build=$((SECONDS - start - wheel))
 fail() { echo "run_all.sh: CUDA 12 configuration: $*" >&2; exit 1; }
 build-cuda12/memtrain --version >/dev/null || fail "build-cuda12/memtrain --version failed"
@@ -108,4 +110,4 @@ venv_re=$(sed 's/[][\.*^$+?(){}|]/\\&/g' <<<"$venv12")
 wheels=$(printf '%s\0' "${deps[@]}" |
   xargs -0 grep -lE "$venv_re/lib/[^ ]*/cuda_runtime_api\.h" | wc -l || true)
 [ "$wheels" -gt 0 ] || fail "no translation unit read cuda_runtime_api.h from $venv12"
-echo "run_all.sh: CUDA 12 configuration: wheel ${wheel} s, build ${build} s (memtrain; ${#deps[@]} translation units, CUDA headers from $venv12 in $wheels), checks $((SECONDS - start - wheel - build)) s"
+echo "run_all.sh: CUDA 12 configuration: wheel ${wheel} s, build ${build} s (memtrain and the *_CUDA tests' files; ${#deps[@]} translation units, CUDA headers from $venv12 in $wheels), checks $((SECONDS - start - wheel - build)) s"

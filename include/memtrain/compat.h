@@ -163,6 +163,13 @@ at::Tensor attention_math(
 // product. false leaves LibTorch's defaults.
 void set_deterministic(bool on);
 
+// From here on the calling thread prints each distinct LibTorch warning
+// once per process ("memtrain: warning (printed once): ..."), backward's
+// included (autograd replays them on the thread that called backward).
+// set_deterministic(true) calls it: an op without a deterministic
+// algorithm would warn at every micro-step.
+void print_warnings_once();
+
 #if MEMTRAIN_CUDA
 // CUDA's lazy initialisation now (it starts the caching allocator: Note
 // [CUDA start-up order]). 2.6 replaced lazyInitCUDA() with

@@ -198,12 +198,12 @@ On the GPU node (no network, no root, no build), from a memtrain checkout
 that has this folder at gpu-bundle/ (the device tool: carry ["gpu-bundle"]):
 
     bash tests/gpu/probe.sh --bundle gpu-bundle
-    bash tests/gpu/run.sh --bundle gpu-bundle --points a,c,d,e --out runs/gpu-1
-    bash tests/gpu/run.sh --bundle gpu-bundle --points b,h --no-ctest --out runs/gpu-2
+    bash tests/gpu/run.sh --bundle gpu-bundle --points a,c --out runs/gpu-1
+    bash tests/gpu/run.sh --bundle gpu-bundle --points b,d,e,h --no-ctest --out runs/gpu-2
 
 or without a checkout, from this folder's own copy of the scripts:
 
-    bash gpu-bundle/src/tests/gpu/run.sh --bundle gpu-bundle --points a,c,d,e
+    bash gpu-bundle/src/tests/gpu/run.sh --bundle gpu-bundle --points a,c
 
 The Python that holds torch: python3, or --python PY. Its torch must be
 $tv for CUDA $tcuda (C++11 ABI $tabi); with another, run.sh says so and

@@ -119,12 +119,18 @@ class CudaPlacement final : public Placement {
 
 }  // namespace
 
-// placement.h's probe_devices(), the CUDA part: versions as "major.minor"
-// (CUDA's integers are 1000 * major + 10 * minor), NCCL's as its code.
+namespace {
+
+// A CUDA version as "major.minor" (CUDA's integers are 1000 * major +
+// 10 * minor).
+std::string version(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+}  // namespace
+
+// placement.h's probe_devices(), the CUDA part; NCCL's version as its code.
 std::string probe_cuda_devices() {
-  auto version = [](int v) {
-    return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
-  };
   std::ostringstream out;
   int runtime = 0, driver = 0, nccl = 0, count = 0;
   out << "cuda_build "
@@ -157,6 +163,26 @@ std::string probe_cuda_devices() {
     out << "device " << i << ": " << prop.name << ", sm_" << prop.major
         << prop.minor << ", " << prop.totalGlobalMem << " B\n";
   }
+  return out.str();
+}
+
+// placement.cpp's auto_fallback_reason(): what the runtime says where it
+// sees no device, with the versions that decide it.
+std::string cuda_no_device_reason() {
+  int runtime = 0, driver = 0, count = 0;
+  cudaRuntimeGetVersion(&runtime);
+  const bool has_driver =
+      cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  std::ostringstream out;
+  out << (rc == cudaSuccess ? std::string("no device")
+                            : std::string(cudaGetErrorString(rc)))
+      << "; CUDA runtime " << version(runtime) << ", ";
+  if (has_driver)
+    out << "driver for CUDA " << version(driver);
+  else
+    out << "no driver found";
+  cudaGetLastError();  // not sticky: clear it
   return out.str();
 }
 

@@ -4,6 +4,7 @@
 #include <torch/version.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -76,6 +77,7 @@ class CpuPlacement final : public Placement {
 std::unique_ptr<Placement> make_cuda_placement(
     int index, const std::string& allocator_conf);
 std::string probe_cuda_devices();
+std::string cuda_no_device_reason();
 #endif
 
 std::string probe_devices() {
@@ -98,8 +100,12 @@ std::unique_ptr<Placement> Placement::choose(
   if (spec == DeviceChoice::kCpu)
     return cpu();
   const int gpus = static_cast<int>(torch::cuda::device_count());
-  if (spec == DeviceChoice::kAuto && (!MEMTRAIN_CUDA || gpus == 0))
+  if (spec == DeviceChoice::kAuto && (!MEMTRAIN_CUDA || gpus == 0)) {
+    const std::string why = auto_fallback_reason();
+    if (!why.empty() && local_rank == 0)
+      std::fprintf(stderr, "memtrain: %s\n", why.c_str());
     return cpu();
+  }
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   MT_CHECK(
       MEMTRAIN_CUDA,
@@ -122,6 +128,24 @@ std::unique_ptr<Placement> Placement::choose(
   (void)local_rank;
   (void)allocator_conf;
   MT_INTERNAL_ASSERT(false, "unreachable");
+#endif
+}
+
+std::string Placement::auto_fallback_reason() {
+#if MEMTRAIN_CUDA
+  if (torch::cuda::device_count() > 0)
+    return "";
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  return detail::concat(
+      "dist.device=auto: this CUDA build of memtrain sees no usable GPU (",
+      cuda_no_device_reason(),
+      "; CUDA_VISIBLE_DEVICES=",
+      visible ? visible : "(unset)",
+      "): training on the CPU. Check nvidia-smi and the driver, set "
+      "dist.device=cuda to make this an error, or dist.device=cpu to say "
+      "the CPU is meant");
+#else
+  return "";
 #endif
 }
 

@@ -34,6 +34,9 @@ namespace memtrain {
 // Fixed data.batch_size: the first tier with which that micro-batch fits
 // (off, all, selective and offload probe their one tier, for the
 // prediction).
+// With cuDNN's benchmark on (CUDA), a probe's peak is its second step's:
+// the first step's algorithm search tries workspaces sized from the free
+// memory, which no later step of that shape allocates (planning.cpp).
 
 std::vector<Tier> tier_ladder(Checkpointing mode, int64_t num_segments) {
   const int64_t n = num_segments;

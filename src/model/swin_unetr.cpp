@@ -132,17 +132,6 @@ struct OutBlockImpl : nn::Module {
   std::shared_ptr<ConvHolderImpl> conv;
 };
 
-// Python's slice(start, stop) of an axis of n, as [first, last).
-std::pair<int64_t, int64_t> py_slice(
-    const int64_t* start, const int64_t* stop, int64_t n) {
-  auto norm = [n](int64_t i) {
-    if (i < 0)
-      i += n;
-    return std::min(std::max<int64_t>(i, 0), n);
-  };
-  return {start ? norm(*start) : 0, stop ? norm(*stop) : n};
-}
-
 // (B, D, H, W, C) -> (B * windows, w0 * w1 * w2, C).
 torch::Tensor window_partition(const torch::Tensor& x, const Dims& w) {
   const int64_t b = x.size(0), d = x.size(1), h = x.size(2), wd = x.size(3),
@@ -193,40 +182,33 @@ Windows windows_of(const Dims& size, const Dims& window, const Dims& shift) {
   return r;
 }
 
-// compute_mask: (windows, n, n), 0 within a region, -100 across.
+// compute_mask: (windows, n, n), 0 within a region, -100 across. MONAI
+// fills a host image with a region number per slice triple (slice(-w),
+// slice(-w, -s), slice(-s, None) on each axis, numbered 9i + 3j + k) and
+// copies it over; here the same numbers come from arange on `device`: on
+// an axis of padded length n, [0, n-w) is slice 0, [n-w, n-s) 1, [n-s, n)
+// 2 (an axis with no shift holds one window, so one slice: all equal).
+// Nothing crosses from the host, so nothing waits for the device (a
+// blocking copy in every forward and recomputation did). Made anew each
+// forward (and recomputation): kept, the (windows, n, n) mask would hold
+// 154 MiB of device memory between steps for the first stage of a 96^3
+// patch.
 torch::Tensor compute_mask(
     const Dims& dims,
     const Dims& w,
     const Dims& s,
     const torch::Device& device) {
-  torch::Tensor img = torch::zeros({1, dims[0], dims[1], dims[2], 1});
-  auto slices = [](int64_t wa, int64_t sa, int64_t n) {
-    const int64_t mw = -wa, ms = -sa;
-    return std::array<std::pair<int64_t, int64_t>, 3>{
-        py_slice(nullptr, &mw, n),
-        py_slice(&mw, &ms, n),
-        py_slice(&ms, nullptr, n)};
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  auto slice_of = [&](size_t a) {
+    const torch::Tensor x = torch::arange(dims[a], opts);
+    return x.ge(static_cast<double>(dims[a] - w[a])).to(torch::kFloat) +
+           x.ge(static_cast<double>(dims[a] - s[a])).to(torch::kFloat);
   };
-  const auto sd = slices(w[0], s[0], dims[0]), sh = slices(w[1], s[1], dims[1]),
-             sw = slices(w[2], s[2], dims[2]);
-  double cnt = 0;
-  for (const auto& a : sd) {
-    for (const auto& b : sh) {
-      for (const auto& c : sw) {
-        if (a.second > a.first && b.second > b.first && c.second > c.first) {
-          img.narrow(1, a.first, a.second - a.first)
-              .narrow(2, b.first, b.second - b.first)
-              .narrow(3, c.first, c.second - c.first)
-              .fill_(cnt);
-        }
-        cnt += 1;
-      }
-    }
-  }
-  // The region of each window's tokens, (nW, n), is small: the (nW, n, n)
-  // mask is made where it is used (154 MiB for the first stage of a 96^3
-  // patch; built on the host and copied, it took 327 ms there).
-  const torch::Tensor mw = window_partition(img, w).squeeze(-1).to(device);
+  const torch::Tensor img = (slice_of(0).view({dims[0], 1, 1}) * 9 +
+                             slice_of(1).view({1, dims[1], 1}) * 3 +
+                             slice_of(2).view({1, 1, dims[2]}))
+                                .view({1, dims[0], dims[1], dims[2], 1});
+  const torch::Tensor mw = window_partition(img, w).squeeze(-1);
   torch::Tensor mask = mw.unsqueeze(1) - mw.unsqueeze(2);
   return mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0);
 }
@@ -427,8 +409,7 @@ struct StageImpl : nn::Module {
     const Dims size = {input.size(2), input.size(3), input.size(4)};
     const Windows win = windows_of(size, kWindow, kShift);
     // Only the shifted blocks use the mask; none is shifted where every
-    // axis fits one window. Made anew each forward (and recomputation):
-    // kept, it would hold device memory between steps.
+    // axis fits one window.
     torch::Tensor mask;
     if (win.shifted()) {
       torch::NoGradGuard no_grad;
@@ -641,5 +622,17 @@ std::shared_ptr<Classifier> make_swin_unetr(
       " class(es)");
   return std::make_shared<SwinUnetr>(in_channels, f, num_classes);
 }
+
+namespace detail {
+
+torch::Tensor swin_shift_mask(
+    const std::array<int64_t, 3>& padded,
+    const std::array<int64_t, 3>& window,
+    const std::array<int64_t, 3>& shift,
+    const c10::Device& device) {
+  return compute_mask(padded, window, shift, device);
+}
+
+}  // namespace detail
 
 }  // namespace memtrain

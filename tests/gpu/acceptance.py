@@ -10,6 +10,9 @@ puts into gpu-report.md, and exits 1 when the check it names fails.
         loss_scale and skipped_steps when present
   peak DIR [KEY]                              largest KEY of its windows
         (default mem_peak_reserved; mem_peak: allocated bytes)
+  outside DIR                                 memory_plan.json's
+        outside_allocator_bytes (what the process held outside the caching
+        allocator at start-up; 0 without a budget)
   plan DIR                                    memory_plan.json: budget, micro,
         steps, checkpointed segments, predicted/measured peak, probes
   env DIR                                     environment.json versions
@@ -85,6 +88,12 @@ def cmd_windows(d):
 
 def cmd_peak(d, key="mem_peak_reserved"):
     print(max(x.get(key, 0) for x in windows(d)))
+    return 0
+
+
+def cmd_outside(d):
+    p = json.load(open(os.path.join(d, "memory_plan.json")))
+    print(int(p.get("outside_allocator_bytes", 0)))
     return 0
 
 

@@ -233,7 +233,9 @@ elif [ -n "$bundle" ]; then
       n=$((n + 1)) t1=$SECONDS rc=0
       case "$t" in
         unit) timeout "${MEMTRAIN_GPU_TEST_TIMEOUT:-300}" "${tenv[@]}" "$B/memtrain_unit_tests" $filter >"$out/test-$t.log" 2>&1 || rc=$? ;;
-        *) timeout "${MEMTRAIN_GPU_TEST_TIMEOUT:-600}" "${tenv[@]}" "$MPIEXEC" -np "${t#mpi_np}" --oversubscribe "$B/memtrain_mpi_tests" \
+        *) memtrain_binding "${t#mpi_np}"  # each rank its share of the cores (env.sh)
+           timeout "${MEMTRAIN_GPU_TEST_TIMEOUT:-600}" "${tenv[@]}" "$MPIEXEC" -np "${t#mpi_np}" --oversubscribe \
+             "${MEMTRAIN_BINDING[@]}" "$B/memtrain_mpi_tests" \
              >"$out/test-$t.log" 2>&1 || rc=$? ;;
       esac
       [ $rc = 0 ] || failed+=("cuda_$t")
@@ -261,13 +263,15 @@ ctest_sum=$(grep -E 'tests passed|tests failed|No tests were found|not run' "$ou
 run() {  # NP NAME BINARY ARGS...: train, log in NAME.log; returns the exit status
   local np=$1 name=$2 bin=$3
   shift 3
-  timeout "${MEMTRAIN_GPU_RUN_TIMEOUT:-1200}" "$MPIEXEC" --oversubscribe -np "$np" "$bin" train \
+  memtrain_binding "$np"  # each rank its share of the cores, not one (env.sh)
+  timeout "${MEMTRAIN_GPU_RUN_TIMEOUT:-1200}" "$MPIEXEC" --oversubscribe -np "$np" "${MEMTRAIN_BINDING[@]}" "$bin" train \
     --output.dir="$name" --data.val= "$@" >"$name.log" 2>&1
 }
 mkvol() { "$M" make-data --kind volumes --channels 1 --classes 3 --noise 0.7 "$@" >/dev/null; }
 if [ "$gpu" = 1 ]; then FS=16 PS=32 EDGE=64; else FS=8 PS=16 EDGE=32; fi
-UNET=(--data.train=vol.h5 --model.name=unet3d --model.feature_size=$FS --model.depth=3
-      --model.norm=instance --data.patch_size=$PS --training.optimizer=adamw --training.lr=0.003)
+UNET_MODEL=(--model.name=unet3d --model.feature_size=$FS --model.depth=3
+      --model.norm=instance --training.optimizer=adamw --training.lr=0.003)
+UNET=(--data.train=vol.h5 --data.patch_size=$PS "${UNET_MODEL[@]}")
 # Equivalence runs use plain SGD: Adam's first steps divide by |g| and turn
 # rounding noise in small gradients into differences of the order of lr.
 EQ=(--training.optimizer=sgd --training.lr=0.1 --training.momentum=0)
@@ -356,18 +360,38 @@ point_b() {
   row b "$([ $ok = 1 ] && echo PASS || echo FAIL)" "$(basename "$cfg") (depth 5, instance norm), amp $amp, budget $budget: auto: $plan; $win; micro 8 without accumulation or checkpointing: exit $rc, \"$said\""
 }
 
+# (c) A real OOM, replayed: micro-batch 4 under a budget between the
+# allocated peaks of micro-batches 4 and 2, plus what the process holds
+# outside the caching allocator (a budget is the whole process's: the CUDA
+# context, cuBLAS/cuDNN, NCCL), measured by the same runs under a budget of
+# the whole card (memory_plan.json's outside_allocator_bytes; 0 on the
+# CPU). On the GPU the patch is 96^3, so the peaks (GiBs) are far above
+# that context. Deterministic (no TF32, no cuDNN benchmark, whose search
+# would size workspaces from the free memory): the replay must end where
+# micro-batch 2 from the start does, within 1e-5.
 point_c() {
-  local C=(--training.effective_batch_size=8 --training.max_windows=3 --dist.device=$dev "${EQ[@]}")
-  run 1 c_m4 "$M" "${UNET[@]}" "${C[@]}" --data.batch_size=4 || { row c FAIL "c_m4 failed"; return 0; }
-  run 1 c_m2 "$M" "${UNET[@]}" "${C[@]}" --data.batch_size=2 || { row c FAIL "c_m2 failed"; return 0; }
+  local C=(--training.effective_batch_size=8 --training.max_windows=3 --dist.device=$dev
+           --training.deterministic=true --training.gradient_checkpointing=off "${EQ[@]}")
+  local data=("${UNET[@]}") card=()
+  if [ "$gpu" = 1 ]; then
+    mkvol --out cvol.h5 --samples 4 --depth 96 --height 96 --width 96 --chunk 32
+    data=("${UNET_MODEL[@]}" --data.train=cvol.h5 --data.patch_size=96)
+    card=(--memory.budget=$(( gpu_mem * 1024 * 1024 )))
+  fi
+  run 1 c_m4 "$M" "${data[@]}" "${C[@]}" --data.batch_size=4 "${card[@]}" || { row c FAIL "c_m4 failed: $(tail -1 c_m4.log)"; return 0; }
+  run 1 c_m2 "$M" "${data[@]}" "${C[@]}" --data.batch_size=2 "${card[@]}" || { row c FAIL "c_m2 failed: $(tail -1 c_m2.log)"; return 0; }
   local p4=$($ACC peak c_m4 mem_peak) p2=$($ACC peak c_m2 mem_peak)
-  local budget=$(( (p2 + p4) / 2 )) rc=0
-  run 1 c_oom "$M" "${UNET[@]}" "${C[@]}" --data.batch_size=4 --memory.budget=$budget ||
+  local outside=$($ACC outside c_m4 2>/dev/null || echo 0)
+  [ "$p2" -lt "$p4" ] || { row c FAIL "micro 2's allocated peak ($p2 B) is not below micro 4's ($p4 B)"; return 0; }
+  local budget=$(( outside + (p2 + p4) / 2 )) rc=0
+  run 1 c_oom "$M" "${data[@]}" "${C[@]}" --data.batch_size=4 --memory.budget=$budget ||
     { row c FAIL "c_oom failed: $(tail -1 c_oom.log)"; return 0; }
   local w=$($ACC windows c_oom) d
   d=$($ACC absdiff c_oom/model.safetensors c_m2/model.safetensors 1e-5) || rc=1
   grep -q 'oom_retries=[1-9]' <<<"$w" || rc=1
-  row c "$([ $rc = 0 ] && echo PASS || echo FAIL)" "allocated peaks micro 4 $p4 B, micro 2 $p2 B, budget $budget B: $w; vs micro 2 from the start: $d"
+  grep -q 'micro_batch=2 ' <<<"$w" || rc=1
+  grep -q 'replaying the window at micro-batch 2' c_oom.log || rc=1
+  row c "$([ $rc = 0 ] && echo PASS || echo FAIL)" "allocated peaks micro 4 $p4 B, micro 2 $p2 B, outside the allocator $outside B, budget $budget B: $w; vs micro 2 from the start: $d"
 }
 
 point_d() {
@@ -388,7 +412,10 @@ point_d() {
 }
 
 point_e() {
-  local E=(--training.effective_batch_size=8 --training.max_windows=3 --dist.device=$dev --dist.backend=mpi "${EQ[@]}")
+  # Deterministic: 1e-5 between processes rules out TF32 and cuDNN's
+  # benchmark (each process may pick other algorithms).
+  local E=(--training.effective_batch_size=8 --training.max_windows=3 --dist.device=$dev --dist.backend=mpi
+           --training.deterministic=true "${EQ[@]}")
   local budget=()
   [ "$gpu" = 0 ] || budget=(--memory.budget=$(( gpu_mem * 1024 * 1024 / 2 - 1024 * 1024 * 1024 )))
   run 1 e_np1 "$M" "${UNET[@]}" "${E[@]}" --data.batch_size=2 "${budget[@]}" || { row e FAIL "e_np1 failed"; return 0; }
@@ -488,8 +515,10 @@ point_g() {
     me=(--device cuda --models mlp,cnn,unet3d --volume-size 96 --unet-feature 48
         --unet-depth 5 --unet-micro 1,2 --fits v100-16gb)
   }
-  timeout 900 "$MPIEXEC" --oversubscribe -np 2 "$B/bench_overlap" "${ov[@]}" >g_overlap.log 2>&1 || rc=$?
-  timeout 900 "$MPIEXEC" --oversubscribe -np 1 "$B/bench_memory" "${me[@]}" >g_memory.log 2>&1 || rc2=$?
+  memtrain_binding 2
+  timeout 900 "$MPIEXEC" --oversubscribe -np 2 "${MEMTRAIN_BINDING[@]}" "$B/bench_overlap" "${ov[@]}" >g_overlap.log 2>&1 || rc=$?
+  memtrain_binding 1
+  timeout 900 "$MPIEXEC" --oversubscribe -np 1 "${MEMTRAIN_BINDING[@]}" "$B/bench_memory" "${me[@]}" >g_memory.log 2>&1 || rc2=$?
   detail "(g) bench_overlap -np 2 ${ov[*]} (exit $rc)" <g_overlap.log
   detail "(g) bench_memory ${me[*]} (exit $rc2)" <g_memory.log
   row g "$([ $rc = 0 ] && [ $rc2 = 0 ] && echo "$([ "$gpu" = 1 ] && echo MEASURED || echo 'CPU form')" || echo FAIL)" \

@@ -13,7 +13,10 @@
 namespace memtrain::test {
 
 // Call after InitGoogleTest. `report`: print the line (rank 0 of a job).
+// --gtest_list_tests runs nothing: it lists the *_CUDA tests too.
 inline void filter_gpu_tests(bool report) {
+  if (GTEST_FLAG_GET(list_tests))
+    return;
   const char* why = nullptr;
   if (!MEMTRAIN_CUDA)
     why = "this is a CPU build (MEMTRAIN_CUDA=OFF)";

@@ -8,12 +8,18 @@
 #include "memtrain/util/error.h"
 
 #include <hdf5.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
+#include <string>
+#include <vector>
+
+extern char** environ;
 
 namespace memtrain::test {
 
@@ -206,6 +212,26 @@ void put_int64_dataset(
     H5Sclose(sp);
   }
   H5Fclose(f);
+}
+
+int run_in_own_process(const std::string& test) {
+  const std::string filter = "--gtest_filter=" + test;
+  char exe[] = "/proc/self/exe";
+  std::vector<char*> argv = {exe, const_cast<char*>(filter.c_str()), nullptr};
+  std::vector<std::string> env_text = {"MEMTRAIN_TEST_OWN_PROCESS=1"};
+  for (char** e = environ; *e != nullptr; ++e)
+    env_text.emplace_back(*e);
+  std::vector<char*> env;
+  for (auto& e : env_text)
+    env.push_back(e.data());
+  env.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, exe, nullptr, nullptr, argv.data(), env.data()) != 0)
+    return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+    return -1;
+  return WEXITSTATUS(status);
 }
 
 }  // namespace memtrain::test

@@ -64,6 +64,13 @@ std::string open_error(const std::string& path);
 // The message of the memtrain::Error that `f` throws ("" if none).
 std::string error_of(const std::function<void()>& f);
 
+// Runs this test binary again with only `test` (a full name), in a fresh
+// process whose main installs no CPU allocator and starts no MPI
+// (MEMTRAIN_TEST_OWN_PROCESS, test_main.cpp): for a test that chooses its
+// device as memtrain does. Returns its exit status (-1: it did not start
+// or did not exit).
+int run_in_own_process(const std::string& test);
+
 // The CPU placement (accounting allocator), shared by the tests.
 const Placement& cpu_placement();
 

@@ -253,5 +253,48 @@ TEST(LossScaler, SkipsAndBacksOffOnOverflowThenGrows) {
   EXPECT_TRUE(unscale_and_check(off));  // disabled: no check (bf16, fp32)
 }
 
+// Warns in its backward.
+struct WarnInBackward : torch::autograd::Function<WarnInBackward> {
+  static torch::Tensor forward(
+      torch::autograd::AutogradContext* /*ctx*/, const torch::Tensor& t) {
+    return t.clone();
+  }
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* /*ctx*/,
+      torch::autograd::variable_list g) {
+    TORCH_WARN("memtrain test warning in backward");
+    return {g[0]};
+  }
+};
+
+// training.deterministic's warnings: an op without a deterministic
+// algorithm warns at every call; after print_warnings_once each distinct
+// message is printed once, also when raised in backward (autograd replays
+// backward's warnings on the thread that called it).
+TEST(Warnings, EachDistinctOnePrintedOnce) {
+  compat::print_warnings_once();
+  testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; ++i) {
+    TORCH_WARN("memtrain test warning A");
+    TORCH_WARN("memtrain test warning B");
+  }
+  const torch::Tensor x = torch::ones({2}, torch::requires_grad());
+  for (int i = 0; i < 3; ++i)
+    WarnInBackward::apply(x).sum().backward();
+  const std::string err = testing::internal::GetCapturedStderr();
+  auto count = [&](const std::string& s) {
+    size_t n = 0;
+    for (size_t at = err.find(s); at != std::string::npos;
+         at = err.find(s, at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(
+      count("memtrain: warning (printed once): memtrain test warning A"), 1u)
+      << err;
+  EXPECT_EQ(count("memtrain test warning B"), 1u) << err;
+  EXPECT_EQ(count("memtrain test warning in backward"), 1u) << err;
+}
+
 }  // namespace
 }  // namespace memtrain

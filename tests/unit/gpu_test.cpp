@@ -5,9 +5,6 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
-#include <spawn.h>
-#include <sys/wait.h>
-
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -16,11 +13,10 @@
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/util/error.h"
+#include "test_support.h"
 #if MEMTRAIN_CUDA
 #include "memtrain/dist/nccl_communicator.h"
 #endif
-
-extern char** environ;
 
 namespace memtrain {
 namespace {
@@ -39,29 +35,6 @@ TEST(MpiCommunicatorGpu, StagesCudaTensorThroughTheHost_CUDA) {
   EXPECT_EQ(comm.stats().allreduce_bytes, 4 * 4);
 }
 
-// Runs this test binary again with only `test` (a full name), in a fresh
-// process whose main installs no CPU allocator and starts no MPI
-// (MEMTRAIN_TEST_OWN_PROCESS, test_main.cpp); returns its exit status.
-int run_in_own_process(const std::string& test) {
-  const std::string filter = "--gtest_filter=" + test;
-  char exe[] = "/proc/self/exe";
-  std::vector<char*> argv = {exe, const_cast<char*>(filter.c_str()), nullptr};
-  std::vector<std::string> env_text = {"MEMTRAIN_TEST_OWN_PROCESS=1"};
-  for (char** e = environ; *e != nullptr; ++e)
-    env_text.emplace_back(*e);
-  std::vector<char*> env;
-  for (auto& e : env_text)
-    env.push_back(e.data());
-  env.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawn(&pid, exe, nullptr, nullptr, argv.data(), env.data()) != 0)
-    return -1;
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
-    return -1;
-  return WEXITSTATUS(status);
-}
-
 // Note [CUDA start-up order]: choosing the CUDA placement initialises CUDA,
 // so set_up_run's first memory calls (release the cache, reset the peak,
 // cap) work before the process's first CUDA tensor; before the fix they
@@ -70,7 +43,8 @@ int run_in_own_process(const std::string& test) {
 TEST(CudaStartup, MemoryCallsBeforeTheFirstTensor_CUDA) {
   if (std::getenv("MEMTRAIN_TEST_OWN_PROCESS") == nullptr) {
     EXPECT_EQ(
-        run_in_own_process("CudaStartup.MemoryCallsBeforeTheFirstTensor_CUDA"),
+        test::run_in_own_process(
+            "CudaStartup.MemoryCallsBeforeTheFirstTensor_CUDA"),
         0);
     return;
   }

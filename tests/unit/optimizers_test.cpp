@@ -27,16 +27,17 @@ struct Model {
   std::vector<at::Tensor> params;
   at::Tensor flat;
 
-  explicit Model(uint64_t seed) {
+  // On `device`: the same values as on the CPU (drawn there, copied).
+  explicit Model(uint64_t seed, c10::Device device = c10::Device(c10::kCPU)) {
     torch::manual_seed(seed);
     const std::vector<std::vector<int64_t>> shapes = {
         {7, 5}, {5}, {3, 2, 3, 3}, {1}, {11}};
     int64_t total = 0;
     for (const auto& s : shapes) {
-      params.push_back(torch::randn(s).requires_grad_(true));
+      params.push_back(torch::randn(s).to(device).requires_grad_(true));
       total += params.back().numel();
     }
-    flat = torch::zeros({total});
+    flat = torch::zeros({total}, torch::TensorOptions().device(device));
   }
 
   // Gradients of step t: the same for every model built with `seed`.
@@ -130,25 +131,38 @@ std::vector<Case> cases() {
 // kernels order their arithmetic differently.
 constexpr double kTol = 1e-5;
 
-TEST(MultiTensorOptimizers, TwentyStepsEqualLibTorchsOwn) {
+// 20 steps of each case and kernel on `device` against LibTorch's own
+// there. The foreach step equals it bit for bit on the CPU; CUDA's foreach
+// kernels and the fused ones round within kTol.
+void expect_twenty_steps_equal(c10::Device device) {
   for (const Case& c : cases()) {
     for (const StepKernel k : kernels()) {
-      Model ref(7), multi(7);
+      Model ref(7, device), multi(7, device);
       auto a = c.reference(ref.params);
       auto b = c.multi(k)(multi.params);
       run(*a, ref, 0, 20);
       run(*b, multi, 0, 20);
       const double d = max_diff(ref, multi);
-      if (k == StepKernel::kForeach) {
+      if (k == StepKernel::kForeach && device.is_cpu()) {
         EXPECT_EQ(d, 0.0) << c.what << " " << name(k);
       } else {
         EXPECT_LE(d, kTol) << c.what << " " << name(k);
       }
       // It moved: the comparison is not of untouched parameters.
-      Model start(7);
+      Model start(7, device);
       EXPECT_GT(max_diff(start, multi), 1e-3) << c.what << " " << name(k);
     }
   }
+}
+
+TEST(MultiTensorOptimizers, TwentyStepsEqualLibTorchsOwn) {
+  expect_twenty_steps_equal(c10::Device(c10::kCPU));
+}
+
+// On the GPU: the foreach kernels and the fused SGD (momentum, Nesterov,
+// dampening) and AdamW kernels the trainer picks for CUDA parameters.
+TEST(MultiTensorOptimizers, TwentyStepsEqualLibTorchsOwn_CUDA) {
+  expect_twenty_steps_equal(c10::Device(c10::kCUDA, 0));
 }
 
 // Archives are LibTorch's: a checkpoint written by the per-parameter
@@ -243,15 +257,16 @@ TEST(MultiTensorOptimizers, StateTakesItsParametersLayout) {
 // LibTorch's clip_grad_norm_ (to float32 rounding: the norms are taken by
 // another kernel), with and without clipping; a parameter without a
 // gradient is left out of both.
-TEST(MultiTensorOptimizers, ClipEqualsLibTorchs) {
+void expect_clip_equal(c10::Device device) {
   for (const double max_norm : {0.5, 1e3}) {
-    Model a(3), b(3);
+    Model a(3, device), b(3, device);
     a.set_grads(0);
     b.set_grads(0);
     a.params[1].mutable_grad() = at::Tensor();
     b.params[1].mutable_grad() = at::Tensor();
     const double want = torch::nn::utils::clip_grad_norm_(a.params, max_norm);
     const at::Tensor got = clip_gradients(b.params, max_norm);
+    EXPECT_EQ(got.device(), device);
     EXPECT_NEAR(got.item<double>(), want, 1e-6 * want) << max_norm;
     for (size_t i = 0; i < a.params.size(); ++i) {
       if (i == 1)
@@ -268,8 +283,17 @@ TEST(MultiTensorOptimizers, ClipEqualsLibTorchs) {
       }
     }
   }
-  Model none(3);
+  Model none(3, device);
   EXPECT_FALSE(clip_gradients(none.params, 1.0).defined());
+}
+
+TEST(MultiTensorOptimizers, ClipEqualsLibTorchs) {
+  expect_clip_equal(c10::Device(c10::kCPU));
+}
+
+// On the GPU the total norm stays on the device (no host read).
+TEST(MultiTensorOptimizers, ClipEqualsLibTorchs_CUDA) {
+  expect_clip_equal(c10::Device(c10::kCUDA, 0));
 }
 
 // The kernel a run gets: fused only for CUDA parameters, only where the

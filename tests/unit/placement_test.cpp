@@ -38,6 +38,23 @@ TEST(Placement, CpuIsChosenForCpuAndAutoWithoutAGpu) {
   }
 }
 
+// dist.device=auto in a CUDA build without a usable GPU (this machine's
+// CUDA configuration: no driver) says why it trains on the CPU; a CPU
+// build, or a machine with a GPU, says nothing.
+TEST(Placement, AutoSaysWhyACudaBuildFallsBackToTheCpu) {
+  const std::string why = Placement::auto_fallback_reason();
+  if (!MEMTRAIN_CUDA || torch::cuda::device_count() > 0) {
+    EXPECT_EQ(why, "");
+    return;
+  }
+  EXPECT_EQ(why.rfind("dist.device=auto: this CUDA build", 0), 0u) << why;
+  EXPECT_NE(why.find("CUDA runtime "), std::string::npos) << why;
+  EXPECT_NE(why.find("driver"), std::string::npos) << why;
+  EXPECT_NE(why.find("CUDA_VISIBLE_DEVICES="), std::string::npos) << why;
+  EXPECT_NE(why.find("training on the CPU"), std::string::npos) << why;
+  EXPECT_NE(why.find("dist.device=cpu"), std::string::npos) << why;
+}
+
 TEST(Placement, CudaIsRefusedByNameWhereThereIsNone) {
   if (MEMTRAIN_CUDA && torch::cuda::device_count() > 0)
     GTEST_SKIP() << "this machine has a GPU";

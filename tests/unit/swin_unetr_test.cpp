@@ -6,8 +6,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <array>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "memtrain/compat.h"
 #include "memtrain/memory/host_pool.h"
@@ -16,6 +20,7 @@
 #include "memtrain/train/tasks/losses.h"
 #include "test_support.h"
 #include "tier_steps.h"
+#include "transfer_counter.h"
 
 namespace memtrain {
 namespace {
@@ -50,6 +55,98 @@ TEST(SwinUnetr, AttentionAgreesWithTheMath) {
   EXPECT_LE((a - m).abs().max().item<double>(), 1e-5);
   for (size_t i = 0; i < grads.size(); ++i)
     EXPECT_LE((grads[i] - mgrads[i]).abs().max().item<double>(), 1e-5) << i;
+}
+
+// MONAI's compute_mask: a host image of region numbers, one per triple of
+// Python slices (slice(-w), slice(-w, -s), slice(-s, None)) per axis,
+// numbered in loop order, windowed, and compared token by token.
+torch::Tensor monai_mask(
+    const std::array<int64_t, 3>& d,
+    const std::array<int64_t, 3>& w,
+    const std::array<int64_t, 3>& s) {
+  auto norm = [](int64_t i, int64_t n) {
+    return std::min<int64_t>(std::max<int64_t>(i < 0 ? i + n : i, 0), n);
+  };
+  auto slices = [&](size_t a) {  // [first, last) of each slice
+    const int64_t n = d[a];
+    return std::array<std::pair<int64_t, int64_t>, 3>{
+        std::make_pair(int64_t{0}, norm(-w[a], n)),
+        std::make_pair(norm(-w[a], n), norm(-s[a], n)),
+        std::make_pair(norm(-s[a], n), n)};
+  };
+  torch::Tensor img = torch::zeros({1, d[0], d[1], d[2], 1});
+  double cnt = 0;
+  for (const auto& a : slices(0)) {
+    for (const auto& b : slices(1)) {
+      for (const auto& c : slices(2)) {
+        if (a.second > a.first && b.second > b.first && c.second > c.first)
+          img.narrow(1, a.first, a.second - a.first)
+              .narrow(2, b.first, b.second - b.first)
+              .narrow(3, c.first, c.second - c.first)
+              .fill_(cnt);
+        cnt += 1;
+      }
+    }
+  }
+  const torch::Tensor mw =
+      img.view({1, d[0] / w[0], w[0], d[1] / w[1], w[1], d[2] / w[2], w[2]})
+          .permute({0, 1, 3, 5, 2, 4, 6})
+          .reshape({-1, w[0] * w[1] * w[2]});
+  torch::Tensor mask = mw.unsqueeze(1) - mw.unsqueeze(2);
+  return mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0);
+}
+
+// The shifted blocks' mask, made from arange on the device, is MONAI's:
+// windows of 7 shifted by 3 on every axis, and an axis that fits one
+// window (no shift there).
+TEST(SwinUnetr, ShiftMaskIsMonais) {
+  using A = std::array<int64_t, 3>;
+  for (const auto& [d, w, s] :
+       {std::make_tuple(A{21, 21, 21}, A{7, 7, 7}, A{3, 3, 3}),
+        std::make_tuple(A{14, 4, 21}, A{7, 4, 7}, A{3, 0, 3}),
+        std::make_tuple(A{7, 14, 28}, A{7, 7, 7}, A{0, 3, 3})}) {
+    const torch::Tensor ours =
+        detail::swin_shift_mask(d, w, s, torch::Device(torch::kCPU));
+    const torch::Tensor theirs = monai_mask(d, w, s);
+    ASSERT_EQ(ours.sizes(), theirs.sizes()) << d[0] << "x" << d[1];
+    EXPECT_TRUE(torch::equal(ours, theirs)) << d[0] << "x" << d[1];
+    // Both kinds of entry are there: the mask masks something.
+    EXPECT_GT(ours.eq(-100).sum().item<int64_t>(), 0);
+  }
+}
+
+// Forward and backward, plain and checkpointed (the mask is made again in
+// the recomputation), call nothing that crosses between host and device:
+// no tensor moved to a device, no value read back (on a GPU each would be
+// a blocking copy: a host sync the loop's counter does not see).
+TEST(SwinUnetr, ForwardAndBackwardCrossNothingToTheHost) {
+  const tier_test::VolumeBatch batch(1, {1, 32, 32, 64});
+  const auto net = swin();
+  for (const tier_test::Tier t :
+       {tier_test::Tier::kOff, tier_test::Tier::kAll}) {
+    tier_test::set_tier(*net, t);
+    net->zero_grad();
+    test::TransferCounter counter;
+    net->forward(batch.x).pow(2).sum().backward();
+    EXPECT_EQ(counter.count(), 0) << counter.calls();
+  }
+}
+
+// What the counter counts, on either build: a move that names a device
+// (on the CPU build the CPU), a read of one value; not a change of dtype,
+// nor a tensor made on a device.
+TEST(TransferCounter, CountsMovesAndReadsOnly) {
+  const torch::Tensor t = torch::ones({3});
+  test::TransferCounter counter;
+  (void)t.to(torch::kFloat64);
+  (void)torch::arange(3, torch::TensorOptions().device(t.device()));
+  EXPECT_EQ(counter.count(), 0) << counter.calls();
+  (void)t.to(t.device());
+  EXPECT_EQ(counter.count(), 1) << counter.calls();
+  (void)t.sum().item<double>();
+  EXPECT_EQ(counter.count(), 2) << counter.calls();
+  EXPECT_EQ(
+      counter.calls(), "aten::to(cpu -> cpu), aten::_local_scalar_dense(cpu)");
 }
 
 TEST(SwinUnetr, SegmentsAndMonaiNames) {

@@ -75,7 +75,7 @@ Step step(
     const int64_t before = memory::stats().allocated;
     torch::Tensor y;
     {
-      compat::AutocastGuard amp(bf16, /*cuda=*/false, torch::kBFloat16);
+      compat::AutocastGuard amp(bf16, x.is_cuda(), torch::kBFloat16);
       y = net.forward(x);
     }
     loss_of(y.to(torch::kFloat32)).backward();

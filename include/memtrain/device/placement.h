@@ -53,12 +53,20 @@ class Placement {
 
   // dist.device: cpu, cuda (GPU <local_rank> modulo the GPUs visible)
   // or auto (cuda when this build has CUDA and LibTorch sees a GPU, else
-  // cpu). Activates the device-memory backend (CPU accounting allocator,
-  // or the CUDA caching allocator with `allocator_conf`): call it once,
-  // before the process's first tensor. Throws memtrain::Error naming the
-  // build and what it found when cuda is asked for where there is none.
+  // cpu; a CUDA build that falls back says why on stderr, from local rank
+  // 0: auto_fallback_reason()). Activates the device-memory backend (CPU
+  // accounting allocator, or the CUDA caching allocator with
+  // `allocator_conf`): call it once, before the process's first tensor.
+  // Throws memtrain::Error naming the build and what it found when cuda is
+  // asked for where there is none.
   static std::unique_ptr<Placement> choose(
       DeviceChoice spec, int local_rank, const std::string& allocator_conf);
+
+  // Why dist.device=auto runs a CUDA build on the CPU: the line choose()
+  // prints (the CUDA runtime's error, e.g. a driver older than the
+  // runtime, the driver's version, CUDA_VISIBLE_DEVICES). Empty in a CPU
+  // build (the CPU is what it is for) or where a GPU is visible.
+  static std::string auto_fallback_reason();
 
   // A CPU placement with the accounting allocator (tests, benchmarks).
   static std::unique_ptr<Placement> cpu();

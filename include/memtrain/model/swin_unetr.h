@@ -17,6 +17,7 @@
 // transposed convolution, the concatenation, the residual block) and each
 // encoder block.
 
+#include <array>
 #include <cstdint>
 #include <memory>
 
@@ -31,5 +32,19 @@ constexpr int64_t kSwinUnetrDivisor = 32;
 // (MONAI's rule: the stages' widths divide among 3, 6, 12, 24 heads).
 std::shared_ptr<Classifier> make_swin_unetr(
     const ModelConfig& cfg, int64_t in_channels, int64_t num_classes);
+
+namespace detail {
+
+// The shifted blocks' attention mask, (windows, n, n): 0 between tokens of
+// one region, -100 across, for a feature map padded to `padded` with
+// `window` and `shift` per axis, made on `device` (no host copy). Exposed
+// for the tests, which hold it against MONAI's host-side construction.
+torch::Tensor swin_shift_mask(
+    const std::array<int64_t, 3>& padded,
+    const std::array<int64_t, 3>& window,
+    const std::array<int64_t, 3>& shift,
+    const c10::Device& device);
+
+}  // namespace detail
 
 }  // namespace memtrain

@@ -18,6 +18,13 @@ void set_tier(Classifier& model, const Tier& tier) {
                      : Recompute::kAll);
 }
 
+// cuDNN's benchmark search (the first step of a new shape) tries
+// algorithms with workspaces sized from the free memory, not what the
+// chosen ones use (Note [Planning]).
+bool cudnn_searches(const RunState& run) {
+  return run.placement.is_cuda() && at::globalContext().benchmarkCuDNN();
+}
+
 // Two forward/backward/optimizer steps at `micro_batch` with `tier` of
 // checkpointing, against the usable budget, on the same samples on every
 // rank; everything is put back as it was. See Note [Planning].
@@ -44,6 +51,9 @@ ProbeResult probe(RunState& run, int64_t micro_batch, const Tier& tier) {
     run.host_pool->reset_peak();
   bool ran = true, host_exceeded = false;
   double step_s = 0, optimizer_s = 0;
+  // With cuDNN searching, the peak is the second step's alone, which finds
+  // the choice cached, as every window after it does.
+  const bool searched = cudnn_searches(run);
   {
     memory::DeviceScope device;
     auto opt = make_optimizer(run.cfg.training, run.trainable);
@@ -55,6 +65,10 @@ ProbeResult probe(RunState& run, int64_t micro_batch, const Tier& tier) {
       // the rank's share, not once per micro-batch.
       for (int step = 0; step < 2; ++step) {
         std::unique_ptr<DeviceClock> clock;
+        if (step == 1 && searched) {
+          memory::release_cache();
+          memory::reset_peak();
+        }
         if (step == 1)
           clock = run.placement.start_clock();
         run.grad_sync->attach();
@@ -197,6 +211,10 @@ void plan_run(RunState& run) {
     plan.tier_index = at(5);
     plan.note += "; the ranks' timings chose differently: the plan by memory";
   }
+  if (run.budget.limited() && cudnn_searches(run))
+    plan.note +=
+        "; cuDNN benchmark on: each probe's peak is its second step's, "
+        "after the algorithm search of the first";
   const Tier& tier = ladder.at(static_cast<size_t>(plan.tier_index));
   plan.checkpointed_segments = tier.segments;
   plan.selective = tier.selective;
