@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "memtrain/data/synthetic.h"
+#include "memtrain/data/synthetic/synthetic.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain::bench {

@@ -26,7 +26,7 @@
 #include <fstream>
 #include <string>
 
-#include "memtrain/data/synthetic.h"
+#include "memtrain/data/synthetic/synthetic.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/dist/cpu_threads.h"
 #include "memtrain/dist/environment.h"

@@ -11,9 +11,9 @@ What is the same as memtrain, and where memtrain defines it:
   names are memtrain's, and the modules below register the same ones);
 - samples: window w of an epoch is the slice [w*B, (w+1)*B) of one global
   permutation (std::seed_seq + std::mt19937_64 + memtrain's Fisher-Yates,
-  src/data/sharded_sampler.cpp), cut into `world` contiguous rank shares,
+  src/data/sampling/sharded_sampler.cpp), cut into `world` contiguous rank shares,
   each cut into micro-batches; volume patches are drawn by memtrain's
-  counter-based splitmix64 stream (src/data/patch_sampler.cpp; only
+  counter-based splitmix64 stream (src/data/sampling/patch_sampler.cpp; only
   pos_fraction 0 and flip none are reproduced here);
 - loss: each micro-step back-propagates sum(per-sample loss) * world / n,
   n the window's global sample count; DDP's average divides by world, so

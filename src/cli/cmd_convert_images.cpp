@@ -4,7 +4,7 @@
 #include <string>
 
 #include "commands.h"
-#include "memtrain/data/image_convert.h"
+#include "memtrain/convert/image_convert.h"
 #include "memtrain/util/atomic_file.h"
 
 namespace memtrain::cli {

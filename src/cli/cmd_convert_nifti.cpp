@@ -4,7 +4,7 @@
 #include <string>
 
 #include "commands.h"
-#include "memtrain/data/nifti_convert.h"
+#include "memtrain/convert/nifti_convert.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/error.h"
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "memtrain/data/inspect.h"
+#include "memtrain/data/h5/inspect.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain::cli {

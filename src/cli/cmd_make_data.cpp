@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "memtrain/data/synthetic.h"
+#include "memtrain/data/synthetic/synthetic.h"
 #include "memtrain/util/atomic_file.h"
 
 namespace memtrain::cli {

@@ -12,7 +12,7 @@
 
 #include "agreed.h"
 #include "commands.h"
-#include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/dist/cpu_threads.h"
 #include "memtrain/dist/environment.h"

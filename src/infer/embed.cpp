@@ -5,8 +5,8 @@
 #include <numeric>
 #include <vector>
 
-#include "memtrain/data/embeddings_file.h"
-#include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/h5/embeddings_file.h"
+#include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/input/image_augment.h"
 #include "memtrain/model/dual_encoder.h"

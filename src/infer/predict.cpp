@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <sstream>
 
-#include "memtrain/data/nifti_volume.h"
-#include "memtrain/data/orientation.h"
+#include "memtrain/formats/nifti/nifti_volume.h"
+#include "memtrain/formats/nifti/orientation.h"
 #include "memtrain/infer/inference_model.h"
 #include "memtrain/train/eval/seg_metrics.h"
 #include "memtrain/train/eval/validator.h"

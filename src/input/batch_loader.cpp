@@ -6,7 +6,8 @@
 #include <cstdio>
 #include <sstream>
 
-#include "memtrain/data/h5_dataset.h"
+#include "data/h5/layout.h"
+#include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
 
@@ -126,7 +127,8 @@ void RowSource::read(
     const auto row = [&](int64_t k) { return "row " + std::to_string(ids[k]); };
     finite_->check(info.path, info.sample_dataset, into.x, epoch, row);
     if (targets)
-      finite_->check(info.path, "/targets", into.y, epoch, row);
+      finite_->check(
+          info.path, layout::path(layout::kTargets), into.y, epoch, row);
     if (into.context.defined()) {
       finite_->check(
           info.path, info.context_dataset(), into.context, epoch, row);
@@ -172,7 +174,11 @@ void PatchSource::read(
   }
   if (finite_ != nullptr) {
     finite_->check(
-        data_.info().path, "/volumes", into.x, epoch, [&](int64_t k) {
+        data_.info().path,
+        layout::path(layout::kVolumes),
+        into.x,
+        epoch,
+        [&](int64_t k) {
           const PatchRef r = sampler_.at(epoch, ids[k]);
           return "volume " + std::to_string(r.volume) + "'s patch at (" +
                  std::to_string(r.corner[0]) + ", " +

@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "memtrain/config/train_config.h"
-#include "memtrain/data/counter_rng.h"
-#include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/h5/h5_dataset.h"
+#include "memtrain/util/counter_rng.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

@@ -4,7 +4,7 @@
 #include <map>
 #include <sstream>
 
-#include "memtrain/data/window_shape.h"
+#include "memtrain/data/sampling/window_shape.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <sstream>
 
 namespace memtrain {
 
@@ -41,6 +42,17 @@ std::string trim(const std::string& s) {
     return "";
   const size_t e = s.find_last_not_of(" \t");
   return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, ','))
+    out.push_back(trim(cur));
+  if (!s.empty() && s.back() == ',')
+    out.push_back("");
+  return out;
 }
 
 std::string format_bytes(double bytes) {

@@ -1,6 +1,6 @@
 """An independent PyTorch reference for memtrain's few-shot loss.
 
-Re-draws episodes by the rule documented in src/data/episodes.cpp (Note
+Re-draws episodes by the rule documented in src/data/sampling/episodes.cpp (Note
 [Episodes]), builds memtrain's feature MLP in PyTorch from the initial
 parameters memtrain wrote (output.save_initial), and computes the mean
 query cross-entropy of episodes 0..E-1 of epoch 0 with the prototype or

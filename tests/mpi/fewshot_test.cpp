@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "memtrain/data/episodes.h"
-#include "memtrain/data/h5_dataset.h"
-#include "memtrain/data/sharded_sampler.h"
+#include "memtrain/data/h5/h5_dataset.h"
+#include "memtrain/data/sampling/episodes.h"
+#include "memtrain/data/sampling/sharded_sampler.h"
 #include "memtrain/model/fewshot_head.h"
 #include "mpi_support.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "memtrain/data/synthetic.h"
+#include "memtrain/data/synthetic/synthetic.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/train/loop/trainer.h"
 #include "test_support.h"

@@ -9,8 +9,8 @@
 
 #include <cmath>
 
-#include "memtrain/data/h5_dataset.h"
-#include "memtrain/data/sharded_sampler.h"
+#include "memtrain/data/h5/h5_dataset.h"
+#include "memtrain/data/sampling/sharded_sampler.h"
 #include "memtrain/model/models.h"
 #include "mpi_support.h"
 

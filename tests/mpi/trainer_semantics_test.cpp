@@ -12,9 +12,9 @@
 #include <cstring>
 #include <map>
 
-#include "memtrain/data/h5_dataset.h"
-#include "memtrain/data/sharded_sampler.h"
-#include "memtrain/data/synthetic.h"
+#include "memtrain/data/h5/h5_dataset.h"
+#include "memtrain/data/sampling/sharded_sampler.h"
+#include "memtrain/data/synthetic/synthetic.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/model/models.h"

@@ -17,7 +17,7 @@
 #include <random>
 #include <set>
 
-#include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/h5/h5_dataset.h"
 #include "mpi_support.h"
 
 namespace memtrain {

@@ -4,7 +4,7 @@
 
 #include "memtrain/device/placement.h"
 
-#include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/util/error.h"
 
 #include <hdf5.h>

@@ -1,9 +1,9 @@
-// The CLIP tokenizer (data/clip_tokenizer.h) against ids and cleaned text
-// taken from open_clip 3.3.0 (open_clip.tokenize and
+// The CLIP tokenizer (formats/text/clip_tokenizer.h) against ids and cleaned
+// text taken from open_clip 3.3.0 (open_clip.tokenize and
 // open_clip.tokenizer._clean_lower in the torch venv), and the CSV reader
-// of convert-captions (data/csv_table.h). The tokenizer tests need open_clip's
-// bpe_simple_vocab_16e6.txt.gz (ClipTokenizer::default_bpe_path) and are
-// skipped, saying so, without it.
+// of convert-captions (formats/text/csv_table.h). The tokenizer tests need
+// open_clip's bpe_simple_vocab_16e6.txt.gz (ClipTokenizer::default_bpe_path)
+// and are skipped, saying so, without it.
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "memtrain/data/clip_tokenizer.h"
-#include "memtrain/data/csv_table.h"
+#include "memtrain/formats/text/clip_tokenizer.h"
+#include "memtrain/formats/text/csv_table.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

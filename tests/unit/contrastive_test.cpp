@@ -7,8 +7,8 @@
 
 #include <cmath>
 
-#include "memtrain/data/h5_dataset.h"
-#include "memtrain/data/synthetic.h"
+#include "memtrain/data/h5/h5_dataset.h"
+#include "memtrain/data/synthetic/synthetic.h"
 #include "memtrain/model/dual_encoder.h"
 #include "memtrain/train/tasks/losses.h"
 #include "memtrain/util/error.h"

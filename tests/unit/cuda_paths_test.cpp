@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "memtrain/compat.h"
-#include "memtrain/data/synthetic.h"
+#include "memtrain/data/synthetic/synthetic.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/memory/host_pool.h"

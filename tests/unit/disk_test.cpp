@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "memtrain/data/inspect.h"
-#include "memtrain/data/nifti_volume.h"
-#include "memtrain/data/synthetic.h"
+#include "memtrain/data/h5/inspect.h"
+#include "memtrain/data/synthetic/synthetic.h"
+#include "memtrain/formats/nifti/nifti_volume.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/temp_path.h"

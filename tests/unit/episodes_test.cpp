@@ -6,9 +6,9 @@
 #include <set>
 
 #include "memtrain/config/train_config.h"
-#include "memtrain/data/episodes.h"
-#include "memtrain/data/h5_dataset.h"
-#include "memtrain/data/synthetic.h"
+#include "memtrain/data/h5/h5_dataset.h"
+#include "memtrain/data/sampling/episodes.h"
+#include "memtrain/data/synthetic/synthetic.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

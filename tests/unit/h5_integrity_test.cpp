@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "memtrain/data/h5_dataset.h"
-#include "memtrain/data/inspect.h"
-#include "memtrain/data/synthetic.h"
+#include "memtrain/data/h5/h5_dataset.h"
+#include "memtrain/data/h5/inspect.h"
+#include "memtrain/data/synthetic/synthetic.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "memtrain/config/train_config.h"
-#include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/input/image_augment.h"
 #include "test_support.h"
 

@@ -19,8 +19,9 @@
 #include <map>
 #include <set>
 
-#include "memtrain/data/h5_dataset.h"
-#include "memtrain/data/image_convert.h"
+#include "memtrain/convert/image_convert.h"
+#include "memtrain/data/h5/h5_dataset.h"
+#include "memtrain/formats/images/image_decode.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

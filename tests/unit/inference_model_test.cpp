@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "memtrain/data/synthetic.h"
+#include "memtrain/data/synthetic/synthetic.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/infer/inference_model.h"
 #include "memtrain/model/models.h"

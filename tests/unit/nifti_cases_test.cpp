@@ -1,5 +1,5 @@
 // The one case-listing rule of convert-dataset and predict
-// (data/nifti_cases.h): endings, hidden files, nnU-Net channel files,
+// (convert/nifti_cases.h): endings, hidden files, nnU-Net channel files,
 // order, and what is refused.
 
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "memtrain/data/nifti_cases.h"
+#include "memtrain/convert/nifti_cases.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

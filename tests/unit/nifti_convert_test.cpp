@@ -13,7 +13,8 @@
 #include <limits>
 #include <numeric>
 
-#include "memtrain/data/nifti_convert.h"
+#include "memtrain/convert/nifti_convert.h"
+#include "memtrain/formats/nifti/label_map.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

@@ -20,8 +20,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "memtrain/data/nifti_convert.h"
-#include "memtrain/data/nifti_volume.h"
+#include "memtrain/convert/nifti_convert.h"
+#include "memtrain/formats/nifti/nifti_volume.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

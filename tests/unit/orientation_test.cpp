@@ -1,5 +1,5 @@
-// Reorientation to RAS (src/data/orientation.cpp) against cases computed by
-// hand (and equal to nibabel 5's io_orientation, inv_ornt_aff and
+// Reorientation to RAS (src/formats/nifti/orientation.cpp) against cases
+// computed by hand (and equal to nibabel 5's io_orientation, inv_ornt_aff and
 // apply_orientation on the same affines).
 
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "memtrain/data/orientation.h"
+#include "memtrain/formats/nifti/orientation.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

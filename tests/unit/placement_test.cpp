@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "memtrain/config/train_config.h"
-#include "memtrain/data/window_shape.h"
+#include "memtrain/data/sampling/window_shape.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/unet3d.h"

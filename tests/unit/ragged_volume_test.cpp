@@ -7,10 +7,10 @@
 #include <hdf5.h>
 #include <torch/torch.h>
 
-#include "memtrain/data/h5_dataset.h"
-#include "memtrain/data/inspect.h"
-#include "memtrain/data/patch_sampler.h"
-#include "memtrain/data/synthetic.h"
+#include "memtrain/data/h5/h5_dataset.h"
+#include "memtrain/data/h5/inspect.h"
+#include "memtrain/data/sampling/patch_sampler.h"
+#include "memtrain/data/synthetic/synthetic.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "memtrain/data/sharded_sampler.h"
+#include "memtrain/data/sampling/sharded_sampler.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

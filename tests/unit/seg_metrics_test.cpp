@@ -9,7 +9,7 @@
 #include <limits>
 #include <random>
 
-#include "memtrain/data/nifti_volume.h"
+#include "memtrain/formats/nifti/nifti_volume.h"
 #include "memtrain/train/eval/dice_report.h"
 #include "memtrain/train/eval/seg_metrics.h"
 

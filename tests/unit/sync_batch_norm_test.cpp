@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "memtrain/config/train_config.h"
-#include "memtrain/data/sharded_sampler.h"
-#include "memtrain/data/window_shape.h"
+#include "memtrain/data/sampling/sharded_sampler.h"
+#include "memtrain/data/sampling/window_shape.h"
 #include "memtrain/model/models.h"
 #include "memtrain/model/sync_batch_norm.h"
 #include "memtrain/train/run_files/model_state.h"

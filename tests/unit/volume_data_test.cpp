@@ -9,10 +9,10 @@
 #include <set>
 #include <stdexcept>
 
-#include "memtrain/data/h5_dataset.h"
-#include "memtrain/data/inspect.h"
-#include "memtrain/data/patch_sampler.h"
-#include "memtrain/data/synthetic.h"
+#include "memtrain/data/h5/h5_dataset.h"
+#include "memtrain/data/h5/inspect.h"
+#include "memtrain/data/sampling/patch_sampler.h"
+#include "memtrain/data/synthetic/synthetic.h"
 #include "memtrain/input/batch_loader.h"
 #include "memtrain/input/prefetcher.h"
 #include "memtrain/util/error.h"

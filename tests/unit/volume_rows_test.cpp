@@ -14,10 +14,10 @@
 #include <set>
 #include <tuple>
 
-#include "memtrain/data/h5_dataset.h"
-#include "memtrain/data/inspect.h"
-#include "memtrain/data/synthetic.h"
-#include "memtrain/data/volume_rows.h"
+#include "memtrain/data/h5/h5_dataset.h"
+#include "memtrain/data/h5/inspect.h"
+#include "memtrain/data/h5/volume_rows.h"
+#include "memtrain/data/synthetic/synthetic.h"
 #include "test_support.h"
 
 namespace memtrain {

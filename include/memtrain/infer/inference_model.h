@@ -12,7 +12,7 @@
 #include <string>
 
 #include "memtrain/config/train_config.h"
-#include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/h5/h5_dataset.h"
 
 namespace memtrain {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "memtrain/data/nifti_cases.h"
+#include "memtrain/convert/nifti_cases.h"
 
 namespace memtrain {
 

@@ -13,7 +13,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "memtrain/data/patch_sampler.h"
+#include "memtrain/data/sampling/patch_sampler.h"
 #include "memtrain/input/image_augment.h"
 
 namespace memtrain {

@@ -5,7 +5,7 @@
 // (n, rows): the episode labels 0..n_way-1 (EpisodeShape::label_at), so
 // Batch::size() counts episodes.
 
-#include "memtrain/data/episodes.h"
+#include "memtrain/data/sampling/episodes.h"
 #include "memtrain/input/batch_loader.h"
 
 namespace memtrain {

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "memtrain/config/train_config.h"
-#include "memtrain/data/episodes.h"
+#include "memtrain/data/sampling/episodes.h"
 #include "memtrain/model/cosine_transformer.h"
 #include "memtrain/model/models.h"
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "memtrain/config/train_config.h"
-#include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/model/checkpointed.h"
 #include "memtrain/model/sync_batch_norm.h"
 

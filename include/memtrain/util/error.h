@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace memtrain {
 
@@ -63,6 +64,10 @@ std::string format_bytes(double bytes);
 
 // `s` without its leading and trailing spaces and tabs.
 std::string trim(const std::string& s);
+
+// `s` split at its commas, each item trimmed; "a,,b" has an empty item and
+// a trailing comma an empty last one ("" has none).
+std::vector<std::string> split_list(const std::string& s);
 
 }  // namespace memtrain
 

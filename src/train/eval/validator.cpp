@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/dist/communicator.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/eval/overlay.h"

@@ -1,7 +1,7 @@
 #include "memtrain/train/eval/volume_model.h"
 
 #include "memtrain/compat.h"
-#include "memtrain/data/h5_dataset.h"
+#include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/model/swin_unetr.h"
 #include "memtrain/model/unet3d.h"
 #include "memtrain/util/error.h"

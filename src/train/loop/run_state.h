@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "memtrain/config/train_config.h"
-#include "memtrain/data/h5_dataset.h"
-#include "memtrain/data/sharded_sampler.h"
-#include "memtrain/data/window_shape.h"
+#include "memtrain/data/h5/h5_dataset.h"
+#include "memtrain/data/sampling/sharded_sampler.h"
+#include "memtrain/data/sampling/window_shape.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/dist/communicator.h"
 #include "memtrain/dist/gradient_sync.h"

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "memtrain/data/episodes.h"
+#include "memtrain/data/sampling/episodes.h"
 #include "memtrain/input/episode_source.h"
 #include "memtrain/model/fewshot_head.h"
 #include "memtrain/train/loop/oom_guard.h"

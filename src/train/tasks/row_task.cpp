@@ -9,7 +9,7 @@
 
 #include <cmath>
 
-#include "memtrain/data/volume_rows.h"
+#include "memtrain/data/h5/volume_rows.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/eval/roc_auc.h"
 #include "memtrain/train/records/metrics.h"

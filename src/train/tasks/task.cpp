@@ -6,7 +6,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "memtrain/data/window_shape.h"
+#include "memtrain/data/sampling/window_shape.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
 

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "memtrain/data/volume_rows.h"
+#include "memtrain/data/h5/volume_rows.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/eval/dice_report.h"
 #include "memtrain/train/eval/seg_metrics.h"

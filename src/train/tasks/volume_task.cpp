@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "memtrain/data/patch_sampler.h"
+#include "memtrain/data/sampling/patch_sampler.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/train/eval/dice_report.h"
 #include "memtrain/train/eval/validator.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "memtrain/config/choices.h"
-#include "memtrain/data/case_padding.h"
+#include "memtrain/data/sampling/case_padding.h"
 
 namespace memtrain {
 
