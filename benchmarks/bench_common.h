@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "memtrain/train/records/metrics.h"
+#include "memtrain/train/logs/metrics.h"
 
 namespace memtrain::bench {
 

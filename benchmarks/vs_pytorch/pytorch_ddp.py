@@ -50,7 +50,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-DICE_EPS = 1e-5  # memtrain's kDiceEps (include/memtrain/train/tasks/losses.h)
+DICE_EPS = 1e-5  # memtrain's kDiceEps (include/memtrain/model/losses.h)
 M32 = 0xFFFFFFFF
 M64 = 0xFFFFFFFFFFFFFFFF
 
@@ -289,7 +289,7 @@ class UNet3d(nn.Module):
 
 
 def dice_ce_loss_sum(logits, target):
-    """memtrain's dice_ce_loss_sum (src/train/tasks/losses.cpp), op for op."""
+    """memtrain's dice_ce_loss_sum (src/model/losses.cpp), op for op."""
     voxels = [2, 3, 4]
     logp = torch.log_softmax(logits.float(), 1)
     index = target.unsqueeze(1)

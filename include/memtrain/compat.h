@@ -32,7 +32,7 @@ static_assert(
 
 // LibTorch's fused AdamW and SGD kernels (at::_fused_adamw_,
 // at::_fused_sgd_, for CPU and CUDA tensors): in the CUDA build's LibTorch,
-// not in 1.13 (src/train/loop/optimizers.cpp).
+// not in 1.13 (src/train/state/optimizers.cpp).
 #define MEMTRAIN_HAVE_FUSED_OPTIMIZERS MEMTRAIN_TORCH_AT_LEAST(2, 4)
 // at::_foreach_mul_(list, tensor): every tensor of a list times a 0-d
 // tensor, without reading it. 1.13 has none, and there the call would

@@ -5,8 +5,8 @@
 
 #include "commands.h"
 #include "memtrain/train/run_files/checkpoint.h"
-#include "memtrain/train/run_files/safetensors.h"
 #include "memtrain/util/error.h"
+#include "memtrain/weights/safetensors.h"
 
 namespace memtrain::cli {
 namespace {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "memtrain/train/records/run_plot.h"
+#include "memtrain/train/logs/run_plot.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain::cli {

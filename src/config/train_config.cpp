@@ -13,7 +13,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "memtrain/memory/budget.h"
+#include "memtrain/config/memory_size.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/file_kind.h"
 
@@ -1675,6 +1675,12 @@ void TrainConfig::validate() const {
       " applies to training.optimizer=sgd only, but the optimizer is '",
       training.optimizer,
       "'; remove training.momentum");
+}
+
+int64_t TrainConfig::effective_batch(int world) const {
+  return training.effective_batch_size > 0
+             ? training.effective_batch_size
+             : world * training.gradient_accumulation_steps * data.batch_size;
 }
 
 }  // namespace memtrain

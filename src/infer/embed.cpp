@@ -10,8 +10,8 @@
 #include "memtrain/device/placement.h"
 #include "memtrain/input/image_augment.h"
 #include "memtrain/model/dual_encoder.h"
-#include "memtrain/train/run_files/model_state.h"
 #include "memtrain/util/error.h"
+#include "memtrain/weights/model_state.h"
 
 namespace memtrain {
 

@@ -3,13 +3,13 @@
 #include <torch/torch.h>
 
 #include "memtrain/device/placement.h"
+#include "memtrain/infer/device_setup.h"
+#include "memtrain/infer/sliding_window.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/models.h"
-#include "memtrain/train/eval/validator.h"
-#include "memtrain/train/eval/volume_model.h"
-#include "memtrain/train/loop/device_setup.h"
-#include "memtrain/train/run_files/model_state.h"
+#include "memtrain/model/volume_model.h"
 #include "memtrain/util/error.h"
+#include "memtrain/weights/model_state.h"
 
 namespace memtrain {
 

@@ -9,8 +9,7 @@
 #include "memtrain/formats/nifti/nifti_volume.h"
 #include "memtrain/formats/nifti/orientation.h"
 #include "memtrain/infer/inference_model.h"
-#include "memtrain/train/eval/seg_metrics.h"
-#include "memtrain/train/eval/validator.h"
+#include "memtrain/metrics/seg_metrics.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

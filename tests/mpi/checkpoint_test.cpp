@@ -11,8 +11,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "memtrain/train/loop/stop_request.h"
 #include "memtrain/train/run_files/checkpoint.h"
+#include "memtrain/train/state/stop_request.h"
 #include "memtrain/util/error.h"
 #include "mpi_support.h"
 

@@ -19,7 +19,7 @@
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/model/models.h"
 #include "memtrain/train/loop/trainer.h"
-#include "memtrain/train/loop/window_totals.h"
+#include "memtrain/train/state/window_totals.h"
 #include "mpi_support.h"
 
 namespace memtrain {

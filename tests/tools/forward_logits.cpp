@@ -17,9 +17,9 @@
 
 #include "memtrain/config/train_config.h"
 #include "memtrain/model/models.h"
-#include "memtrain/train/run_files/model_state.h"
-#include "memtrain/train/run_files/safetensors.h"
 #include "memtrain/util/error.h"
+#include "memtrain/weights/model_state.h"
+#include "memtrain/weights/safetensors.h"
 
 int main(int argc, char** argv) {
   using namespace memtrain;

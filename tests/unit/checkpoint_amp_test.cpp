@@ -8,7 +8,7 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/checkpointed.h"
 #include "memtrain/model/models.h"
-#include "memtrain/train/loop/loss_scaler.h"
+#include "memtrain/train/state/loss_scaler.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

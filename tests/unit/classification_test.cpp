@@ -8,8 +8,8 @@
 
 #include <cmath>
 
-#include "memtrain/train/eval/roc_auc.h"
-#include "memtrain/train/tasks/losses.h"
+#include "memtrain/metrics/roc_auc.h"
+#include "memtrain/model/losses.h"
 
 namespace memtrain {
 namespace {

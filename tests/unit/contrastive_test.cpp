@@ -10,7 +10,7 @@
 #include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/data/synthetic/synthetic.h"
 #include "memtrain/model/dual_encoder.h"
-#include "memtrain/train/tasks/losses.h"
+#include "memtrain/model/losses.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

@@ -26,8 +26,8 @@
 #include "memtrain/memory/host_pool.h"
 #include "memtrain/model/clip.h"
 #include "memtrain/model/swin_unetr.h"
-#include "memtrain/train/loop/loss_scaler.h"
 #include "memtrain/train/loop/trainer.h"
+#include "memtrain/train/state/loss_scaler.h"
 #include "test_support.h"
 #include "tier_steps.h"
 

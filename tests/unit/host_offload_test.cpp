@@ -16,8 +16,8 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/host_pool.h"
 #include "memtrain/model/checkpointed.h"
+#include "memtrain/model/losses.h"
 #include "memtrain/model/models.h"
-#include "memtrain/train/tasks/losses.h"
 #include "memtrain/util/error.h"
 #include "tier_steps.h"
 

@@ -9,10 +9,10 @@
 #include "memtrain/device/placement.h"
 #include "memtrain/infer/inference_model.h"
 #include "memtrain/model/models.h"
+#include "memtrain/model/volume_model.h"
 #include "memtrain/train/eval/validator.h"
-#include "memtrain/train/eval/volume_model.h"
-#include "memtrain/train/run_files/model_state.h"
-#include "memtrain/train/run_files/safetensors.h"
+#include "memtrain/weights/model_state.h"
+#include "memtrain/weights/safetensors.h"
 #include "test_support.h"
 
 namespace memtrain {

@@ -11,9 +11,9 @@
 #include <sstream>
 #include <string>
 
-#include "memtrain/train/eval/overlay.h"
-#include "memtrain/train/records/metrics.h"
-#include "memtrain/train/records/run_plot.h"
+#include "memtrain/metrics/overlay.h"
+#include "memtrain/train/logs/metrics.h"
+#include "memtrain/train/logs/run_plot.h"
 #include "memtrain/util/png.h"
 #include "memtrain/util/tb_events.h"
 #include "test_support.h"

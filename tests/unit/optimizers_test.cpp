@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "memtrain/train/loop/optimizers.h"
+#include "memtrain/train/state/optimizers.h"
 
 namespace memtrain {
 namespace {

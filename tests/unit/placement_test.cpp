@@ -16,10 +16,10 @@
 #include "memtrain/data/sampling/window_shape.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/memory/oom_guard.h"
+#include "memtrain/model/losses.h"
 #include "memtrain/model/unet3d.h"
-#include "memtrain/train/loop/oom_guard.h"
-#include "memtrain/train/loop/window_totals.h"
-#include "memtrain/train/tasks/losses.h"
+#include "memtrain/train/state/window_totals.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 
@@ -114,14 +114,14 @@ TEST(WindowShape, ComesFromTheConfigOnce) {
   TrainConfig c;
   c.data.batch_size = 8;
   c.training.gradient_accumulation_steps = 3;
-  WindowShape s = WindowShape::from_config(c, 2).with_micro(8);
+  WindowShape s = WindowShape::for_batch(c.effective_batch(2), 2).with_micro(8);
   EXPECT_EQ(s.effective_batch, 48);
   EXPECT_EQ(s.rank_share, 24);
   EXPECT_EQ(s.accumulation_steps, 3);
   EXPECT_FALSE(s.last_micro_smaller());
   c.training.gradient_accumulation_steps = 1;
   c.training.effective_batch_size = 33;
-  s = WindowShape::from_config(c, 2).with_micro(5);
+  s = WindowShape::for_batch(c.effective_batch(2), 2).with_micro(5);
   EXPECT_EQ(s.rank_share, 17);
   EXPECT_EQ(s.accumulation_steps, 4);  // 5 + 5 + 5 + 2
   EXPECT_TRUE(s.last_micro_smaller());

@@ -1,7 +1,7 @@
 // The ResNets (timm's names, shapes and parameter counts against the lists
 // of tests/data written from the architecture by tests/tools/resnet_keys.py;
 // forward shapes; checkpointed stages giving the same gradients and running
-// statistics) and the weights by name (train/run_files/model_state.h): the
+// statistics) and the weights by name (weights/model_state.h): the
 // pretrained report and strict refusal, freezing, the config keys.
 
 #include <gtest/gtest.h>
@@ -17,8 +17,8 @@
 #include "memtrain/config/train_config.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/models.h"
-#include "memtrain/train/run_files/model_state.h"
 #include "memtrain/util/error.h"
+#include "memtrain/weights/model_state.h"
 
 namespace memtrain {
 namespace {

@@ -13,9 +13,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "memtrain/train/loop/lr_schedule.h"
 #include "memtrain/train/run_files/checkpoint.h"
 #include "memtrain/train/run_files/output_dir.h"
+#include "memtrain/train/state/lr_schedule.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "memtrain/train/run_files/safetensors.h"
 #include "memtrain/util/error.h"
+#include "memtrain/weights/safetensors.h"
 #include "test_support.h"
 
 namespace memtrain {

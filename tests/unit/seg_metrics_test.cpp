@@ -10,8 +10,8 @@
 #include <random>
 
 #include "memtrain/formats/nifti/nifti_volume.h"
-#include "memtrain/train/eval/dice_report.h"
-#include "memtrain/train/eval/seg_metrics.h"
+#include "memtrain/metrics/dice_report.h"
+#include "memtrain/metrics/seg_metrics.h"
 
 namespace memtrain {
 namespace {

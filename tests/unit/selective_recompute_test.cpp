@@ -15,9 +15,9 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/checkpointed.h"
 #include "memtrain/model/dual_encoder.h"
+#include "memtrain/model/losses.h"
 #include "memtrain/model/models.h"
 #include "memtrain/model/unet3d.h"
-#include "memtrain/train/tasks/losses.h"
 #include "memtrain/util/error.h"
 #include "tier_steps.h"
 

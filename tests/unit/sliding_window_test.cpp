@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "memtrain/config/train_config.h"
+#include "memtrain/infer/sliding_window.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/unet3d.h"
-#include "memtrain/train/eval/sliding_window.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

@@ -1,4 +1,4 @@
-#include "memtrain/train/loop/stop_request.h"
+#include "memtrain/train/state/stop_request.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -15,9 +15,9 @@
 
 #include "memtrain/compat.h"
 #include "memtrain/memory/host_pool.h"
+#include "memtrain/model/losses.h"
 #include "memtrain/model/swin_unetr.h"
-#include "memtrain/train/eval/volume_model.h"
-#include "memtrain/train/tasks/losses.h"
+#include "memtrain/model/volume_model.h"
 #include "test_support.h"
 #include "tier_steps.h"
 #include "transfer_counter.h"

@@ -20,8 +20,8 @@
 #include "memtrain/data/sampling/window_shape.h"
 #include "memtrain/model/models.h"
 #include "memtrain/model/sync_batch_norm.h"
-#include "memtrain/train/run_files/model_state.h"
 #include "memtrain/util/error.h"
+#include "memtrain/weights/model_state.h"
 
 namespace memtrain {
 namespace {

@@ -14,9 +14,9 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/host_pool.h"
 #include "memtrain/model/checkpointed.h"
+#include "memtrain/model/losses.h"
 #include "memtrain/model/models.h"
 #include "memtrain/model/unet3d.h"
-#include "memtrain/train/tasks/losses.h"
 
 namespace memtrain::tier_test {
 

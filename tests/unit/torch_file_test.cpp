@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "memtrain/train/run_files/model_state.h"
-#include "memtrain/train/run_files/torch_file.h"
 #include "memtrain/util/error.h"
+#include "memtrain/weights/model_state.h"
+#include "memtrain/weights/torch_file.h"
 #include "test_support.h"
 
 namespace memtrain {

@@ -14,8 +14,8 @@
 #include "memtrain/compat.h"
 #include "memtrain/config/train_config.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/model/losses.h"
 #include "memtrain/model/unet3d.h"
-#include "memtrain/train/tasks/losses.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

@@ -69,7 +69,7 @@ enum class DeviceChoice { kAuto, kCpu, kCuda };
 enum class BackendChoice { kAuto, kMpi, kNccl };
 // dist.check_replicas
 enum class CheckReplicas { kOff, kEpoch, kWindow };
-// output.progress (not `Progress`: train/records/progress.h has one)
+// output.progress (not `Progress`: train/logs/progress.h has one)
 enum class ProgressDisplay { kAuto, kTty, kLines };
 // A switch whose `auto` the run decides (training.cudnn_benchmark,
 // model.channels_last).

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "memtrain/config/choices.h"
-#include "memtrain/memory/budget.h"
+#include "memtrain/config/memory_size.h"
 
 namespace memtrain {
 
@@ -57,7 +57,7 @@ struct ModelConfig {
   bool pretrained_strict = true;
   std::vector<std::string> pretrained_rename;  // "REGEX -> REPLACEMENT"
   // Name prefixes of parameters that do not train
-  // (train/run_files/model_state.h).
+  // (weights/model_state.h).
   std::vector<std::string> freeze;
   // Batch-norm statistics over every rank's concurrent micro-batch
   // (model/sync_batch_norm.h; the ResNets only).
@@ -161,7 +161,7 @@ struct TrainingConfig {
   double lr = 0.05;
   // The learning rate of window s (counted over the whole run, epochs x
   // windows per epoch): linear warmup over warmup_windows, then constant,
-  // cosine or poly decay to min_lr (src/train/loop/lr_schedule.cpp).
+  // cosine or poly decay to min_lr (src/train/state/lr_schedule.cpp).
   LrSchedule lr_schedule = LrSchedule::kConstant;  // constant | cosine | poly
   int64_t warmup_windows = 0;
   double min_lr = 0.0;
@@ -277,6 +277,11 @@ struct TrainConfig {
 
   // "key: help" lines for `memtrain train --help`.
   static std::string describe_keys();
+
+  // E, the samples of one optimizer step over `world` ranks:
+  // training.effective_batch_size, else world x
+  // training.gradient_accumulation_steps x data.batch_size.
+  int64_t effective_batch(int world) const;
 };
 
 }  // namespace memtrain

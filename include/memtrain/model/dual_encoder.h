@@ -5,7 +5,7 @@
 // model.embed_dim outputs, L2-normalised. A learnable logit scale
 // t = log(1 / model.init_temperature) multiplies the cosine similarities
 // by exp(t); after each optimizer step t is clamped to [0, log 100], as
-// CLIP does. The loss (contrastive_losses in train/tasks/losses.h) is the
+// CLIP does. The loss (contrastive_losses in model/losses.h) is the
 // symmetric InfoNCE. Parameter names: "tower_a.<mlp's or cnn's>",
 // "tower_b.<mlp's>", "logit_scale".
 #include <torch/torch.h>

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "memtrain/config/train_config.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -26,14 +25,12 @@ int64_t micro_steps_for(int64_t samples, int64_t world, int64_t micro) {
   return steps_for_share(largest_share(samples, world), micro);
 }
 
-WindowShape WindowShape::from_config(const TrainConfig& cfg, int world) {
+WindowShape WindowShape::for_batch(int64_t effective_batch, int world) {
+  MT_INTERNAL_ASSERT(world > 0 && effective_batch >= 0);
   WindowShape s;
   s.world = world;
-  s.effective_batch = cfg.training.effective_batch_size > 0
-                          ? cfg.training.effective_batch_size
-                          : world * cfg.training.gradient_accumulation_steps *
-                                cfg.data.batch_size;
-  s.rank_share = largest_share(s.effective_batch, world);
+  s.effective_batch = effective_batch;
+  s.rank_share = largest_share(effective_batch, world);
   return s;
 }
 

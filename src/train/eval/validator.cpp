@@ -7,10 +7,10 @@
 #include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/dist/communicator.h"
 #include "memtrain/memory/device_memory.h"
-#include "memtrain/train/eval/overlay.h"
-#include "memtrain/train/eval/seg_metrics.h"
-#include "memtrain/train/loop/oom_guard.h"
-#include "memtrain/train/tasks/losses.h"
+#include "memtrain/memory/oom_guard.h"
+#include "memtrain/metrics/overlay.h"
+#include "memtrain/metrics/seg_metrics.h"
+#include "memtrain/model/losses.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
 
@@ -91,50 +91,6 @@ void write_middle_slice(
 }
 
 }  // namespace
-
-at::Tensor volume_probs(
-    const at::Tensor& volume,
-    int64_t num_classes,
-    const PatchPredictor& predict,
-    const ValidationConfig& cfg,
-    const std::array<int64_t, 3>& roi,
-    int64_t* sw_batch,
-    int rank,
-    const std::string& where,
-    int64_t* retries,
-    const Placement& placement) {
-  OomRetry how;
-  how.what = "validation.sw_batch";
-  how.where = where;
-  how.replay = "the volume";
-  how.rank = rank;
-  how.give_up = [roi](int64_t, int64_t, int64_t peak) {
-    return detail::concat(
-        "out of device memory in validation even at validation.sw_batch=1 "
-        "(window ",
-        roi[0],
-        "x",
-        roi[1],
-        "x",
-        roi[2],
-        ", measured peak ",
-        format_bytes(static_cast<double>(peak)),
-        "); use a smaller validation.roi or a larger memory.budget");
-  };
-  at::Tensor probs;
-  *retries += retry_on_oom(how, *sw_batch, [&](int64_t b) {
-    SlidingWindowOptions opt;
-    opt.roi = roi;
-    opt.overlap = cfg.overlap;
-    opt.sw_batch = b;
-    opt.blend = cfg.blend;
-    opt.sigma_scale = cfg.sigma_scale;
-    opt.padding = cfg.padding;
-    opt.offload_cpu = cfg.offload == Offload::kCpu;
-    probs = sliding_window_probs(volume, num_classes, predict, opt, placement);
-  });
-  return probs;
-}
 
 VolumeValResult Validator::run(
     const PatchPredictor& predict, const std::string& overlay_dir) {

@@ -1,8 +1,8 @@
 #include <torch/torch.h>
 
+#include "memtrain/infer/device_setup.h"
 #include "memtrain/memory/device_memory.h"
-#include "memtrain/train/loop/device_setup.h"
-#include "train/loop/run_state.h"
+#include "train/state/run_state.h"
 #include "train/tasks/task.h"
 
 namespace memtrain {

@@ -4,7 +4,7 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/host_pool.h"
 #include "memtrain/util/error.h"
-#include "train/loop/run_state.h"
+#include "train/state/run_state.h"
 
 namespace memtrain {
 namespace {

@@ -3,17 +3,17 @@
 #include <cstdlib>
 
 #include "memtrain/dist/environment.h"
+#include "memtrain/infer/device_setup.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/host_pool.h"
-#include "memtrain/train/eval/volume_model.h"
-#include "memtrain/train/loop/device_setup.h"
-#include "memtrain/train/loop/optimizers.h"
-#include "memtrain/train/loop/window_totals.h"
-#include "memtrain/train/run_files/model_state.h"
+#include "memtrain/model/volume_model.h"
+#include "memtrain/train/state/optimizers.h"
+#include "memtrain/train/state/window_totals.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/host_memory.h"
 #include "memtrain/util/rank_log.h"
-#include "train/loop/run_state.h"
+#include "memtrain/weights/model_state.h"
+#include "train/state/run_state.h"
 #include "train/tasks/task.h"
 
 namespace memtrain {
@@ -168,7 +168,8 @@ std::unique_ptr<RunState> set_up_run(
     const TrainConfig& cfg, Communicator& comm, const Placement& placement) {
   auto run = std::make_unique<RunState>(cfg, comm, placement);
   run->budget = start_on_device(cfg, placement);
-  run->shape = WindowShape::from_config(cfg, comm.size());
+  run->shape =
+      WindowShape::for_batch(cfg.effective_batch(comm.size()), comm.size());
   open_data(*run);
   try {
     build_model(*run);

@@ -5,8 +5,8 @@
 #include <sstream>
 
 #include "memtrain/memory/device_memory.h"
-#include "memtrain/train/run_files/model_state.h"
 #include "memtrain/util/error.h"
+#include "memtrain/weights/model_state.h"
 
 namespace memtrain {
 

@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "memtrain/train/records/results.h"
-#include "train/loop/run_state.h"
+#include "memtrain/train/state/results.h"
+#include "train/state/run_state.h"
 #include "train/tasks/task.h"
 
 namespace memtrain {

@@ -17,7 +17,7 @@ namespace memtrain {
 
 // Note [Checkpoint format]
 // A safetensors file: "model/<name>" holds each parameter and buffer
-// (batch-norm statistics; train/run_files/model_state.h), "optimizer" the
+// (batch-norm statistics; weights/model_state.h), "optimizer" the
 // bytes of LibTorch's own optimizer archive (Optimizer::save, exact for SGD
 // momentum and AdamW moments), "rng/<rank>" each rank's CPU generator state,
 // "rng_device/<rank>" each rank's CUDA generator state (CUDA runs).

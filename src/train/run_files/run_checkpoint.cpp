@@ -14,11 +14,11 @@
 
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/train/run_files/checkpoint.h"
-#include "memtrain/train/run_files/model_state.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
+#include "memtrain/weights/model_state.h"
 #include "train/records/records.h"
 
 namespace memtrain {

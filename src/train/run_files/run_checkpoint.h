@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "train/loop/run_state.h"
+#include "train/state/run_state.h"
 
 namespace memtrain {
 

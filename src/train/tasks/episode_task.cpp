@@ -11,12 +11,12 @@
 
 #include "memtrain/data/sampling/episodes.h"
 #include "memtrain/input/episode_source.h"
+#include "memtrain/memory/oom_guard.h"
 #include "memtrain/model/fewshot_head.h"
-#include "memtrain/train/loop/oom_guard.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
-#include "train/eval/validate.h"
+#include "train/eval/val_batches.h"
 #include "train/tasks/task.h"
 
 namespace memtrain {

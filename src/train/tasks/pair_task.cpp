@@ -11,9 +11,9 @@
 
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/dual_encoder.h"
-#include "memtrain/train/tasks/losses.h"
+#include "memtrain/model/losses.h"
 #include "memtrain/util/error.h"
-#include "train/eval/validate.h"
+#include "train/eval/val_batches.h"
 #include "train/tasks/task.h"
 
 namespace memtrain {

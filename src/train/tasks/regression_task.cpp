@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "memtrain/util/error.h"
-#include "train/eval/validate.h"
+#include "train/eval/val_batches.h"
 #include "train/tasks/task.h"
 
 namespace memtrain {

@@ -11,12 +11,12 @@
 
 #include "memtrain/data/h5/volume_rows.h"
 #include "memtrain/memory/device_memory.h"
-#include "memtrain/train/eval/roc_auc.h"
-#include "memtrain/train/records/metrics.h"
-#include "memtrain/train/tasks/losses.h"
+#include "memtrain/metrics/roc_auc.h"
+#include "memtrain/model/losses.h"
+#include "memtrain/train/logs/metrics.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
-#include "train/eval/validate.h"
+#include "train/eval/val_batches.h"
 #include "train/tasks/task.h"
 #include "train/tasks/volume_rows.h"
 

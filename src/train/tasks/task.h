@@ -11,7 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "train/loop/run_state.h"
+#include "train/state/run_state.h"
 
 namespace memtrain {
 

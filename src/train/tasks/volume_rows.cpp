@@ -10,12 +10,12 @@
 
 #include "memtrain/data/h5/volume_rows.h"
 #include "memtrain/memory/device_memory.h"
-#include "memtrain/train/eval/dice_report.h"
-#include "memtrain/train/eval/seg_metrics.h"
+#include "memtrain/memory/oom_guard.h"
+#include "memtrain/metrics/dice_report.h"
+#include "memtrain/metrics/seg_metrics.h"
 #include "memtrain/train/eval/validator.h"
-#include "memtrain/train/loop/oom_guard.h"
 #include "memtrain/util/error.h"
-#include "train/eval/validate.h"
+#include "train/eval/val_batches.h"
 #include "train/tasks/volume_rows.h"
 
 namespace memtrain {

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "memtrain/train/tasks/losses.h"
+#include "memtrain/model/losses.h"
 #include "train/tasks/task.h"
 
 namespace memtrain {

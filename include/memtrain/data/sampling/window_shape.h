@@ -2,17 +2,15 @@
 // WindowShape: how one accumulation window is cut. The effective batch E
 // (samples per optimizer step, all ranks), each rank's largest share of it,
 // this rank's micro-batch and the micro-steps that follow. Computed once
-// from the config and the plan; the OOM guard changes the micro-batch
-// through with_micro(), never by hand. The two formulas below are the only
-// ones: the memory planner, the sampler's even split (model.sync_bn) and
-// WindowShape use them.
+// from the config (TrainConfig::effective_batch) and the plan; the OOM
+// guard changes the micro-batch through with_micro(), never by hand. The
+// two formulas below are the only ones: the memory planner, the sampler's
+// even split (model.sync_bn) and WindowShape use them.
 
 #include <cstdint>
 #include <utility>
 
 namespace memtrain {
-
-struct TrainConfig;
 
 // Rank `rank`'s contiguous slice [first, second) of `n` items split over
 // `world` ranks: [n * rank / world, n * (rank + 1) / world). A window's
@@ -39,10 +37,10 @@ struct WindowShape {
   int64_t micro_batch = 0;         // this rank's; 0 until planned
   int64_t accumulation_steps = 0;  // steps_for_share(rank_share, micro)
 
-  // E from training.effective_batch_size, else world x
-  // gradient_accumulation_steps x data.batch_size (a fixed micro-batch);
-  // the micro-batch is set by with_micro() once planned.
-  static WindowShape from_config(const TrainConfig& cfg, int world);
+  // A window of `effective_batch` samples over `world` ranks (the config's:
+  // TrainConfig::effective_batch); the micro-batch is set by with_micro()
+  // once planned.
+  static WindowShape for_batch(int64_t effective_batch, int world);
 
   // The same window cut into micro-batches of `micro` (at most the share).
   WindowShape with_micro(int64_t micro) const;

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "memtrain/config/train_config.h"
-#include "memtrain/train/eval/seg_metrics.h"
-#include "memtrain/train/eval/sliding_window.h"
+#include "memtrain/infer/sliding_window.h"
+#include "memtrain/metrics/seg_metrics.h"
 
 namespace memtrain {
 
@@ -35,32 +35,9 @@ struct VolumeValResult {
   int64_t oom_retries = 0;  // sw_batch halvings on this rank
 };
 
-// validation.include_background and validation.ignore_empty.
-inline DiceRule dice_rule(const ValidationConfig& v) {
-  return {v.include_background, v.ignore_empty};
-}
-
 // How records name volume v of a file: its /case_names entry, else its
 // index.
 std::string case_key(const DatasetInfo& info, int64_t v);
-
-// The whole-volume probabilities (K, D, H, W), host memory, of `volume`
-// ((C, D, H, W) float32, host memory) by sliding window on `placement`'s
-// device (validation.overlap, blend and offload from `cfg`, windows of
-// `roi`, *sw_batch at a time). On running out of device memory it halves
-// *sw_batch and runs the volume again, adding to *retries; `where` names
-// the volume in messages. Validation and `memtrain predict` use it.
-at::Tensor volume_probs(
-    const at::Tensor& volume,
-    int64_t num_classes,
-    const PatchPredictor& predict,
-    const ValidationConfig& cfg,
-    const std::array<int64_t, 3>& roi,
-    int64_t* sw_batch,
-    int rank,
-    const std::string& where,
-    int64_t* retries,
-    const Placement& placement);
 
 class Validator {
  public:

@@ -13,8 +13,8 @@
 #include "memtrain/config/train_config.h"
 #include "memtrain/memory/host_pool.h"
 #include "memtrain/memory/planner.h"
-#include "memtrain/train/records/results.h"
-#include "memtrain/train/run_files/safetensors.h"
+#include "memtrain/train/state/results.h"
+#include "memtrain/weights/safetensors.h"
 
 namespace memtrain {
 
@@ -60,7 +60,7 @@ class Trainer {
   // After resume() (or without it); local, no collective (callers agree on
   // failure). With model.pretrained set and the run not resumed (the
   // checkpoint wins): loads the file's tensors into the model by name and
-  // shape (train/run_files/model_state.h), the same on every rank. Throws
+  // shape (weights/model_state.h), the same on every rank. Throws
   // memtrain::Error for a file that cannot be read and, with
   // model.pretrained_strict, for any missing, unexpected or
   // shape-mismatched tensor, naming them. Returns the report's lines (none

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "memtrain/train/run_files/safetensors.h"
+#include "memtrain/weights/safetensors.h"
 
 namespace memtrain {
 
@@ -36,7 +36,7 @@ struct Checkpoint {
   std::string path;
   bool metadata_checked = true;  // false: format 1, tensors only
   CheckpointState state;
-  // The model's parameters and buffers (train/run_files/model_state.h):
+  // The model's parameters and buffers (weights/model_state.h):
   // "fc1.weight", "bn1.running_mean", ... (host; float32, int64 for batch-norm
   // counters).
   NamedTensors params;
