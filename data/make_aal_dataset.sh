@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A multi-class segmentation task from Debian's mricron-data templates
-# (data/CONVERT.md): the AAL atlas's 116 regions grouped into 8 classes by
+# (docs/data-convert.md): the AAL atlas's 116 regions grouped into 8 classes by
 # lobe, the grouping of AAL's own region codes (aal.nii.txt, 3rd column):
 #   0 background
 #   1 frontal        AAL  1-28  (codes 2xxx: precentral .. rectus)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The brain-mask task from Debian's mricron-data templates (data/CONVERT.md):
+# The brain-mask task from Debian's mricron-data templates (docs/data-convert.md):
 # image  = ch2.nii.gz    (Colin27 T1, 181x217x181, 1 mm, MNI)
 # labels = ch2bet.nii.gz (ch2 skull-stripped, same grid): brain = ch2bet > 0
 # split  = along x (left-right): validation = the last 30% of the x planes

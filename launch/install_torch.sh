@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs a PyPI torch wheel with the NVIDIA libraries it loads (cudart,
 # cuBLAS, cuDNN, NCCL, cuSPARSELt, NVSHMEM, ...) into a venv, for the CUDA
-# build (-DMEMTRAIN_CUDA=ON, see README "Build notes"). Does nothing when the
+# build (-DMEMTRAIN_CUDA=ON, see docs/build.md). Does nothing when the
 # venv already has it; prints one line when it installs.
 # usage: launch/install_torch.sh [--cuda 13|12]
 #   --cuda 13 (default)  torch==2.11.0, LibTorch 2.11 built for CUDA 13.0

@@ -66,7 +66,7 @@ if [ "${MEMTRAIN_CUDA12:-1}" = 0 ]; then
   exit 0
 fi
 # The CUDA 12 configuration, for V100 (sm_70), which CUDA 13 cannot target:
-# torch 2.10.0 for CUDA 12.8 (README "Build notes"). Only the executable and
+# torch 2.10.0 for CUDA 12.8 (docs/build.md). Only the executable and
 # the test files that hold *_CUDA tests are built, to keep CI inside its
 # limit: the whole library, the CLI and the GPU tests compiled against
 # LibTorch 2.10 and the CUDA 12.8 headers, and the link; the tests run in

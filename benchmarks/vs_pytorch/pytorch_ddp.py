@@ -343,7 +343,7 @@ def save_safetensors(path, tensors, metadata):
 
 
 class Data:
-    """Reads memtrain's HDF5 layout (data/FORMAT.md) with h5py."""
+    """Reads memtrain's HDF5 layout (docs/data-format.md) with h5py."""
 
     def __init__(self, path, model, patch, patches_per_volume, seed):
         self.f = h5py.File(path, "r")

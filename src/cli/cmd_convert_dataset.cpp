@@ -17,11 +17,12 @@ void add_convert_dataset(CLI::App& app) {
       "convert-dataset",
       "Convert a Medical Segmentation Decathlon / nnU-Net folder "
       "(dataset.json, imagesTr/, labelsTr/; NIfTI-1 or NIfTI-2) into two "
-      "ragged HDF5 volume files, OUT-train.h5 and OUT-val.h5 (data/FORMAT.md "
+      "ragged HDF5 volume files, OUT-train.h5 and OUT-val.h5 "
+      "(docs/data-format.md "
       "'Cases of different shapes'): each case reoriented to RAS, resampled "
       "to one spacing, z-scored per channel over its non-zero voxels. The "
       "split is drawn by case from --seed, or is a fold of an nnU-Net "
-      "splits_final.json. See data/CONVERT.md.");
+      "splits_final.json. See docs/data-convert.md.");
   cmd->add_option("--folder", spec.folder, "the dataset folder")->required();
   cmd->add_option(
          "--out", spec.out, "PREFIX: writes PREFIX-train.h5, PREFIX-val.h5")

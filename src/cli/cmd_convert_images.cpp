@@ -18,7 +18,7 @@ void add_convert_images(CLI::App& app) {
       "Convert an image folder (FOLDER/CLASS/IMAGE.jpg|.jpeg|.png, one "
       "subfolder per class, torchvision's ImageFolder layout) into "
       "memtrain's HDF5 image layout (/images uint8 [N, 3, S, S] + /labels, "
-      "data/FORMAT.md): --out gets the training images, OUT-val.h5 (or "
+      "docs/data-format.md): --out gets the training images, OUT-val.h5 (or "
       "--val-out) a seeded per-class share for validation. Unreadable "
       "images are skipped and named.");
   cmd->add_option("--folder", spec.folder, "the image folder")->required();

@@ -20,8 +20,8 @@ void add_convert_nifti(CLI::App& app) {
       "convert-nifti",
       "Convert a NIfTI-1 image (.nii/.nii.gz, 3D, or 4D = channels) and its "
       "label volume into memtrain's HDF5 volume layout (/volumes + /masks, "
-      "data/FORMAT.md). With --split-axis, writes OUT-train.h5 and "
-      "OUT-val.h5: two non-overlapping slabs. See data/CONVERT.md.");
+      "docs/data-format.md). With --split-axis, writes OUT-train.h5 and "
+      "OUT-val.h5: two non-overlapping slabs. See docs/data-convert.md.");
   cmd->add_option("--image", spec.image, "image file (NIfTI-1)")->required();
   cmd->add_option("--labels", spec.labels, "label file (NIfTI-1, 3D)")
       ->required();

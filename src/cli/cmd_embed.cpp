@@ -28,7 +28,7 @@ void add_embed(CLI::App& app, EmbedArgs& args) {
          "safetensors or torch.save's .pt/.pth), loaded strictly after "
          "model.pretrained_rename")
       ->required();
-  cmd->add_option("--data", args.spec.data, "a pair file (data/FORMAT.md)")
+  cmd->add_option("--data", args.spec.data, "a pair file (docs/data-format.md)")
       ->required();
   cmd->add_option("--out", args.spec.out, "the HDF5 file to write")->required();
   cmd->add_option("--batch", args.spec.batch, "rows a forward (default 64)");

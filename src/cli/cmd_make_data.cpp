@@ -89,7 +89,7 @@ void add_make_data(CLI::App& app) {
       "--ragged",
       spec.ragged,
       "volumes: cases of different shapes, each axis 50-100% of D, H, W "
-      "(the first case whole), with /volume_shapes (data/FORMAT.md)");
+      "(the first case whole), with /volume_shapes (docs/data-format.md)");
   cmd->add_option("--depth", spec.depth, "volumes: D")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

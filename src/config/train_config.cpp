@@ -415,7 +415,7 @@ const std::vector<Key>& keys() {
       string_key(
           "data.train",
           [](TrainConfig& c) { return &c.data.train; },
-          "training HDF5 file (see data/FORMAT.md)"),
+          "training HDF5 file (see docs/data-format.md)"),
       optional_string_key(
           "data.val",
           [](TrainConfig& c) { return &c.data.val; },

@@ -117,7 +117,7 @@ void open_output(Output* o, const CaptionConvertSpec& spec, TempFiles* temps) {
   o->file = h5::create_file(o->tmp, kCmd);
   const hsize_t s = static_cast<hsize_t>(spec.size);
   const hsize_t l = static_cast<hsize_t>(spec.context_length);
-  // One sample a chunk (data/FORMAT.md): a random read touches one chunk.
+  // One sample a chunk (docs/data-format.md): a random read touches one chunk.
   o->images = h5::create_dataset(
       o->file.get(),
       layout::kImages,

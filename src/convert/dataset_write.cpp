@@ -1,6 +1,6 @@
 // memtrain convert-dataset: each case's voxels read, reoriented to RAS,
 // resampled, normalised, and written into its box of the ragged files
-// (data/FORMAT.md "Cases of different shapes").
+// (docs/data-format.md "Cases of different shapes").
 
 #include <unistd.h>
 

@@ -61,7 +61,7 @@ void open_output(Output* o, int64_t size, TempFiles* temps) {
   temps->paths.push_back(o->tmp);
   o->file = h5::create_file(o->tmp, "convert-images");
   const hsize_t s = static_cast<hsize_t>(size);
-  // One sample a chunk (data/FORMAT.md): a random read touches one chunk.
+  // One sample a chunk (docs/data-format.md): a random read touches one chunk.
   o->images = h5::create_dataset(
       o->file.get(),
       layout::kImages,
@@ -385,7 +385,7 @@ ImageConvertResult convert_images(
         "convert-images: class folder '",
         d.string(),
         "': its name has a comma; class_names is a comma-separated list "
-        "(data/FORMAT.md): rename the folder");
+        "(docs/data-format.md): rename the folder");
     r.class_names.push_back(n);
     names += (names.empty() ? "" : ",") + n;
   }

@@ -113,7 +113,7 @@ std::unique_ptr<Placement> Placement::choose(
       "LibTorch ",
       TORCH_VERSION,
       "): rebuild with -DMEMTRAIN_CUDA=ON against a CUDA LibTorch "
-      "(README: the CUDA configuration), or use dist.device=cpu");
+      "(docs/build.md: the CUDA configuration), or use dist.device=cpu");
   MT_CHECK(
       gpus > 0,
       "dist.device=cuda, but LibTorch ",

@@ -24,8 +24,8 @@ EmbedResult embed_pairs(
       info.paired,
       "embed: --data '",
       spec.data,
-      "' is not a pair file (data/FORMAT.md, Pairs: /images or /features_a "
-      "with /tokens or /features_b)");
+      "' is not a pair file (docs/data-format.md, Pairs: /images or "
+      "/features_a with /tokens or /features_b)");
   MT_CHECK(
       cfg.model.name == ModelName::kClip ||
           cfg.model.name == ModelName::kDualEncoder,

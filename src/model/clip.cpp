@@ -208,7 +208,7 @@ std::shared_ptr<ClipModel> make_clip(
   MT_CHECK(
       input.kind == SampleKind::kImages && input.tokens,
       "model.name=clip needs a pair file of /images and /tokens (memtrain "
-      "convert-captions writes one; data/FORMAT.md, Pairs)");
+      "convert-captions writes one; docs/data-format.md, Pairs)");
   const auto& shape = input.sample_shape;
   MT_CHECK(
       shape.size() == 3 && shape[0] == 3 && shape[1] == shape[2] &&

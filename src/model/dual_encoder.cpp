@@ -60,7 +60,7 @@ std::shared_ptr<DualEncoder> make_dual_encoder(
   MT_CHECK(
       input.kind == SampleKind::kFeatures || input.kind == SampleKind::kImages,
       "model.name=dual_encoder needs a pair file (/features_a or /images "
-      "with /features_b; data/FORMAT.md, Pairs)");
+      "with /features_b; docs/data-format.md, Pairs)");
   MT_CHECK(
       cfg.embed_dim >= 2,
       "model.embed_dim=",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12's image path through the executable (README "Images:
+# Issue 12's image path through the executable (docs/models.md "Images:
 # augmentation, binary classification"):
 # - the CNN on 3-channel uint8 images with data.augment=crop_flip and
 #   data.normalize=imagenet, two epochs of 3 windows: 1 rank x 4

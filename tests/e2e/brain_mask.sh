@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The brain-mask task as the README runs it: data/make_brain_dataset.sh
+# The brain-mask task as docs/models.md ("Volumes") runs it: data/make_brain_dataset.sh
 # builds the Colin27 files (3 mm), then 2 ranks train
 # launch/configs/brain_mask.yaml unchanged (only the paths overridden).
 # The last validation's Dice must reach 0.90 (0.947 measured at epoch 60);
@@ -7,7 +7,7 @@
 # volume, sliding window on the device, sums in host memory).
 # Then the same task with model.name=swin_unetr (MONAI's SwinUNETR,
 # feature size 12, 32x64x32 patches and roi, lr 0.001, 10 epochs): its
-# last validation's Dice must reach SWIN_FLOOR (README "SwinUNETR" has the
+# last validation's Dice must reach SWIN_FLOOR (docs/models.md "SwinUNETR" has the
 # measured value; predicting the whole slab as brain scores 0.237: 13.5%
 # of its voxels are brain).
 REPO=$(cd "$(dirname "$0")/../.." && pwd)

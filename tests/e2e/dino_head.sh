@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Heads on frozen-backbone features with per-volume validation (Note
-# [Volume rows], data/FORMAT.md "Rows that belong to volumes"):
+# [Volume rows], docs/data-format.md "Rows that belong to volumes"):
 # 1. make-data --kind patch-features (6 training volumes, 4 validation
 #    volumes with their rows shuffled, grid 6); inspect names the volumes.
 # 2. 2 ranks, 2 epochs, --validation.dump_predictions=true: one prediction

@@ -5,7 +5,7 @@ Usage: monai_reference.py make-val SRC.h5 OUT.h5 SHAPES
        monai_reference.py check VAL.h5 WEIGHTS NET ROI OVERLAP BLEND
                           MEMTRAIN.json
 
-make-val: a ragged validation file in memtrain's layout (data/FORMAT.md)
+make-val: a ragged validation file in memtrain's layout (docs/data-format.md)
 from the first cases of SRC.h5 (a make-data volume file), cropped to SHAPES
 ("d,h,w;d,h,w;..."), named case_0, case_1, ...; the last case's labels lose
 their highest class (set to 0): a class the labels lack, which a network

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The regression task (data/FORMAT.md "Targets", README "Regression"):
+# The regression task (docs/data-format.md "Targets", docs/models.md "Regression"):
 # 1. make-data --kind regression; inspect names the targets.
 # 2. 2 ranks, 3 epochs: validation and epoch records carry val_mae and
 #    val_rmse (val_loss = RMSE squared), metrics.csv their columns with

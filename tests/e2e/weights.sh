@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Weights by name through the executable (README "Weights: pretrained,
+# Weights by name through the executable (docs/models.md "Weights: pretrained,
 # frozen, exported, evaluated"), with resnet50 on 32x32 images:
 # - a 2-rank run trains one epoch and checkpoints; `memtrain export` of the
 #   checkpoint equals model.safetensors tensor for tensor (buffers

@@ -1,4 +1,4 @@
-// The regression task (Note [Tasks]; data/FORMAT.md, "Targets") under 1, 2
+// The regression task (Note [Tasks]; docs/data-format.md, "Targets") under 1, 2
 // and 4 ranks: a window's update is the hand-written MSE step whatever the
 // split, and validation's MAE and RMSE are the ones recomputed here from
 // the trained parameters, the same at every world size.

@@ -7,7 +7,7 @@ it when they cannot be imported).
       random (so that eval mode depends on them), its state_dict() saved
   timm_check.py loss NAME WEIGHTS VAL.h5
       loads WEIGHTS into timm's NAME with load_state_dict(strict=True), runs
-      it in eval mode on VAL.h5's /images (converted as data/FORMAT.md
+      it in eval mode on VAL.h5's /images (converted as docs/data-format.md
       says, then, for 3 channels, normalised with ImageNet's mean and std
       as memtrain's data.normalize=auto does for the ResNets) and prints {"val_loss": mean cross-entropy, "val_accuracy": ...}
 """

@@ -3,7 +3,7 @@
 
 usage: volume_dice.py VAL_H5 RUN_DIR [--tol 1e-9]
 
-VAL_H5 is the validation file (rows that belong to volumes, data/FORMAT.md:
+VAL_H5 is the validation file (rows that belong to volumes, docs/data-format.md:
 /labels [N], /volume_ids [N], /voxel_index [N, 3]); RUN_DIR the output.dir
 of a run with validation.dump_predictions: true. For every folder
 RUN_DIR/val/epoch-EEE it reads each volume-<id>.h5 (/prediction [D, H, W]

@@ -40,7 +40,7 @@ TEST(H5Dataset, SyntheticFeaturesRoundTrip) {
   EXPECT_NE(x_all[0], x1[0]);
 }
 
-// Regression files (data/FORMAT.md, "Targets"): /targets rows come back in
+// Regression files (docs/data-format.md, "Targets"): /targets rows come back in
 // the order asked with their samples, no labels; the synthetic targets
 // are W x + b + noise, the same W and b in every split of one seed.
 TEST(H5Dataset, TargetsRoundTripInTheOrderAsked) {

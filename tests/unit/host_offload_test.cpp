@@ -119,7 +119,7 @@ TEST_F(HostOffload, SeResNeXtAndBf16AreBitwiseThoseOfFullCheckpointing) {
     expect_bitwise(all, off, "offload vs all");
     for (const auto& [name, b] : after_all)
       EXPECT_TRUE(torch::equal(b, after_off.at(name))) << name;
-    // Its peak is not where its inputs are held (README "Benchmarks"):
+    // Its peak is not where its inputs are held (docs/benchmarks.md):
     // offload must not raise it, and need not lower it.
     EXPECT_LE(off.peak, all.peak);
     EXPECT_GT(off.copied_in, 0);

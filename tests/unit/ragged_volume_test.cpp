@@ -1,4 +1,4 @@
-// Ragged volume files (data/FORMAT.md, "Cases of different shapes"): each
+// Ragged volume files (docs/data-format.md, "Cases of different shapes"): each
 // case's own extent from /volume_shapes, whole-case and padded patch reads,
 // the patch sampler inside each case, masks checked inside the cases only,
 // bad /volume_shapes, and inspect's summary.

@@ -1,4 +1,4 @@
-// Rows that belong to volumes (data/FORMAT.md): make-data --kind
+// Rows that belong to volumes (docs/data-format.md): make-data --kind
 // patch-features, the checks of /volume_ids and /voxel_index on open (each
 // bad case and its message), the grouping by volume, inspect's line and
 // the prediction dump's file.

@@ -150,7 +150,7 @@ struct ValidationConfig {
   BestMode best_mode = BestMode::kAuto;  // auto | max | min
   int64_t episodes = 600;  // few-shot: validation episodes (fixed by seed)
   // Rows that belong to volumes: each rank writes its volumes' prediction
-  // grids to output.dir/val/epoch-EEE/volume-<id>.h5 (data/FORMAT.md).
+  // grids to output.dir/val/epoch-EEE/volume-<id>.h5 (docs/data-format.md).
   bool dump_predictions = false;
 };
 

@@ -1,6 +1,6 @@
 #pragma once
 // Image-caption pairs listed in a CSV (open_clip's CsvDataset convention) to
-// memtrain's HDF5 pair layout with token ids for tower b (data/FORMAT.md,
+// memtrain's HDF5 pair layout with token ids for tower b (docs/data-format.md,
 // Pairs): `memtrain convert-captions`. Images are decoded and resized as
 // convert-images does (formats/images/image_decode.h), captions tokenized as
 // open_clip.tokenize (clip_tokenizer.h). No LibTorch.

@@ -1,9 +1,9 @@
 #pragma once
 // A Medical Segmentation Decathlon / nnU-Net folder (dataset.json,
-// imagesTr/, labelsTr/) to two ragged HDF5 volume files (data/FORMAT.md
+// imagesTr/, labelsTr/) to two ragged HDF5 volume files (docs/data-format.md
 // "Cases of different shapes"): `memtrain convert-dataset`. Every case is
 // reoriented to RAS (orientation.h), resampled to one spacing and
-// normalised per channel. Documented in data/CONVERT.md. No LibTorch here.
+// normalised per channel. Documented in docs/data-convert.md. No LibTorch here.
 
 #include <array>
 #include <cstdint>
@@ -48,7 +48,7 @@ struct DatasetConvertResult {
 // Reads spec.folder and writes both files, each atomically (a temporary
 // file in the same folder, renamed when both are complete: on any error
 // nothing is written). Throws memtrain::Error naming the case and the file
-// (or the flag) on bad input; the rules are data/CONVERT.md's.
+// (or the flag) on bad input; the rules are docs/data-convert.md's.
 DatasetConvertResult convert_dataset(const DatasetConvertSpec& spec);
 
 }  // namespace memtrain

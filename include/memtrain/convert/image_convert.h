@@ -1,6 +1,6 @@
 #pragma once
 // An image folder (one subfolder per class of JPEG/PNG files, torchvision's
-// ImageFolder layout) to memtrain's HDF5 image layout (data/FORMAT.md,
+// ImageFolder layout) to memtrain's HDF5 image layout (docs/data-format.md,
 // `/images` uint8 [N, 3, S, S] + `/labels`): `memtrain convert-images`.
 // Decoding and resizing: formats/images/image_decode.h; the split is here.
 // No LibTorch.

@@ -1,7 +1,7 @@
 #pragma once
 // NIfTI-1 image + label volumes to memtrain's HDF5 volume layout
-// (data/FORMAT.md, `/volumes` + `/masks`): `memtrain convert-nifti`.
-// Documented in data/CONVERT.md. No LibTorch here.
+// (docs/data-format.md, `/volumes` + `/masks`): `memtrain convert-nifti`.
+// Documented in docs/data-convert.md. No LibTorch here.
 
 #include <array>
 #include <cstdint>

@@ -15,7 +15,7 @@ namespace memtrain {
 class Placement;
 
 struct EmbedSpec {
-  std::string data;     // a pair file (data/FORMAT.md, Pairs)
+  std::string data;     // a pair file (docs/data-format.md, Pairs)
   std::string weights;  // loaded strictly, as eval's --weights
   std::string out;      // the HDF5 file written
   int64_t batch = 64;   // rows a forward

@@ -89,8 +89,8 @@ inline void normalize_imagenet(at::Tensor& x) {
 
 // The training and validation transforms of `cfg` for the rows of `info`
 // (data.augment, data.crop_scale, data.crop_ratio, data.normalize with
-// their auto rules, README "Images"); `episodes_or_pairs`: rows that are
-// read as episodes or pairs, which get none -- except CLIP's normalisation
+// their auto rules, docs/models.md "Images"); `episodes_or_pairs`: rows that
+// are read as episodes or pairs, which get none -- except CLIP's normalisation
 // of model.name=clip's images (auto there). Throws memtrain::Error for a
 // transform the file cannot take (not /images; imagenet or clip on images
 // without 3 channels; augmentation of episodes or pairs).

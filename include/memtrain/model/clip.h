@@ -4,7 +4,7 @@
 // state-dict names, shapes and order (Note [CLIP as open_clip] in clip.cpp),
 // so that an open_clip checkpoint loads through model.pretrained and a
 // memtrain checkpoint loads into open_clip. Trained on pair files of /images
-// and /tokens (data/FORMAT.md, Pairs) with the symmetric InfoNCE of
+// and /tokens (docs/data-format.md, Pairs) with the symmetric InfoNCE of
 // PairEncoder, exactly over the window (Note [Exact contrastive
 // accumulation]).
 

@@ -1,6 +1,6 @@
 #pragma once
 // DualEncoder (model.name: dual_encoder): two towers for pair files
-// (data/FORMAT.md, Pairs). Tower a is make_model's mlp (on /features_a) or
+// (docs/data-format.md, Pairs). Tower a is make_model's mlp (on /features_a) or
 // cnn (on /images), tower b the mlp on /features_b, each with
 // model.embed_dim outputs, L2-normalised. A learnable logit scale
 // t = log(1 / model.init_temperature) multiplies the cosine similarities

@@ -54,9 +54,9 @@ inline uint64_t fnv1a64(const std::string& s) {
   return h;
 }
 
-// The split rule of the converters (data/FORMAT.md "From an image folder"):
-// an item named `name` (convert-images: the image's path inside its class
-// folder, '/'-separated; convert-dataset: the case name) has the key
+// The split rule of the converters (docs/data-format.md "From an image
+// folder"): an item named `name` (convert-images: the image's path inside its
+// class folder, '/'-separated; convert-dataset: the case name) has the key
 // SplitMix64(FNV-1a-64(name) XOR SplitMix64(seed)); of n items the
 // val_count(n, fraction) = floor(fraction * n + 0.5) with the smallest keys
 // (ties: by name) go to validation.

@@ -13,7 +13,7 @@
 
 namespace memtrain {
 
-// Process exit statuses, documented in the README.
+// Process exit statuses, documented in docs/commands.md ("Exit statuses").
 enum ExitCode : int {
   kExitOk = 0,
   kExitFailure = 1,  // runtime failure (a peer died, I/O failed, a bug)

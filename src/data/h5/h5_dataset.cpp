@@ -98,7 +98,7 @@ H5Dataset H5Dataset::open(
         layout::kVersion,
         ")");
   }
-  // A pair file (data/FORMAT.md "Pairs"): /features_a or /images is tower
+  // A pair file (docs/data-format.md "Pairs"): /features_a or /images is tower
   // a's input, /features_b or /tokens tower b's; /pair_ids replaces /labels.
   const bool paired =
       h5::has_link(f, layout::kFeaturesB) || h5::has_link(f, layout::kTokens);
@@ -110,9 +110,9 @@ H5Dataset H5Dataset::open(
       has_features || has_images || has_volumes,
       where,
       paired ? ": has /features_b or /tokens but no /features_a or /images "
-               "for the pairs' first element (see data/FORMAT.md, Pairs)"
+               "for the pairs' first element (see docs/data-format.md, Pairs)"
              : ": has no /features, /images or /volumes dataset (see "
-               "data/FORMAT.md)");
+               "docs/data-format.md)");
   MT_CHECK(
       !paired || !has_volumes,
       where,
@@ -356,7 +356,7 @@ void H5Dataset::open_targets(
       !h5::has_link(f, layout::kLabels),
       where,
       ": has /targets and /labels; a file holds class labels or regression "
-      "targets, not both (data/FORMAT.md, Targets)");
+      "targets, not both (docs/data-format.md, Targets)");
   info.targets = open_row_table(
       impl.targets,
       f,

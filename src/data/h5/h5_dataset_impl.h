@@ -1,6 +1,6 @@
 #pragma once
 // Private to src/data/h5/: what an open H5Dataset holds. Shared by
-// h5_dataset.cpp (the layout of data/FORMAT.md) and h5_pairs.cpp (pairs).
+// h5_dataset.cpp (the layout of docs/data-format.md) and h5_pairs.cpp (pairs).
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -28,7 +28,7 @@ std::string H5Dataset::patch_layout_warning(
       chunk_text,
       " IN OUT` (or memtrain convert-nifti --chunk ",
       good[0],
-      "); see data/FORMAT.md.");
+      "); see docs/data-format.md.");
   if (info_.chunk_shape.empty()) {
     return "'" + info_.path +
            "' dataset '/volumes' is contiguous (not chunked): a patch read "

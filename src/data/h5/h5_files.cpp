@@ -205,7 +205,7 @@ std::string open_failure(
   silence_errors();
   if (H5Fis_hdf5(path.c_str()) <= 0)
     return "not an HDF5 file (memtrain reads the HDF5 layout of "
-           "data/FORMAT.md; `memtrain inspect FILE` checks a file)";
+           "docs/data-format.md; `memtrain inspect FILE` checks a file)";
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
   if (id >= 0) {
     close_file_and_objects(id);

@@ -1,4 +1,4 @@
-// Pair files (data/FORMAT.md, Pairs): /features_b or /tokens, tower b's
+// Pair files (docs/data-format.md, Pairs): /features_b or /tokens, tower b's
 // input, and the optional /pair_ids. The sample dataset (/features_a or
 // /images) has been opened and checked by H5Dataset::open like /features or
 // /images.
@@ -76,13 +76,13 @@ void H5Dataset::open_pairs(
       where,
       ": a pair file (it has /features_b) has no /labels or "
       "/context_features; pairs are matched by row, or by /pair_ids "
-      "(data/FORMAT.md, Pairs)");
+      "(docs/data-format.md, Pairs)");
   info.tokens = h5::has_link(f, layout::kTokens);
   MT_CHECK(
       !info.tokens || !h5::has_link(f, layout::kFeaturesB),
       where,
       ": has /features_b and /tokens; tower b reads one of them "
-      "(data/FORMAT.md, Pairs)");
+      "(docs/data-format.md, Pairs)");
   h5::Handle dapl = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
   H5Pset_chunk_cache(dapl.get(), 12421, 64u << 20, 1.0);
   info.context_features = open_row_table(

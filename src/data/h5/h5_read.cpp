@@ -143,7 +143,7 @@ void read_box(
       nullptr);
   // A memory space of the box's own shape: HDF5 1.10 then copies whole
   // rows per chunk; a flat 1-D memory space makes it map every voxel to its
-  // chunk one by one (see README, "Benchmarks").
+  // chunk one by one (see docs/benchmarks.md).
   Handle mspace = space(
       H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
   dread(

@@ -1,6 +1,6 @@
 #pragma once
 // Private: H5Dataset::open's check of /volume_ids and /voxel_index (rows
-// that belong to volumes, data/FORMAT.md), kept apart from h5_dataset.cpp.
+// that belong to volumes, docs/data-format.md), kept apart from h5_dataset.cpp.
 
 #include <string>
 

@@ -1,4 +1,4 @@
-// Volume files (data/FORMAT.md, "Volumes" and "Cases of different
+// Volume files (docs/data-format.md, "Volumes" and "Cases of different
 // shapes"): opening /volumes and /masks, the cases' own shapes, whole-case
 // and patch reads. Split from h5_dataset.cpp, which opens every layout.
 #include <algorithm>
@@ -15,7 +15,7 @@ namespace {
 
 constexpr size_t kMaxForeground = 65536;
 
-// /volume_shapes and /case_names (data/FORMAT.md, "Cases of different
+// /volume_shapes and /case_names (docs/data-format.md, "Cases of different
 // shapes"): each case's (d, h, w) inside the array's [D, H, W], checked.
 void open_case_shapes(hid_t f, DatasetInfo& info, const std::string& where) {
   const int64_t n = info.num_samples;
@@ -187,7 +187,7 @@ void H5Dataset::open_volumes(
       !h5::has_link(f, layout::kLabels),
       where,
       ": has /volumes with /labels; a volume file labels every voxel with "
-      "/masks [N, D, H, W] (see data/FORMAT.md)");
+      "/masks [N, D, H, W] (see docs/data-format.md)");
   MT_CHECK(
       h5::has_link(f, layout::kMasks),
       mw,

@@ -1,7 +1,7 @@
 #pragma once
 // Every dataset and attribute name of the HDF5 files memtrain reads and
 // writes, in one place: what the readers look for (documented in
-// data/FORMAT.md) and what the writers (make-data, the converters, embed,
+// docs/data-format.md) and what the writers (make-data, the converters, embed,
 // the volume-rows output) add as provenance. Code spells a dataset or
 // attribute name only here; attribute values (kind = "volumes", ...) are
 // not names. Datasets are named as H5Dopen2 and H5Lexists take them from
@@ -24,7 +24,7 @@ inline constexpr char kLayoutVersion[] = "layout_version";
 inline constexpr int64_t kVersion = 1;
 
 // --- datasets -------------------------------------------------------------
-// Samples, one row each (FORMAT.md "Datasets").
+// Samples, one row each (docs/data-format.md "Datasets").
 inline constexpr char kFeatures[] = "features";
 inline constexpr char kContextFeatures[] = "context_features";
 inline constexpr char kImages[] = "images";

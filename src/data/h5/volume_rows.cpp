@@ -105,7 +105,7 @@ void open_volume_rows(hid_t f, DatasetInfo& info, const std::string& where) {
       " but holds ",
       info.sample_dataset,
       "; only /features files carry rows that belong to volumes (see "
-      "data/FORMAT.md)");
+      "docs/data-format.md)");
   MT_CHECK(
       has_ids && has_voxels,
       where,
@@ -113,7 +113,7 @@ void open_volume_rows(hid_t f, DatasetInfo& info, const std::string& where) {
       has_ids ? "/volume_ids without /voxel_index"
               : "/voxel_index without /volume_ids",
       "; rows that belong to volumes need both (/volume_ids [N] and "
-      "/voxel_index [N, 3], see data/FORMAT.md)");
+      "/voxel_index [N, 3], see docs/data-format.md)");
   const int64_t n = info.num_samples;
   std::vector<int64_t> ids =
       read_index_dataset(f, layout::kVolumeIds, n, 0, where, info);

@@ -1,5 +1,5 @@
 // make-data --kind captions: a pair file of N random RGB images and N
-// random token rows shaped like CLIP's (data/FORMAT.md, Pairs), for
+// random token rows shaped like CLIP's (docs/data-format.md, Pairs), for
 // measuring model.name: clip's memory and time (bench_memory --models
 // clip), not for learning: an image's pixels do not depend on its tokens,
 // so there is nothing to match. Row i's tokens are 49406 (<start_of_text>),

@@ -1,5 +1,5 @@
 // make-data --kind patch-features: what a frozen backbone's patch grid
-// gives a segmentation head (data/FORMAT.md, "Rows that belong to
+// gives a segmentation head (docs/data-format.md, "Rows that belong to
 // volumes"). Each of `volumes` volumes is a grid of grid^3 positions with a
 // foreground blob; a row is one position: local features of its own class,
 // context features summarising its 3x3x3 neighbourhood's classes, its label,

@@ -1,5 +1,5 @@
 // Opening a NIfTI-1, NIfTI-2 or Analyze 7.5 file: its raw header read and
-// checked as nibabel checks it (data/CONVERT.md "Input") before libnifti,
+// checked as nibabel checks it (docs/data-convert.md "Input") before libnifti,
 // which repairs bad headers silently, reads it; the transform of an Analyze
 // file given its orientation; the memory a grid may take. The voxels are
 // read in nifti_read.cpp.
@@ -294,7 +294,7 @@ std::string datatype_name(int64_t dt) {
   return lower(name) + " (code " + std::to_string(dt) + ")";
 }
 
-// The checks of data/CONVERT.md "Input" on the raw header.
+// The checks of docs/data-convert.md "Input" on the raw header.
 void check_raw_header(
     const Nifti& n, const RawHeader& h, const std::string& orientation) {
   const std::string where = n.command + ": " + n.name() + ": ";

@@ -62,7 +62,7 @@ std::string fmt(double v);
 // value and what a valid file has, before libnifti reads anything (it
 // "repairs" bad headers silently): the raw header (NIfTI-1 or NIfTI-2,
 // either byte order, gzipped or not) is checked as nibabel checks it
-// (data/CONVERT.md "Input": magic and file kind, dim, pixdim, vox_offset,
+// (docs/data-convert.md "Input": magic and file kind, dim, pixdim, vox_offset,
 // datatype, scl_inter, qform/sform codes and transforms). A file without
 // the NIfTI magic is Analyze 7.5: refused unless `analyze_orientation` is
 // an axis code (check_axis_code), which then gives its transform.

@@ -76,7 +76,8 @@ void open_data(RunState& run) {
   MT_CHECK(
       !run.cfg.validation.dump_predictions || run.task->dumps_predictions(),
       "validation.dump_predictions=true needs data.val with rows that belong "
-      "to volumes (/volume_ids and /voxel_index, data/FORMAT.md); data.val ",
+      "to volumes (/volume_ids and /voxel_index, docs/data-format.md); "
+      "data.val ",
       run.cfg.data.val.empty() ? std::string("is not set")
                                : "'" + run.cfg.data.val + "' has none");
 }

@@ -295,7 +295,7 @@ std::string describe_run(const RunState& m) {
     out << " and " << ti.context_dataset() << " [" << ti.context_features << "]"
         << (ti.row_labels.empty() ? "" : " with /pair_ids");
   } else {
-    if (ti.targets > 0)  // data/FORMAT.md, "Targets"
+    if (ti.targets > 0)  // docs/data-format.md, "Targets"
       out << ", " << ti.targets << " targets a row";
     else
       out << ", " << ti.num_classes << " classes";

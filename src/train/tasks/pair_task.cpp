@@ -45,7 +45,7 @@ namespace memtrain {
 //      gradients summed over micro-batches and ranks are those of the
 //      one-batch loss.
 // The device holds one micro-batch's activations at a time, as in a plain
-// window; the forward runs twice (README "Contrastive pairs": 1.33 s vs
+// window; the forward runs twice (docs/models.md "Contrastive pairs": 1.33 s vs
 // 1.01 s for local on one window of clip-heads-v100.yaml). The boundary
 // all-reduce of the gradients is still the window's only gradient exchange; the
 // all-gather is counted apart (CommStats::allgather_*, the window record's

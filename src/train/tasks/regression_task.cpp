@@ -1,4 +1,4 @@
-// Regression of rows (data/FORMAT.md, "Targets"): a /features or /images
+// Regression of rows (docs/data-format.md, "Targets"): a /features or /images
 // file with /targets [N, T]; the model's T outputs, the mean squared error
 // over a row's targets as its loss, validation reporting MAE and RMSE over
 // every target of data.val.

@@ -1,5 +1,5 @@
 // Validation of rows that belong to volumes (Note [Volume rows] in
-// ARCHITECTURE.md; data/FORMAT.md, "Rows that belong to volumes").
+// ARCHITECTURE.md; docs/data-format.md, "Rows that belong to volumes").
 
 #include <torch/torch.h>
 

@@ -11,7 +11,7 @@ namespace memtrain {
 // Collective. Note [Volume rows]: volume v (of the distinct ids, ascending)
 // on rank v mod world; per-volume Dice, its means, loss (`how`) and
 // accuracy over rows, exact over ranks. With `dump_dir`, each rank writes
-// its volumes' prediction grids there (data/FORMAT.md).
+// its volumes' prediction grids there (docs/data-format.md).
 ValResult validate_volume_rows(
     RunState& run,
     RunCounters& counters,

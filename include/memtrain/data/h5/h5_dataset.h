@@ -1,6 +1,6 @@
 #pragma once
 // H5Dataset: one HDF5 file of samples and labels in memtrain's layout
-// (data/FORMAT.md): `/features` [N, F] (+ optional `/context_features`
+// (docs/data-format.md): `/features` [N, F] (+ optional `/context_features`
 // [N, F2]) or `/images` [N, C, H, W] with `/labels` [N], or `/volumes`
 // [N, C, D, H, W] with `/masks` [N, D, H, W], or pairs: `/features_a` or
 // `/images` with `/features_b` [N, Fb] or `/tokens` [N, L] and optional
@@ -39,12 +39,12 @@ struct DatasetInfo {
   // by class); empty for /volumes.
   std::vector<int64_t> row_labels;
   int64_t context_features = 0;  // F2 of /context_features; 0 without it
-  // A pair file (data/FORMAT.md, Pairs): the sample dataset is /features_a
+  // A pair file (docs/data-format.md, Pairs): the sample dataset is /features_a
   // or /images (tower a's input), context_features is the width Fb of
   // /features_b (tower b's input, read into read()'s `context`), the labels
   // are /pair_ids (without them, the row index), and num_classes is 0.
   bool paired = false;
-  // A pair file of images and captions (data/FORMAT.md, Pairs): tower b's
+  // A pair file of images and captions (docs/data-format.md, Pairs): tower b's
   // input is /tokens [N, L] (context_features is L), token ids read as
   // float (exact below 2^24) into read()'s `context`; token_max is the
   // largest id in the file, token_vocab its vocab_size attribute (0: none).
@@ -53,7 +53,7 @@ struct DatasetInfo {
   int64_t token_vocab = 0;
   // "/features_b" or "/tokens" (pairs), "/context_features" otherwise.
   std::string context_dataset() const;
-  // A regression file (data/FORMAT.md, "Targets"): /targets [N, T] float
+  // A regression file (docs/data-format.md, "Targets"): /targets [N, T] float
   // holds every row's T targets instead of /labels; num_classes is 0 and
   // row_labels empty. 0: no /targets.
   int64_t targets = 0;
@@ -71,14 +71,14 @@ struct DatasetInfo {
   // training on; `unchecksummed` names those that have none ("/labels").
   bool checksummed = true;
   std::vector<std::string> unchecksummed;
-  // /features files whose rows belong to volumes (data/FORMAT.md, "Rows
+  // /features files whose rows belong to volumes (docs/data-format.md, "Rows
   // that belong to volumes"): each row's /volume_ids entry and its
   // /voxel_index (d, h, w) in that volume's grid; empty without them.
   bool has_volume_rows = false;
   std::vector<int64_t> row_volume_ids;
   std::vector<std::array<int64_t, 3>> row_voxel_index;
 
-  // /volumes only (data/FORMAT.md, "Cases of different shapes"): each
+  // /volumes only (docs/data-format.md, "Cases of different shapes"): each
   // case's own (d, h, w) inside the [D, H, W] of sample_shape -- from
   // /volume_shapes, else all [D, H, W] -- and, when the file names them,
   // each case's name (/case_names). `ragged`: some case is smaller.
@@ -127,7 +127,7 @@ class H5Dataset {
   // null and the file has them) their context features into `context`
   // (indices.size() * F2) and their targets into `targets`
   // (indices.size() * T). Integer
-  // sample types are converted to float and normalised as data/FORMAT.md
+  // sample types are converted to float and normalised as docs/data-format.md
   // says. One hyperslab read per dataset: only the requested rows are read.
   // For /volumes files, a row is the whole [D, H, W] array and `y` gets
   // its mask (D * H * W labels); a ragged file's cases are read with

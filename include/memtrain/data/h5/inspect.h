@@ -10,7 +10,7 @@ namespace memtrain {
 
 struct InspectReport {
   std::string text;  // human-readable: layout, shapes, dtypes, chunks, labels
-  bool ok = false;   // false when the file does not match data/FORMAT.md
+  bool ok = false;   // false when the file does not match docs/data-format.md
 };
 
 InspectReport inspect_file(const std::string& path);

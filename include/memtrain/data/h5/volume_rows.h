@@ -1,5 +1,5 @@
 #pragma once
-// Rows that belong to volumes (data/FORMAT.md, "Rows that belong to
+// Rows that belong to volumes (docs/data-format.md, "Rows that belong to
 // volumes"): a /features file whose rows carry /volume_ids [N] and
 // /voxel_index [N, 3], e.g. the patch-grid features of a frozen backbone
 // with one label per patch. H5Dataset::open checks and reads both into

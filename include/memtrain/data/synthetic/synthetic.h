@@ -27,14 +27,14 @@ struct SyntheticSpec {
   int64_t targets = 2;  // regression: T of /targets
   int64_t chunk = 16;   // volumes: chunk edge in voxels (0: a whole volume)
   // volumes: case n (n > 0) spans 50-100% of D, H, W on each axis, drawn
-  // from the seed and split; /volume_shapes says how much (data/FORMAT.md,
+  // from the seed and split; /volume_shapes says how much (docs/data-format.md,
   // "Cases of different shapes"). The rest of its row is 0, never read.
   bool ragged = false;
   std::string dtype = "float32";  // images: float32 | uint8; volumes: +int16
   double noise = 1.0;  // noise standard deviation (centres: N(0, 0.5^2))
   uint64_t seed = 0;
   std::string split = "train";  // any name; different names, other samples
-  // patch-features (data/FORMAT.md, "Rows that belong to volumes"):
+  // patch-features (docs/data-format.md, "Rows that belong to volumes"):
   // `volumes` grids of grid^3 rows each; rows in a seeded random order
   // instead of volume by volume with `shuffle`.
   int64_t volumes = 8;
@@ -42,7 +42,7 @@ struct SyntheticSpec {
   bool shuffle = false;
 };
 
-// Writes an HDF5 file in memtrain's layout (data/FORMAT.md) to `path`,
+// Writes an HDF5 file in memtrain's layout (docs/data-format.md) to `path`,
 // atomically: a temporary file in the same folder, renamed when complete.
 // Throws memtrain::Error on a bad spec or an I/O failure.
 void make_synthetic(const SyntheticSpec& spec, const std::string& path);

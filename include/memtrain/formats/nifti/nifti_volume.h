@@ -15,7 +15,8 @@ namespace memtrain {
 
 // An image NIfTI-1 or NIfTI-2 file's voxels: [C, D, H, W] float32
 // (scl_slope applied), D = z (k), H = y (j), W = x (i) as the file stores
-// them (data/CONVERT.md "Output": no reorientation), C = its 4th dimension.
+// them (docs/data-convert.md "Output": no reorientation), C = its 4th
+// dimension.
 struct NiftiCase {
   std::string path;
   std::array<int64_t, 4> shape{1, 1, 1, 1};   // C, D, H, W
@@ -32,7 +33,7 @@ struct NiftiCase {
 void check_axis_code(const std::string& command, const std::string& code);
 
 // Opens the header of each of `paths` (flag `flag` of `command`, for
-// messages) with every check of data/CONVERT.md "Input", reading no voxel:
+// messages) with every check of docs/data-convert.md "Input", reading no voxel:
 // predict checks all its inputs before it writes any output. Returns how
 // many are Analyze 7.5 files (accepted by `analyze_orientation`).
 int64_t check_nifti_headers(
