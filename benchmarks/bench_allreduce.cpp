@@ -44,6 +44,7 @@
 #include "memtrain/dist/make_communicator.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/model/models.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "memtrain/data/synthetic/synthetic.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain::bench {
@@ -132,7 +133,7 @@ TrainConfig model_config(
   } else if (base.model.name == ModelName::kSeresnext50) {
     base.data.train = dir + "/big_images.h5";
     *micros = numbers(sizes.resnet_micros);
-  } else if (is_volume_model(base.model.name)) {
+  } else if (trains_on(base.model.name, kOnVolumes)) {
     const bool swin = base.model.name == ModelName::kSwinUnetr;
     base.model.depth = sizes.unet_depth;
     base.model.feature_size = swin ? sizes.swin_feature : sizes.unet_feature;

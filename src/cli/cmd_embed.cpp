@@ -5,6 +5,7 @@
 
 #include "agreed.h"
 #include "commands.h"
+#include "load_config.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/infer/embed.h"
 #include "memtrain/util/error.h"
@@ -48,7 +49,7 @@ int run_embed(EmbedArgs& args) {
         n,
         "); run it directly");
   }
-  const TrainConfig cfg = TrainConfig::load(args.config, args.overrides);
+  const TrainConfig cfg = load_config(args.config, args.overrides);
   args.spec.weights = args.weights;
   const auto placement =
       Placement::choose(cfg.dist.device, 0, cfg.memory.allocator_conf);

@@ -5,6 +5,7 @@
 
 #include "agreed.h"
 #include "commands.h"
+#include "load_config.h"
 #include "memtrain/dist/environment.h"
 #include "memtrain/train/loop/trainer.h"
 #include "memtrain/util/error.h"
@@ -38,7 +39,7 @@ int run_eval(const EvalArgs& args, int* argc, char*** argv) {
     return kExitUsage;
   TrainConfig cfg;
   if (!agreed(env, "config", [&] {
-        cfg = TrainConfig::load(args.config, args.overrides);
+        cfg = load_config(args.config, args.overrides);
       })) {
     return kExitUsage;
   }

@@ -5,6 +5,7 @@
 
 #include "agreed.h"
 #include "commands.h"
+#include "load_config.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/dist/environment.h"
 #include "memtrain/infer/inference_model.h"
@@ -80,7 +81,7 @@ int run_predict(const PredictArgs& args, int* argc, char*** argv) {
   TrainedOn on;
   std::vector<InputCase> cases;
   if (!agreed(env, "config", [&] {
-        cfg = TrainConfig::load(args.config, args.overrides);
+        cfg = load_config(args.config, args.overrides);
         on = trained_on(cfg, "predict");
         cases = predict_inputs(opt);  // every header before any output
         std::error_code ec;

@@ -12,6 +12,7 @@
 
 #include "agreed.h"
 #include "commands.h"
+#include "load_config.h"
 #include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/dist/cpu_threads.h"
@@ -192,7 +193,7 @@ int run_train(const TrainArgs& args, int* argc, char*** argv) {
 
   TrainConfig cfg;
   if (!agreed(env, "config", [&] {
-        cfg = TrainConfig::load(args.config, args.overrides);
+        cfg = load_config(args.config, args.overrides);
       })) {
     return kExitUsage;
   }

@@ -1597,45 +1597,8 @@ void TrainConfig::validate() const {
       "set model.head=prototype, cosine or cosine_transformer with "
       "data.episodes.n_way >= 2, or "
       "model.head=linear with data.episodes.n_way=0");
-  MT_CHECK(
-      (model.name != ModelName::kDualEncoder &&
-       model.name != ModelName::kClip) ||
-          !episodic,
-      "config: model.name=",
-      model.name,
-      " trains on pairs, not episodes; set data.episodes.n_way=0 and "
-      "model.head=linear");
-  MT_CHECK(
-      !model.sync_bn || is_resnet(model.name),
-      "config: model.sync_bn: true needs a model with batch-norm (resnet50, "
-      "seresnext50_32x4d); model.name=",
-      model.name,
-      " has none");
-  MT_CHECK(
-      model.norm != Norm::kInstance || is_volume_model(model.name),
-      "config: model.norm=instance is unet3d's and swin_unetr's; "
-      "model.name=",
-      model.name,
-      " has none or group (set model.norm=none or group)");
-  MT_CHECK(
-      model.name != ModelName::kSwinUnetr || model.norm != Norm::kGroup,
-      "config: model.name=swin_unetr normalises as MONAI's SwinUNETR "
-      "(instance norm in its convolution blocks, layer norm in its "
-      "transformer); model.norm=group is unet3d's (set model.norm=none or "
-      "instance)");
-  MT_CHECK(
-      model.norm == Norm::kNone || !is_resnet(model.name),
-      "config: model.name=",
-      model.name,
-      " normalises with timm's batch-norm, so model.norm=",
-      model.norm,
-      " would be ignored; set model.norm=none");
-  MT_CHECK(
-      model.channels_last != Switch::kOn || is_2d_conv(model.name),
-      "config: model.channels_last=on is for the 2D convolutional models "
-      "(cnn, resnet50, seresnext50_32x4d); model.name=",
-      model.name,
-      " has none: set model.channels_last=auto or off");
+  // The rules that depend on the model are its registry's
+  // (model/registry.h: check_model_config).
   MT_CHECK(
       training.cudnn_benchmark != Switch::kOn || !training.deterministic,
       "config: training.cudnn_benchmark=on picks cuDNN's algorithms by "

@@ -6,6 +6,7 @@
 #include "memtrain/device/placement.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/models.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -51,7 +52,7 @@ bool cudnn_benchmark_on(const TrainingConfig& training) {
 
 bool channels_last_on(const ModelConfig& model, const Placement& placement) {
   return switch_on(
-      model.channels_last, placement.is_cuda() && is_2d_conv(model.name));
+      model.channels_last, placement.is_cuda() && model_row(model.name).conv2d);
 }
 
 at::Tensor autocast_forward(

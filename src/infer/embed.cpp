@@ -9,7 +9,8 @@
 #include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/device/placement.h"
 #include "memtrain/input/image_augment.h"
-#include "memtrain/model/dual_encoder.h"
+#include "memtrain/model/nets/dual_encoder.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 #include "memtrain/weights/model_state.h"
 
@@ -27,11 +28,12 @@ EmbedResult embed_pairs(
       "' is not a pair file (docs/data-format.md, Pairs: /images or "
       "/features_a with /tokens or /features_b)");
   MT_CHECK(
-      cfg.model.name == ModelName::kClip ||
-          cfg.model.name == ModelName::kDualEncoder,
+      trains_on(cfg.model.name, kOnPairs | kOnTokenPairs),
       "embed: model.name=",
       cfg.model.name,
-      "; embed runs a pair model (clip or dual_encoder)");
+      "; embed runs a pair model (",
+      models_on(kOnPairs | kOnTokenPairs),
+      ")");
   const ModelInput input{
       info.kind,
       info.sample_shape,

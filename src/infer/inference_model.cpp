@@ -7,6 +7,7 @@
 #include "memtrain/infer/sliding_window.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/models.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/model/volume_model.h"
 #include "memtrain/util/error.h"
 #include "memtrain/weights/model_state.h"
@@ -15,13 +16,16 @@ namespace memtrain {
 
 TrainedOn trained_on(const TrainConfig& cfg, const std::string& cmd) {
   MT_CHECK(
-      is_volume_model(cfg.model.name),
+      trains_on(cfg.model.name, kOnVolumes),
       cmd,
       ": model.name=",
       cfg.model.name,
       "; ",
       cmd,
-      " segments volumes with a unet3d or swin_unetr config");
+      " segments volumes with a ",
+      models_on(kOnVolumes),
+      " config");
+  check_model_config(cfg);
   TrainedOn on;
   on.data = H5Dataset::open(cfg.data.train, "data.train").info();
   check_model_fits(

@@ -8,6 +8,7 @@
 
 #include "memtrain/config/train_config.h"
 #include "memtrain/data/h5/h5_dataset.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/counter_rng.h"
 #include "memtrain/util/error.h"
 
@@ -173,18 +174,18 @@ ImageTransforms resolve_image_transforms(
     const TrainConfig& cfg, const DatasetInfo& info, bool episodes_or_pairs) {
   const DataConfig& data = cfg.data;
   const bool images = info.kind == SampleKind::kImages;
-  const bool resnet = is_resnet(cfg.model.name);
+  const ModelRow& model = model_row(cfg.model.name);
   const int64_t channels = images ? info.sample_shape.at(0) : 0;
   const std::string where = "data.train '" + info.path + "'";
-  const Augment augment = data.augment != Augment::kAuto ? data.augment
-                          : resnet && images && !episodes_or_pairs
-                              ? Augment::kCropFlip
-                              : Augment::kNone;
-  const bool clip = cfg.model.name == ModelName::kClip;
+  const Augment augment =
+      data.augment != Augment::kAuto ? data.augment
+      : model.imagenet_images && images && !episodes_or_pairs
+          ? Augment::kCropFlip
+          : Augment::kNone;
   const Normalize normalize =
-      data.normalize != Normalize::kAuto ? data.normalize
-      : clip && images && channels == 3  ? Normalize::kClip
-      : resnet && images && channels == 3 && !episodes_or_pairs
+      data.normalize != Normalize::kAuto             ? data.normalize
+      : model.clip_images && images && channels == 3 ? Normalize::kClip
+      : model.imagenet_images && images && channels == 3 && !episodes_or_pairs
           ? Normalize::kImagenet
           : Normalize::kNone;
   // A transform that is on must have images trained as rows to act on.
@@ -204,7 +205,8 @@ ImageTransforms resolve_image_transforms(
             key,
             "=none (or auto)");
         MT_CHECK(
-            !episodes_or_pairs || (clip_pairs_ok && clip && info.paired),
+            !episodes_or_pairs ||
+                (clip_pairs_ok && model.clip_images && info.paired),
             key,
             "=",
             value,

@@ -2,8 +2,8 @@
 
 #include "memtrain/compat.h"
 #include "memtrain/data/h5/h5_dataset.h"
-#include "memtrain/model/swin_unetr.h"
-#include "memtrain/model/unet3d.h"
+#include "memtrain/model/nets/swin_unetr.h"
+#include "memtrain/model/nets/unet3d.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

@@ -14,7 +14,7 @@
 #include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/data/sampling/episodes.h"
 #include "memtrain/data/sampling/sharded_sampler.h"
-#include "memtrain/model/fewshot_head.h"
+#include "memtrain/model/blocks/fewshot_head.h"
 #include "mpi_support.h"
 
 namespace memtrain {

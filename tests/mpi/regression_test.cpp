@@ -12,6 +12,7 @@
 #include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/data/sampling/sharded_sampler.h"
 #include "memtrain/model/models.h"
+#include "memtrain/model/registry.h"
 #include "mpi_support.h"
 
 namespace memtrain {

@@ -18,6 +18,7 @@
 #include "memtrain/device/placement.h"
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/model/models.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/train/loop/trainer.h"
 #include "memtrain/train/state/window_totals.h"
 #include "mpi_support.h"

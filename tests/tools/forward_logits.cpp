@@ -17,6 +17,7 @@
 
 #include "memtrain/config/train_config.h"
 #include "memtrain/model/models.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 #include "memtrain/weights/model_state.h"
 #include "memtrain/weights/safetensors.h"

@@ -6,8 +6,9 @@
 
 #include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
-#include "memtrain/model/checkpointed.h"
+#include "memtrain/model/blocks/checkpointed.h"
 #include "memtrain/model/models.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/train/state/loss_scaler.h"
 #include "memtrain/util/error.h"
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "memtrain/config/train_config.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 
@@ -19,7 +20,7 @@ std::string error_of(
   const std::string path = dir.file("c.yaml");
   std::ofstream(path) << yaml;
   try {
-    TrainConfig::load(path, overrides);
+    check_model_config(TrainConfig::load(path, overrides));
   } catch (const Error& e) {
     return e.what();
   }

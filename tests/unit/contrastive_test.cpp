@@ -9,8 +9,8 @@
 
 #include "memtrain/data/h5/h5_dataset.h"
 #include "memtrain/data/synthetic/synthetic.h"
-#include "memtrain/model/dual_encoder.h"
 #include "memtrain/model/losses.h"
+#include "memtrain/model/nets/dual_encoder.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

@@ -15,9 +15,10 @@
 #include "memtrain/config/choices.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/host_pool.h"
-#include "memtrain/model/checkpointed.h"
+#include "memtrain/model/blocks/checkpointed.h"
 #include "memtrain/model/losses.h"
 #include "memtrain/model/models.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 #include "tier_steps.h"
 

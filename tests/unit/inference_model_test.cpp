@@ -9,6 +9,7 @@
 #include "memtrain/device/placement.h"
 #include "memtrain/infer/inference_model.h"
 #include "memtrain/model/models.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/model/volume_model.h"
 #include "memtrain/train/eval/validator.h"
 #include "memtrain/weights/model_state.h"

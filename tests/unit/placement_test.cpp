@@ -18,7 +18,7 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/oom_guard.h"
 #include "memtrain/model/losses.h"
-#include "memtrain/model/unet3d.h"
+#include "memtrain/model/nets/unet3d.h"
 #include "memtrain/train/state/window_totals.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"

@@ -11,7 +11,7 @@
 #include "memtrain/config/train_config.h"
 #include "memtrain/infer/sliding_window.h"
 #include "memtrain/memory/device_memory.h"
-#include "memtrain/model/unet3d.h"
+#include "memtrain/model/nets/unet3d.h"
 #include "memtrain/util/error.h"
 #include "test_support.h"
 

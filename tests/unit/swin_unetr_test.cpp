@@ -16,7 +16,7 @@
 #include "memtrain/compat.h"
 #include "memtrain/memory/host_pool.h"
 #include "memtrain/model/losses.h"
-#include "memtrain/model/swin_unetr.h"
+#include "memtrain/model/nets/swin_unetr.h"
 #include "memtrain/model/volume_model.h"
 #include "test_support.h"
 #include "tier_steps.h"

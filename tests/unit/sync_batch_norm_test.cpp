@@ -18,8 +18,9 @@
 #include "memtrain/config/train_config.h"
 #include "memtrain/data/sampling/sharded_sampler.h"
 #include "memtrain/data/sampling/window_shape.h"
+#include "memtrain/model/blocks/sync_batch_norm.h"
 #include "memtrain/model/models.h"
-#include "memtrain/model/sync_batch_norm.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 #include "memtrain/weights/model_state.h"
 
@@ -350,8 +351,8 @@ TEST(SyncBatchNorm, ModelsWithoutBatchNormAndConfigRefuse) {
   mlp->set_batch_norm_sync(BatchNormSync(), "mlp");  // off: fine
   for (const char* name : {"mlp", "cnn", "unet3d", "dual_encoder"}) {
     try {
-      TrainConfig::load(
-          "", {std::string("model.name=") + name, "model.sync_bn=true"});
+      check_model_config(TrainConfig::load(
+          "", {std::string("model.name=") + name, "model.sync_bn=true"}));
       FAIL() << name;
     } catch (const Error& e) {
       EXPECT_NE(

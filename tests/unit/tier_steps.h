@@ -13,10 +13,10 @@
 #include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/host_pool.h"
-#include "memtrain/model/checkpointed.h"
+#include "memtrain/model/blocks/checkpointed.h"
 #include "memtrain/model/losses.h"
 #include "memtrain/model/models.h"
-#include "memtrain/model/unet3d.h"
+#include "memtrain/model/nets/unet3d.h"
 
 namespace memtrain::tier_test {
 

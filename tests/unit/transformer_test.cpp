@@ -6,8 +6,8 @@
 #include <torch/torch.h>
 
 #include "memtrain/compat.h"
-#include "memtrain/model/clip.h"
-#include "memtrain/model/transformer.h"
+#include "memtrain/model/blocks/transformer.h"
+#include "memtrain/model/nets/clip.h"
 #include "memtrain/util/error.h"
 
 using namespace memtrain;

@@ -15,7 +15,7 @@
 #include "memtrain/config/train_config.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/losses.h"
-#include "memtrain/model/unet3d.h"
+#include "memtrain/model/nets/unet3d.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

@@ -18,7 +18,7 @@
 
 namespace memtrain {
 
-// model.name
+// model.name (a model's traits are its row in model/registry.cpp)
 enum class ModelName {
   kMlp,
   kCnn,
@@ -88,10 +88,6 @@ constexpr std::array<const char*, 8> choice_names(ModelName) {
        "clip"}};
 }
 
-// Models of /volumes: unet3d and swin_unetr.
-constexpr bool is_volume_model(ModelName m) {
-  return m == ModelName::kUnet3d || m == ModelName::kSwinUnetr;
-}
 constexpr std::array<const char*, 3> choice_names(Norm) {
   return {{"none", "group", "instance"}};
 }
@@ -204,16 +200,6 @@ E choice_of(std::string_view text) {
 template <class E, std::enable_if_t<IsChoice<E>::value, int> = 0>
 std::ostream& operator<<(std::ostream& out, E e) {
   return out << to_string(e);
-}
-
-// resnet50 or seresnext50_32x4d (timm's ResNets, with batch-norm).
-constexpr bool is_resnet(ModelName name) {
-  return name == ModelName::kResnet50 || name == ModelName::kSeresnext50;
-}
-
-// The models made of 2D convolutions (model.channels_last applies).
-constexpr bool is_2d_conv(ModelName name) {
-  return name == ModelName::kCnn || is_resnet(name);
 }
 
 }  // namespace memtrain

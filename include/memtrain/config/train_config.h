@@ -33,14 +33,16 @@ struct ModelConfig {
   double dropout = 0.0;     // MLP blocks
   Norm norm = Norm::kNone;  // none | group | instance (unet3d)
   // unet3d: channels of the first level; swin_unetr: MONAI's feature_size
-  // (a multiple of 12); kAuto: the model's own, model_feature_size().
+  // (a multiple of 12); kAuto: the model's own (model/registry.h:
+  // model_feature_size).
   int64_t feature_size = 0;
   int64_t in_channels = 0;  // unet3d: 0 = the data's C
   int64_t num_classes = 0;  // 0 = the data's num_classes; 1 = binary
   int64_t seed = 1234;      // parameter initialisation
   // Few-shot: linear (a class per output) | prototype | cosine |
   // cosine_transformer: the backbone's outputs are an embed_dim-wide embedding,
-  // scored against the episode's class prototypes (src/model/fewshot_head.cpp).
+  // scored against the episode's class prototypes
+  // (src/model/blocks/fewshot_head.cpp).
   Head head = Head::kLinear;
   int64_t embed_dim = 64;
   double cosine_scale = 10.0;  // cosine: initial value of the learnable s
@@ -66,14 +68,6 @@ struct ModelConfig {
   // models: auto = on a CUDA device (device_setup.h: channels_last_on).
   Switch channels_last = Switch::kAuto;
 };
-
-// model.feature_size resolved: the value given, else the model's own (16
-// for unet3d, 48 for swin_unetr: MONAI's BTCV setting).
-inline int64_t model_feature_size(const ModelConfig& m) {
-  if (m.feature_size != 0)
-    return m.feature_size;
-  return m.name == ModelName::kSwinUnetr ? 48 : 16;
-}
 
 // data.val_classes: the classes held out for validation episodes, as a
 // list of class ids, or (ids empty) a fraction of the classes drawn from

@@ -1,10 +1,9 @@
 #pragma once
-// Models: a residual feature MLP (for /features files) and a small CNN (for
-// /images). Each is stem -> segments -> head; every segment (an MLP block, a
-// CNN stage) can run checkpointed (see checkpointed.h). Neither has
-// batch-norm: its statistics would make a window's update depend on how the
-// window is split into micro-batches and ranks. Parameter names are the
-// modules' own ("input.weight", "blocks.0.fc1.weight", ...) and are what
+// Classifier: what every model is (stem -> segments -> head; every segment
+// can run checkpointed, see blocks/checkpointed.h) and ModelInput, what a
+// model is built for. The models themselves are in nets/, made through the
+// registry (registry.h). Parameter names are the modules' own
+// ("input.weight", "blocks.0.fc1.weight", ...) and are what
 // model.safetensors stores.
 
 #include <torch/torch.h>
@@ -15,8 +14,8 @@
 
 #include "memtrain/config/train_config.h"
 #include "memtrain/data/h5/h5_dataset.h"
-#include "memtrain/model/checkpointed.h"
-#include "memtrain/model/sync_batch_norm.h"
+#include "memtrain/model/blocks/checkpointed.h"
+#include "memtrain/model/blocks/sync_batch_norm.h"
 
 namespace memtrain {
 
@@ -124,19 +123,5 @@ struct ModelInput {
 // the data's classes. Throws memtrain::Error naming both.
 int64_t model_num_classes(
     const ModelConfig& cfg, const DatasetInfo& ti, bool binary);
-
-// Throws memtrain::Error unless model `model` trains on samples of `kind`
-// (mlp: features, cnn, resnet50, seresnext50_32x4d: images, unet3d:
-// volumes, dual_encoder: pairs, i.e.
-// DatasetInfo::paired); `source` names the file
-// in the message.
-void check_model_fits(
-    ModelName model, SampleKind kind, bool paired, const std::string& source);
-
-// Builds `cfg.name` for `input`, initialised from `cfg.seed` alone (the same
-// parameters on every rank and at every world size). Throws memtrain::Error
-// when the model does not fit the data kind.
-std::shared_ptr<Classifier> make_model(
-    const ModelConfig& cfg, const ModelInput& input);
 
 }  // namespace memtrain

@@ -6,6 +6,7 @@
 #include "memtrain/infer/device_setup.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/host_pool.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/model/volume_model.h"
 #include "memtrain/train/state/optimizers.h"
 #include "memtrain/train/state/window_totals.h"
@@ -167,6 +168,7 @@ void set_up_host_pool(RunState& run) {
 
 std::unique_ptr<RunState> set_up_run(
     const TrainConfig& cfg, Communicator& comm, const Placement& placement) {
+  check_model_config(cfg);
   auto run = std::make_unique<RunState>(cfg, comm, placement);
   run->budget = start_on_device(cfg, placement);
   run->shape =

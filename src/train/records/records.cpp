@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 #include "memtrain/weights/model_state.h"
 
@@ -314,18 +315,11 @@ std::string describe_run(const RunState& m) {
   int64_t numel = 0;
   for (const auto& p : m.params)
     numel += p.numel();
-  out << "\nmodel: " << m.cfg.model.name << " (";
-  if (m.cfg.model.name == ModelName::kClip) {
-    out << m.cfg.model.variant << ", open_clip's ViT and text transformer";
-  } else if (m.cfg.model.name == ModelName::kSwinUnetr) {
-    out << m.task->describe_width(m) << ", instance norm as MONAI's, "
-        << m.buffers.size() << " buffers (relative position indices)";
-  } else if (m.buffers.empty()) {
-    out << m.task->describe_width(m) << ", depth " << m.cfg.model.depth
-        << ", norm " << m.cfg.model.norm;
-  } else {  // the ResNets: fixed layers, batch-norm
-    out << m.buffers.size() << " buffers (batch-norm statistics)";
-  }
+  BannerFacts facts;
+  facts.width = m.task->describe_width(m);
+  facts.buffers = m.buffers.size();
+  out << "\nmodel: " << m.cfg.model.name << " ("
+      << model_words(m.cfg.model, facts);
   out << ", " << m.task->describe_outputs(m) << "), " << numel
       << " parameters (" << format_bytes(numel * 4.0) << " fp32)";
   if (!m.frozen.empty()) {

@@ -10,8 +10,9 @@
 #include <numeric>
 
 #include "memtrain/memory/device_memory.h"
-#include "memtrain/model/dual_encoder.h"
 #include "memtrain/model/losses.h"
+#include "memtrain/model/nets/dual_encoder.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 #include "train/eval/val_batches.h"
 #include "train/tasks/task.h"

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "memtrain/data/sampling/window_shape.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
 

@@ -12,6 +12,7 @@
 #include "memtrain/device/placement.h"
 #include "memtrain/metrics/dice_report.h"
 #include "memtrain/model/losses.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/model/volume_model.h"
 #include "memtrain/train/eval/validator.h"
 #include "memtrain/train/logs/metrics.h"

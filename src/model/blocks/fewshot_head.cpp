@@ -1,5 +1,6 @@
-#include "memtrain/model/fewshot_head.h"
+#include "memtrain/model/blocks/fewshot_head.h"
 
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

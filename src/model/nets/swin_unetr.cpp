@@ -1,4 +1,4 @@
-#include "memtrain/model/swin_unetr.h"
+#include "memtrain/model/nets/swin_unetr.h"
 
 #include <array>
 #include <string>
@@ -6,7 +6,8 @@
 #include <vector>
 
 #include "memtrain/compat.h"
-#include "memtrain/model/checkpointed.h"
+#include "memtrain/model/blocks/checkpointed.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

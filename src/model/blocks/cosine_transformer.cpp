@@ -1,7 +1,7 @@
 // The few-shot cosine transformer head (Note [The few-shot cosine
 // transformer] in ARCHITECTURE.md; cosine_transformer.h).
 
-#include "memtrain/model/cosine_transformer.h"
+#include "memtrain/model/blocks/cosine_transformer.h"
 
 #include "memtrain/util/error.h"
 

@@ -1,9 +1,9 @@
-#include "memtrain/model/resnet.h"
+#include "memtrain/model/nets/resnet.h"
 
 #include <torch/torch.h>
 
-#include "memtrain/model/checkpointed.h"
-#include "memtrain/model/sync_batch_norm.h"
+#include "memtrain/model/blocks/checkpointed.h"
+#include "memtrain/model/blocks/sync_batch_norm.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

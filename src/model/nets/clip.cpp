@@ -1,4 +1,4 @@
-#include "memtrain/model/clip.h"
+#include "memtrain/model/nets/clip.h"
 
 #include <cmath>
 #include <utility>

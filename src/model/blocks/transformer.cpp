@@ -1,4 +1,4 @@
-#include "memtrain/model/transformer.h"
+#include "memtrain/model/blocks/transformer.h"
 
 #include <cmath>
 #include <string>

@@ -1,8 +1,9 @@
-#include "memtrain/model/unet3d.h"
+#include "memtrain/model/nets/unet3d.h"
 
 #include <utility>
 
-#include "memtrain/model/checkpointed.h"
+#include "memtrain/model/blocks/checkpointed.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {

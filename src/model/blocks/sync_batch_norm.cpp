@@ -1,4 +1,4 @@
-#include "memtrain/model/sync_batch_norm.h"
+#include "memtrain/model/blocks/sync_batch_norm.h"
 
 #include <torch/torch.h>
 

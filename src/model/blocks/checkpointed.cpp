@@ -1,4 +1,4 @@
-#include "memtrain/model/checkpointed.h"
+#include "memtrain/model/blocks/checkpointed.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>

@@ -2,7 +2,7 @@
 // Synchronised batch-norm (model.sync_bn): training-mode batch-norm whose
 // statistics are those of the union of every rank's concurrent
 // micro-batch, as torch.nn.SyncBatchNorm under DDP. See Note [Batch-norm
-// and data parallelism] in src/model/sync_batch_norm.cpp.
+// and data parallelism] in src/model/blocks/sync_batch_norm.cpp.
 //
 // The model layer does not talk to dist/: it gets a BatchNormSync, a
 // function that sums a small tensor over the ranks in place (the trainer

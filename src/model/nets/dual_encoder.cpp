@@ -1,8 +1,8 @@
-#include "memtrain/model/dual_encoder.h"
+#include "memtrain/model/nets/dual_encoder.h"
 
 #include <cmath>
 
-#include "memtrain/model/clip.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -58,6 +58,10 @@ void DualEncoder::set_recompute(Recompute mode) {
 std::shared_ptr<DualEncoder> make_dual_encoder(
     const ModelConfig& cfg, const ModelInput& input) {
   MT_CHECK(
+      !input.tokens,
+      "model.name=dual_encoder reads /features_b; a pair file of /images "
+      "and /tokens (convert-captions) trains model.name=clip");
+  MT_CHECK(
       input.kind == SampleKind::kFeatures || input.kind == SampleKind::kImages,
       "model.name=dual_encoder needs a pair file (/features_a or /images "
       "with /features_b; docs/data-format.md, Pairs)");
@@ -81,17 +85,6 @@ std::shared_ptr<DualEncoder> make_dual_encoder(
   auto b = make_model(tower, in_b);
   return std::make_shared<DualEncoder>(
       std::move(a), std::move(b), cfg.init_temperature, cfg.embed_dim);
-}
-
-std::shared_ptr<PairEncoder> make_pair_encoder(
-    const ModelConfig& cfg, const ModelInput& input) {
-  if (cfg.name == ModelName::kClip)
-    return make_clip(cfg, input);
-  MT_CHECK(
-      !input.tokens,
-      "model.name=dual_encoder reads /features_b; a pair file of /images "
-      "and /tokens (convert-captions) trains model.name=clip");
-  return make_dual_encoder(cfg, input);
 }
 
 }  // namespace memtrain

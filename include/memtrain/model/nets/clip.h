@@ -14,8 +14,8 @@
 #include <string>
 
 #include "memtrain/config/train_config.h"
-#include "memtrain/model/dual_encoder.h"
-#include "memtrain/model/transformer.h"
+#include "memtrain/model/blocks/transformer.h"
+#include "memtrain/model/nets/dual_encoder.h"
 
 namespace memtrain {
 

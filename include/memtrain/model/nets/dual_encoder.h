@@ -68,12 +68,8 @@ class DualEncoder : public PairEncoder {
 // Builds the dual encoder for a pair file whose tower a input is `input`
 // (kind features or images, sample shape) and tower b input is
 // input.context_features wide; tower a from cfg.seed, tower b from
-// cfg.seed + 1.
+// cfg.seed + 1. Throws memtrain::Error for /tokens pairs (clip's).
 std::shared_ptr<DualEncoder> make_dual_encoder(
-    const ModelConfig& cfg, const ModelInput& input);
-
-// model.name dual_encoder or clip for the pair file `input` describes.
-std::shared_ptr<PairEncoder> make_pair_encoder(
     const ModelConfig& cfg, const ModelInput& input);
 
 }  // namespace memtrain

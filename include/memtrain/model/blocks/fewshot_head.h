@@ -17,7 +17,7 @@
 
 #include "memtrain/config/train_config.h"
 #include "memtrain/data/sampling/episodes.h"
-#include "memtrain/model/cosine_transformer.h"
+#include "memtrain/model/blocks/cosine_transformer.h"
 #include "memtrain/model/models.h"
 
 namespace memtrain {

@@ -18,7 +18,7 @@
 #include <memory>
 #include <vector>
 
-#include "memtrain/model/checkpointed.h"
+#include "memtrain/model/blocks/checkpointed.h"
 
 namespace memtrain {
 
