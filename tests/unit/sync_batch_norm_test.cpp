@@ -1,5 +1,5 @@
-// Synchronised batch-norm (model.sync_bn, model/sync_batch_norm.h) in one
-// process: with the local hook it is LibTorch's training-mode batch-norm
+// Synchronised batch-norm (model.sync_bn, model/blocks/sync_batch_norm.h) in
+// one process: with the local hook it is LibTorch's training-mode batch-norm
 // (output, gradients, running statistics); with a hook that adds another
 // "rank"'s sums it is batch-norm on the two ranks' samples together
 // (SyncBatchNorm's forward and backward), an empty micro-batch included;

@@ -1,5 +1,5 @@
-// The transformer block (model/transformer.h) and model.name=clip's
-// structure (model/clip.h); the logits against open_clip itself are
+// The transformer block (model/blocks/transformer.h) and model.name=clip's
+// structure (model/nets/clip.h); the logits against open_clip itself are
 // tests/e2e/clip_open_clip.sh.
 
 #include <gtest/gtest.h>

@@ -62,7 +62,7 @@ struct ModelConfig {
   // (weights/model_state.h).
   std::vector<std::string> freeze;
   // Batch-norm statistics over every rank's concurrent micro-batch
-  // (model/sync_batch_norm.h; the ResNets only).
+  // (model/blocks/sync_batch_norm.h; the ResNets only).
   bool sync_bn = false;
   // Channels-last (NHWC) parameters and inputs for the 2D convolutional
   // models: auto = on a CUDA device (device_setup.h: channels_last_on).
