@@ -48,6 +48,10 @@ void add_train(CLI::App& app, TrainArgs& args) {
       "--print-config",
       args.print_config,
       "print the resolved config as YAML and exit");
+  cmd->add_flag(
+      "--keys-markdown",
+      args.keys_markdown,
+      "print every config key as Markdown (docs/config.md) and exit");
   cmd->footer(
       "Config keys (YAML sections, or --section.key=value):\n" +
       TrainConfig::describe_keys());
@@ -173,6 +177,10 @@ void write_environment(
 }  // namespace
 
 int run_train(const TrainArgs& args, int* argc, char*** argv) {
+  if (args.keys_markdown) {  // no ranks, no config file: the table only
+    std::fputs(TrainConfig::describe_markdown().c_str(), stdout);
+    return kExitOk;
+  }
   install_stop_handlers();  // before MPI's, CUDA's and LibTorch's threads
   Environment env(argc, argv);
   // Before anything is written: N copies of a world of 1 (srun without

@@ -16,6 +16,7 @@ struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;  // "section.key=value"
   bool print_config = false;
+  bool keys_markdown = false;
   std::string resume;  // "", a checkpoint file or folder, or "auto"
 };
 

@@ -15,7 +15,7 @@ import sys
 
 root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
 choices = open(os.path.join(root, "include/memtrain/config/choices.h")).read()
-m = re.search(r"choice_names\(ModelName\)\s*\{\s*return\s*\{\s*\{(.*?)\}\s*\};", choices, re.S)
+m = re.search(r"MEMTRAIN_CHOICE\(ModelName,(.*?)\)\s*\n(//|MEMTRAIN)", choices, re.S)
 spellings = re.findall(r'"([^"]+)"', m.group(1))
 assert spellings, "no ModelName spellings found in config/choices.h"
 tests = [

@@ -18,142 +18,117 @@
 
 namespace memtrain {
 
+// One row per choice key's enum: the enum, then each value with its
+// spelling, in `--help`'s order. The row
+//   MEMTRAIN_CHOICE(Amp, (kOff, "off"), (kFp16, "fp16"), (kBf16, "bf16"))
+// expands to `enum class Amp { kOff, kFp16, kBf16, };` and
+// `constexpr std::array<const char*, 3> choice_names(Amp)` = {"off", "fp16",
+// "bf16"}: choice_names(E{})[i] spells the value i of E. At most 8 values.
+#define MEMTRAIN_PP_NARG(...) \
+  MEMTRAIN_PP_NARG_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define MEMTRAIN_PP_NARG_(_1, _2, _3, _4, _5, _6, _7, _8, N, ...) N
+#define MEMTRAIN_PP_CAT(a, b) MEMTRAIN_PP_CAT_(a, b)
+#define MEMTRAIN_PP_CAT_(a, b) a##b
+#define MEMTRAIN_FOR_EACH(m, ...) \
+  MEMTRAIN_PP_CAT(MEMTRAIN_FE_, MEMTRAIN_PP_NARG(__VA_ARGS__))(m, __VA_ARGS__)
+#define MEMTRAIN_FE_1(m, x) m x
+#define MEMTRAIN_FE_2(m, x, ...) m x MEMTRAIN_FE_1(m, __VA_ARGS__)
+#define MEMTRAIN_FE_3(m, x, ...) m x MEMTRAIN_FE_2(m, __VA_ARGS__)
+#define MEMTRAIN_FE_4(m, x, ...) m x MEMTRAIN_FE_3(m, __VA_ARGS__)
+#define MEMTRAIN_FE_5(m, x, ...) m x MEMTRAIN_FE_4(m, __VA_ARGS__)
+#define MEMTRAIN_FE_6(m, x, ...) m x MEMTRAIN_FE_5(m, __VA_ARGS__)
+#define MEMTRAIN_FE_7(m, x, ...) m x MEMTRAIN_FE_6(m, __VA_ARGS__)
+#define MEMTRAIN_FE_8(m, x, ...) m x MEMTRAIN_FE_7(m, __VA_ARGS__)
+#define MEMTRAIN_CHOICE_VALUE(value, spelling) value,
+#define MEMTRAIN_CHOICE_SPELLING(value, spelling) spelling,
+#define MEMTRAIN_CHOICE(E, ...)                                           \
+  enum class E { MEMTRAIN_FOR_EACH(MEMTRAIN_CHOICE_VALUE, __VA_ARGS__) }; \
+  constexpr std::array<const char*, MEMTRAIN_PP_NARG(__VA_ARGS__)>        \
+  choice_names(E) {                                                       \
+    return {{MEMTRAIN_FOR_EACH(MEMTRAIN_CHOICE_SPELLING, __VA_ARGS__)}};  \
+  }
+
+// clang-format off
 // model.name (a model's traits are its row in model/registry.cpp)
-enum class ModelName {
-  kMlp,
-  kCnn,
-  kResnet50,
-  kSeresnext50,
-  kUnet3d,
-  kDualEncoder,
-  kSwinUnetr,
-  kClip
-};
+MEMTRAIN_CHOICE(ModelName,
+    (kMlp, "mlp"), (kCnn, "cnn"), (kResnet50, "resnet50"),
+    (kSeresnext50, "seresnext50_32x4d"), (kUnet3d, "unet3d"),
+    (kDualEncoder, "dual_encoder"), (kSwinUnetr, "swin_unetr"), (kClip, "clip"))
 // model.norm
-enum class Norm { kNone, kGroup, kInstance };
+MEMTRAIN_CHOICE(Norm,
+    (kNone, "none"), (kGroup, "group"), (kInstance, "instance"))
 // model.head
-enum class Head { kLinear, kPrototype, kCosine, kCosineTransformer };
+MEMTRAIN_CHOICE(Head,
+    (kLinear, "linear"), (kPrototype, "prototype"), (kCosine, "cosine"),
+    (kCosineTransformer, "cosine_transformer"))
 // data.flip
-enum class Flip { kNone, kW, kAll };
+MEMTRAIN_CHOICE(Flip, (kNone, "none"), (kW, "w"), (kAll, "all"))
 // data.augment
-enum class Augment { kAuto, kNone, kFlip, kCropFlip };
+MEMTRAIN_CHOICE(Augment,
+    (kAuto, "auto"), (kNone, "none"), (kFlip, "flip"), (kCropFlip, "crop_flip"))
 // data.normalize
-enum class Normalize { kAuto, kNone, kImagenet, kClip };
+MEMTRAIN_CHOICE(Normalize,
+    (kAuto, "auto"), (kNone, "none"), (kImagenet, "imagenet"), (kClip, "clip"))
 // validation.blend
-enum class Blend { kGaussian, kConstant };
+MEMTRAIN_CHOICE(Blend, (kGaussian, "gaussian"), (kConstant, "constant"))
 // validation.padding
-enum class Padding { kSymmetric, kEnd };
+MEMTRAIN_CHOICE(Padding, (kSymmetric, "symmetric"), (kEnd, "end"))
 // validation.offload
-enum class Offload { kCpu, kDevice };
+MEMTRAIN_CHOICE(Offload, (kCpu, "cpu"), (kDevice, "device"))
 // validation.best_mode
-enum class BestMode { kAuto, kMax, kMin };
+MEMTRAIN_CHOICE(BestMode, (kAuto, "auto"), (kMax, "max"), (kMin, "min"))
 // training.lr_schedule
-enum class LrSchedule { kConstant, kCosine, kPoly };
+MEMTRAIN_CHOICE(LrSchedule,
+    (kConstant, "constant"), (kCosine, "cosine"), (kPoly, "poly"))
 // training.optimizer
-enum class Optimizer { kSgd, kAdamw };
+MEMTRAIN_CHOICE(Optimizer, (kSgd, "sgd"), (kAdamw, "adamw"))
 // training.nonfinite
-enum class Nonfinite { kSkip, kStop };
+MEMTRAIN_CHOICE(Nonfinite, (kSkip, "skip"), (kStop, "stop"))
 // training.gradient_checkpointing
-enum class Checkpointing { kOff, kAll, kAuto, kSelective, kOffload };
+MEMTRAIN_CHOICE(Checkpointing,
+    (kOff, "off"), (kAll, "all"), (kAuto, "auto"), (kSelective, "selective"),
+    (kOffload, "offload"))
 // training.contrastive_accumulation
-enum class ContrastiveAccumulation { kExact, kLocal };
+MEMTRAIN_CHOICE(ContrastiveAccumulation, (kExact, "exact"), (kLocal, "local"))
 // training.amp
-enum class Amp { kOff, kFp16, kBf16 };
+MEMTRAIN_CHOICE(Amp, (kOff, "off"), (kFp16, "fp16"), (kBf16, "bf16"))
 // memory.release_cache
-enum class ReleaseCache { kAuto, kNever };
+MEMTRAIN_CHOICE(ReleaseCache, (kAuto, "auto"), (kNever, "never"))
 // memory.test_oom_in
-enum class TestOomIn { kMicroStep, kBoundaryBackward };
+MEMTRAIN_CHOICE(TestOomIn,
+    (kMicroStep, "micro_step"), (kBoundaryBackward, "boundary_backward"))
 // dist.device (not `Device`: LibTorch has one)
-enum class DeviceChoice { kAuto, kCpu, kCuda };
+MEMTRAIN_CHOICE(DeviceChoice, (kAuto, "auto"), (kCpu, "cpu"), (kCuda, "cuda"))
 // dist.backend
-enum class BackendChoice { kAuto, kMpi, kNccl };
+MEMTRAIN_CHOICE(BackendChoice, (kAuto, "auto"), (kMpi, "mpi"), (kNccl, "nccl"))
 // dist.check_replicas
-enum class CheckReplicas { kOff, kEpoch, kWindow };
+MEMTRAIN_CHOICE(CheckReplicas,
+    (kOff, "off"), (kEpoch, "epoch"), (kWindow, "window"))
 // output.progress (not `Progress`: train/logs/progress.h has one)
-enum class ProgressDisplay { kAuto, kTty, kLines };
+MEMTRAIN_CHOICE(ProgressDisplay,
+    (kAuto, "auto"), (kTty, "tty"), (kLines, "lines"))
 // A switch whose `auto` the run decides (training.cudnn_benchmark,
 // model.channels_last).
-enum class Switch { kAuto, kOn, kOff };
+MEMTRAIN_CHOICE(Switch, (kAuto, "auto"), (kOn, "on"), (kOff, "off"))
+// clang-format on
 
-// choice_names(E{})[i] spells the value i of E, in `--help`'s order.
-constexpr std::array<const char*, 8> choice_names(ModelName) {
-  return {
-      {"mlp",
-       "cnn",
-       "resnet50",
-       "seresnext50_32x4d",
-       "unet3d",
-       "dual_encoder",
-       "swin_unetr",
-       "clip"}};
-}
+#undef MEMTRAIN_CHOICE
+#undef MEMTRAIN_CHOICE_SPELLING
+#undef MEMTRAIN_CHOICE_VALUE
+#undef MEMTRAIN_FOR_EACH
+#undef MEMTRAIN_FE_1
+#undef MEMTRAIN_FE_2
+#undef MEMTRAIN_FE_3
+#undef MEMTRAIN_FE_4
+#undef MEMTRAIN_FE_5
+#undef MEMTRAIN_FE_6
+#undef MEMTRAIN_FE_7
+#undef MEMTRAIN_FE_8
+#undef MEMTRAIN_PP_CAT
+#undef MEMTRAIN_PP_CAT_
+#undef MEMTRAIN_PP_NARG
+#undef MEMTRAIN_PP_NARG_
 
-constexpr std::array<const char*, 3> choice_names(Norm) {
-  return {{"none", "group", "instance"}};
-}
-constexpr std::array<const char*, 4> choice_names(Head) {
-  return {{"linear", "prototype", "cosine", "cosine_transformer"}};
-}
-constexpr std::array<const char*, 3> choice_names(Flip) {
-  return {{"none", "w", "all"}};
-}
-constexpr std::array<const char*, 4> choice_names(Augment) {
-  return {{"auto", "none", "flip", "crop_flip"}};
-}
-constexpr std::array<const char*, 4> choice_names(Normalize) {
-  return {{"auto", "none", "imagenet", "clip"}};
-}
-constexpr std::array<const char*, 2> choice_names(Blend) {
-  return {{"gaussian", "constant"}};
-}
-constexpr std::array<const char*, 2> choice_names(Padding) {
-  return {{"symmetric", "end"}};
-}
-constexpr std::array<const char*, 2> choice_names(Offload) {
-  return {{"cpu", "device"}};
-}
-constexpr std::array<const char*, 3> choice_names(BestMode) {
-  return {{"auto", "max", "min"}};
-}
-constexpr std::array<const char*, 3> choice_names(LrSchedule) {
-  return {{"constant", "cosine", "poly"}};
-}
-constexpr std::array<const char*, 2> choice_names(Optimizer) {
-  return {{"sgd", "adamw"}};
-}
-constexpr std::array<const char*, 2> choice_names(Nonfinite) {
-  return {{"skip", "stop"}};
-}
-constexpr std::array<const char*, 5> choice_names(Checkpointing) {
-  return {{"off", "all", "auto", "selective", "offload"}};
-}
-constexpr std::array<const char*, 2> choice_names(ContrastiveAccumulation) {
-  return {{"exact", "local"}};
-}
-constexpr std::array<const char*, 3> choice_names(Amp) {
-  return {{"off", "fp16", "bf16"}};
-}
-constexpr std::array<const char*, 2> choice_names(ReleaseCache) {
-  return {{"auto", "never"}};
-}
-constexpr std::array<const char*, 2> choice_names(TestOomIn) {
-  return {{"micro_step", "boundary_backward"}};
-}
-constexpr std::array<const char*, 3> choice_names(DeviceChoice) {
-  return {{"auto", "cpu", "cuda"}};
-}
-constexpr std::array<const char*, 3> choice_names(BackendChoice) {
-  return {{"auto", "mpi", "nccl"}};
-}
-constexpr std::array<const char*, 3> choice_names(CheckReplicas) {
-  return {{"off", "epoch", "window"}};
-}
-constexpr std::array<const char*, 3> choice_names(ProgressDisplay) {
-  return {{"auto", "tty", "lines"}};
-}
-constexpr std::array<const char*, 3> choice_names(Switch) {
-  return {{"auto", "on", "off"}};
-}
 // A Switch resolved: `if_auto` (what the run decided) for auto.
 constexpr bool switch_on(Switch s, bool if_auto) {
   return s == Switch::kAuto ? if_auto : s == Switch::kOn;
