@@ -6,8 +6,8 @@ state-dict order, and prints the parameter count to stderr.
 
   python3 tests/tools/resnet_keys.py seresnext50_32x4d > tests/data/seresnext50_32x4d_keys.txt
 
-Independent of memtrain's C++ code: tests/unit/resnet_test.cpp compares the
-model with these files."""
+Independent of memtrain's C++ code: tests/unit/model/resnet_test.cpp
+compares the model with these files."""
 
 import sys
 

@@ -25,8 +25,8 @@ namespace memtrain {
 // d = d + m b (Nesterov) or b; p -= lr d. AdamW: p *= 1 - lr wd;
 // m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) m /
 // (sqrt(v) / sqrt(1 - b2^t) + eps)), so they agree with it to float32
-// rounding (tests/unit/optimizers_test.cpp; the foreach step on the CPU is
-// bit-identical). The foreach step keeps its intermediates in the
+// rounding (tests/unit/train/optimizers_test.cpp; the foreach step on the
+// CPU is bit-identical). The foreach step keeps its intermediates in the
 // gradients, which the window drops after the step: it needs no memory
 // beyond LibTorch's (whose per-parameter step makes one parameter's worth of
 // temporaries at a time); the gradients hold garbage afterwards. The state is

@@ -1,5 +1,5 @@
-"""Writes the torch.save files of tests/unit/torch_file_test.cpp with real
-PyTorch (torch 2.11, the GPU nodes' version): python make.py DIR.
+"""Writes the torch.save files of tests/unit/weights/torch_file_test.cpp with
+real PyTorch (torch 2.11, the GPU nodes' version): python make.py DIR.
 
 Values are fixed (arange-based), so the test knows them without Python:
   state.pt       a module's state_dict() (an OrderedDict with _metadata):

@@ -18,7 +18,7 @@
 //   global average pool -> fc (Linear 2048 -> classes).
 // resnet50: cardinality 1, base width 64, no se; seresnext50_32x4d:
 // cardinality 32, base width 4, se. With 1000 classes: 25,557,032 and
-// 27,559,896 parameters (tests/unit/resnet_test.cpp).
+// 27,559,896 parameters (tests/unit/model/resnet_test.cpp).
 //
 // Batch-norm (torch::nn::BatchNorm2d: weight, bias, running_mean,
 // running_var, num_batches_tracked) trains on each micro-batch's own
