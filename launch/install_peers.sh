@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the independent readers the tests check memtrain's outputs with,
-# from PyPI into a venv: TensorBoard's Python package (tests/tools/read_tb.py
+# from PyPI into a venv: TensorBoard's Python package (tests/peers/read_tb.py
 # reads output.dir/tb with it), nibabel and h5py (tests/corpus: the damaged
 # NIfTI and HDF5 inputs are built and the outputs read with them). Does
 # nothing when the venv already has them all, at these versions; prints one

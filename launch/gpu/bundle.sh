@@ -12,7 +12,7 @@
 #                CUDA version and C++ ABI; run.sh checks and otherwise builds
 #                there with launch/gpu/build_offline.sh from kit/)
 #   src/         what run.sh reads besides the executables: tests/gpu,
-#                tests/tools/safetensors_read.py, tests/data, launch/gpu,
+#                tests/peers/safetensors_read.py, tests/data, launch/gpu,
 #                launch/env.sh, launch/configs/unet3d-v100.yaml,
 #                benchmarks/vs_pytorch
 #   BUNDLE.info  what it was built from and against; SHA256SUMS; README.md
@@ -152,7 +152,7 @@ step "strip, check libraries, xz ($((raw / 1048576)) MiB stripped)" $((SECONDS -
 
 # 5. What run.sh reads besides the executables.
 (cd "$src" && cp --parents -r tests/gpu tests/multinode/cluster.sh launch/gpu launch/env.sh launch/configs/unet3d-v100.yaml \
-  tests/tools/safetensors_read.py tests/data benchmarks/vs_pytorch "$stage/src/")
+  tests/peers/safetensors_read.py tests/data benchmarks/vs_pytorch "$stage/src/")
 find "$stage/src" -name __pycache__ -prune -exec rm -rf {} +
 rm -rf "$stage/src/benchmarks/vs_pytorch/results"  # figures of earlier runs
 

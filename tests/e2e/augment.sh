@@ -54,9 +54,9 @@ run c 1 32 --data.prefetch=0
 run n 1 32 --data.augment=none
 grep -q "augment crop_flip (scale \[0.3, 1\], ratio \[0.75, 1.33333\]), normalize imagenet" a.log ||
   { cat a.log; fail "banner: no augment line"; }
-ab=$("$PY" "$TOOLS/safetensors_read.py" a/model.safetensors b/model.safetensors)
-ac=$("$PY" "$TOOLS/safetensors_read.py" a/model.safetensors c/model.safetensors)
-cn=$("$PY" "$TOOLS/safetensors_read.py" c/model.safetensors n/model.safetensors)
+ab=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" a/model.safetensors b/model.safetensors)
+ac=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" a/model.safetensors c/model.safetensors)
+cn=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" c/model.safetensors n/model.safetensors)
 echo "augmented: max |a-b| = $ab, max |a-c| = $ac; vs not augmented max |c-n| = $cn"
 "$PY" -c "import sys; a,b,u=map(float,sys.argv[1:]); sys.exit(0 if a<1e-5 and b<1e-5 and u>1e-4 else 1)" \
   "$ab" "$ac" "$cn" || fail "augmented updates differ between splits (or augmentation did nothing)"
@@ -75,10 +75,10 @@ mpi -np 2 "$MEMTRAIN" train "${bin[@]}" --training.epochs=2 \
 grep -q "1 logit: binary" bin.log || { cat bin.log; fail "banner: not binary"; }
 grep -q "val AUC" bin.log || { cat bin.log; fail "no val AUC on the console"; }
 if [ -n "$TPY" ]; then
-  "$TPY" "$HERE/binary_reference.py" bin_val.h5 bin/model.safetensors 64 2 0.1 >ref.json ||
+  "$TPY" "$PEER_SCRIPTS/binary_reference.py" bin_val.h5 bin/model.safetensors 64 2 0.1 >ref.json ||
     fail "binary_reference.py"
 fi
-"$PY" - "$TOOLS" <<'EOF' || fail "binary records"
+"$PY" - "$PEER_SCRIPTS" <<'EOF' || fail "binary records"
 import csv, json, sys
 sys.path.insert(0, sys.argv[1])
 import safetensors_read

@@ -2,7 +2,7 @@
 # model.name=clip against open_clip itself (issue 32; Note [CLIP as
 # open_clip]):
 # 1. open_clip 3.3.0 builds CLIP with random weights (every parameter
-#    perturbed, layer norms and biases too: tests/e2e/clip_reference.py)
+#    perturbed, layer norms and biases too: tests/peers/clip_reference.py)
 #    for tiny (32 px), tiny-quickgelu (48 px), ViT-B-32 and ViT-B-16
 #    (224 px); its state dict (torch.save .pt or safetensors) loads into
 #    memtrain strictly, and `memtrain embed` gives open_clip's
@@ -22,7 +22,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 OPY=${MEMTRAIN_TORCH_VENV:-/opt/memtrain/torch-venv}/bin/python
 "$OPY" -c 'import open_clip, h5py, numpy, torch, safetensors' >/dev/null 2>&1 ||
   fail "no open_clip in $OPY: run bash launch/install_peers.sh (it installs open_clip into the torch venv)"
-REF=("$OPY" "$HERE/clip_reference.py")
+REF=("$OPY" "$PEER_SCRIPTS/clip_reference.py")
 
 compare() {  # DIR VARIANT SIZE N SEED FORMAT
   local d=$1
@@ -59,7 +59,7 @@ run 4x2x6 4 6
 ref=$(window 1x1x48 loss)
 for split in 1x6x8 2x3x8 4x2x6; do
   l=$(window $split loss)
-  d=$("$PY" "$TOOLS/safetensors_read.py" 1x1x48/model.safetensors $split/model.safetensors)
+  d=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" 1x1x48/model.safetensors $split/model.safetensors)
   echo "clip exact $split: loss $l (1x1x48: $ref), max |w - w(1x1x48)| = $d"
   close "$l" "$ref" 1e-5 && close "$d" 0 1e-5 || fail "$split changed the exact update"
 done

@@ -7,7 +7,9 @@ PY=$3
 WORK=$4
 MAKE_BAD_H5=${5:-}
 TOOLS=$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools" && pwd)
-export TOOLS
+# The peers' reference scripts and independent readers (tests/peers/).
+PEER_SCRIPTS=$(cd "$(dirname "${BASH_SOURCE[0]}")/../peers" && pwd)
+export TOOLS PEER_SCRIPTS
 rm -rf "$WORK"
 mkdir -p "$WORK"
 cd "$WORK"

@@ -71,7 +71,7 @@ EOF
   ref=$(window $tag-1x1x48 loss)
   for split in 1x6x8 2x3x8 4x2x6 4xuneven; do
     l=$(window $tag-$split loss)
-    d=$("$PY" "$TOOLS/safetensors_read.py" $tag-1x1x48/model.safetensors $tag-$split/model.safetensors)
+    d=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" $tag-1x1x48/model.safetensors $tag-$split/model.safetensors)
     echo "$tag exact $split: loss $l (1x1x48: $ref), max |w - w(1x1x48)| = $d"
     close "$l" "$ref" 1e-5 && close "$d" 0 1e-5 || fail "$tag: $split changed the exact update"
     [ "$(window $tag-$split allgather_calls)" = 1 ] || fail "$split: not one all-gather"
@@ -79,7 +79,7 @@ EOF
       fail "$split: another number of gradient all-reduces"
   done
   if [ -n "$TPY" ]; then
-    out=$("$TPY" "$HERE/contrastive_reference.py" $data $tag-1x1x48/initial.safetensors 2 0.1 \
+    out=$("$TPY" "$PEER_SCRIPTS/contrastive_reference.py" $data $tag-1x1x48/initial.safetensors 2 0.1 \
       $tag-1x1x48/model.safetensors)
     r=$(echo "$out" | sed -n 1p)
     w=$(echo "$out" | sed -n 2p)
@@ -95,7 +95,7 @@ done
 run local-1x6x8 1 8 --data.train=pairs.h5 --training.contrastive_accumulation=local
 l=$(window local-1x6x8 loss)
 ref=$(window pairs-1x1x48 loss)
-d=$("$PY" "$TOOLS/safetensors_read.py" pairs-1x1x48/model.safetensors local-1x6x8/model.safetensors)
+d=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" pairs-1x1x48/model.safetensors local-1x6x8/model.safetensors)
 echo "local 1x6x8: loss $l (exact: $ref), max |w - w(exact)| = $d"
 close "$l" "$ref" 1e-2 && fail "local gave the exact loss"
 close "$d" 0 1e-4 && fail "local gave the exact update"
@@ -119,7 +119,7 @@ close "$acc" 1 0.6 || fail "the dual encoder did not learn ($acc)"
 run auto 1 auto --data.train=pairs.h5 --memory.budget=7.5MiB --model.hidden=128
 run all48 1 48 --data.train=pairs.h5 --model.hidden=128
 micro=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["micro_batch"])' auto/memory_plan.json)
-d=$("$PY" "$TOOLS/safetensors_read.py" all48/model.safetensors auto/model.safetensors)
+d=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" all48/model.safetensors auto/model.safetensors)
 echo "auto: micro-batch $micro under 7.5 MiB; max |w48 - wauto| = $d"
 "$PY" -c "import sys; m,d=int(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if 1<=m<48 and d<1e-5 else 1)" \
   "$micro" "$d" || fail "batch_size auto: micro $micro, difference $d"

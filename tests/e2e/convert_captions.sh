@@ -9,7 +9,7 @@
 # Checks, with exact values:
 # - exit 0, the summary line, each skipped or truncated row on stderr by
 #   CSV line (path or caption start, reason);
-# - /tokens id for id as open_clip.tokenize (tests/tools/open_clip_tokens.py),
+# - /tokens id for id as open_clip.tokenize (tests/peers/open_clip_tokens.py),
 #   /captions as written, /pair_ids (one id per image, by first row), the
 #   split by image (split_key/val_count recomputed here), /images byte for
 #   byte as convert-images writes the same files, the attributes;
@@ -23,7 +23,7 @@ if ! "$MPY" -c 'import open_clip, h5py, numpy, PIL' >/dev/null 2>&1; then
   echo "SKIP: no open_clip in $MPY: run bash launch/install_peers.sh" >&2
   exit 77
 fi
-export PYTHONPATH=$TOOLS
+export PYTHONPATH=$PEER_SCRIPTS
 
 "$MPY" - <<'PYEOF'
 import json, os

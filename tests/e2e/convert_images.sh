@@ -71,7 +71,7 @@ grep -qF "images: 36 (train 27, val 9); skipped (unreadable): 2; decoded with wa
   fail "summary line"
 grep -qxF "class 1 'ant': 12 images (9 train, 3 val), 1 skipped" log.txt || fail "class line"
 
-PYTHONPATH=$TOOLS "$PY" - <<'PYEOF' || fail "contents"
+PYTHONPATH=$PEER_SCRIPTS "$PY" - <<'PYEOF' || fail "contents"
 import glob, os
 import h5py, numpy as np
 from PIL import Image

@@ -4,7 +4,7 @@
 # 1. make-data --kind patch-features (6 training volumes, 4 validation
 #    volumes with their rows shuffled, grid 6); inspect names the volumes.
 # 2. 2 ranks, 2 epochs, --validation.dump_predictions=true: one prediction
-#    file per volume per epoch; tests/tools/volume_dice.py (h5py, numpy)
+#    file per volume per epoch; tests/peers/volume_dice.py (h5py, numpy)
 #    recomputes every volume's Dice, the per-class Dice, val_dice (the
 #    volumes' mean, as MONAI's DiceMetric) and the accuracy from the dumped
 #    grids and the validation file, and finds metrics.jsonl's values and
@@ -26,10 +26,10 @@ for c in "$PY" /usr/bin/python3; do
 done
 recompute() {  # VAL_H5 RUN_DIR
   if [ -n "$HPY" ]; then
-    "$HPY" "$TOOLS/volume_dice.py" "$1" "$2" --tol 1e-9 ||
+    "$HPY" "$PEER_SCRIPTS/volume_dice.py" "$1" "$2" --tol 1e-9 ||
       fail "$2: per-volume Dice recomputed from the dumps differs"
   else
-    echo "SKIP: no python3 with h5py and numpy for tests/tools/volume_dice.py"
+    echo "SKIP: no python3 with h5py and numpy for tests/peers/volume_dice.py"
   fi
 }
 mk() {  # OUT VOLUMES SPLIT [ARGS...]

@@ -18,16 +18,16 @@ run a 1 2 4
 run b 2 2 2
 run c 1 8 1 --output.save_initial=true
 run z 1 8 1 --training.lr=1e-12 --output.save_initial=true
-ab=$("$PY" "$TOOLS/safetensors_read.py" a/model.safetensors b/model.safetensors)
-ac=$("$PY" "$TOOLS/safetensors_read.py" a/model.safetensors c/model.safetensors)
-cz=$("$PY" "$TOOLS/safetensors_read.py" c/model.safetensors z/model.safetensors)
+ab=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" a/model.safetensors b/model.safetensors)
+ac=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" a/model.safetensors c/model.safetensors)
+cz=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" c/model.safetensors z/model.safetensors)
 echo "max |a-b| = $ab, max |a-c| = $ac, update size max |c-z| = $cz"
 "$PY" -c "import sys; a,b,u=map(float,sys.argv[1:]); sys.exit(0 if a<1e-5 and b<1e-5 and u>1e-2 else 1)" \
   "$ab" "$ac" "$cz" || fail "updates differ"
 [ ! -e a/initial.safetensors ] || fail "initial.safetensors written without output.save_initial"
-ii=$("$PY" "$TOOLS/safetensors_read.py" c/initial.safetensors z/initial.safetensors)
-iz=$("$PY" "$TOOLS/safetensors_read.py" c/initial.safetensors z/model.safetensors)
-ic=$("$PY" "$TOOLS/safetensors_read.py" c/initial.safetensors c/model.safetensors)
+ii=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" c/initial.safetensors z/initial.safetensors)
+iz=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" c/initial.safetensors z/model.safetensors)
+ic=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" c/initial.safetensors c/model.safetensors)
 echo "initial: max |c0-z0| = $ii, max |c0-z1| = $iz (lr 1e-12), max |c0-c1| = $ic"
 "$PY" -c "import sys; a,b,u=map(float,sys.argv[1:]); sys.exit(0 if a==0 and b<1e-6 and u>1e-2 else 1)" \
   "$ii" "$iz" "$ic" || fail "initial.safetensors is not the starting point"

@@ -16,7 +16,7 @@ N="--data.train=nan.h5 --data.val= --data.batch_size=4 --training.epochs=2 --tra
 mpi -np 2 "$MEMTRAIN" train $N --output.dir=skip >skip.log 2>&1 || { cat skip.log; fail "skip run"; }
 "$PY" - <<'PYEOF'
 import json, math, sys
-sys.path.insert(0, __import__("os").environ["TOOLS"])
+sys.path.insert(0, __import__("os").environ["PEER_SCRIPTS"])
 import safetensors_read
 w = [json.loads(l) for l in open("skip/metrics.jsonl") if '"window"' in l]
 skipped = w[-1]["skipped_steps"]

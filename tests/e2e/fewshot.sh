@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Few-shot episodes through the executable (Note [Episodes]):
 # - the first window's loss (8 episodes, prototype and cosine heads) equals
-#   an independent PyTorch reference (tests/e2e/fewshot_reference.py) that
+#   an independent PyTorch reference (tests/peers/fewshot_reference.py) that
 #   re-draws the episodes by the documented rule from the initial weights;
 # - 2 ranks x 2 micro-steps x 2 episodes gives the same loss and weights;
 # - the training and validation classes are disjoint (banner, episodes.json);
@@ -37,12 +37,12 @@ for head in prototype cosine; do
     --output.dir=$head-2x2x2 >$head-2.log 2>&1 || { cat $head-2.log; fail "$head 2x2x2"; }
   a=$(window_loss $head)
   b=$(window_loss $head-2x2x2)
-  d=$("$PY" "$TOOLS/safetensors_read.py" $head/model.safetensors $head-2x2x2/model.safetensors)
+  d=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" $head/model.safetensors $head-2x2x2/model.safetensors)
   echo "$head: window loss 1x1x8 $a, 2x2x2 $b; max |w1 - w2| = $d"
   "$PY" -c "import sys; a,b,d=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b)<1e-5 and d<1e-5 else 1)" \
     "$a" "$b" "$d" || fail "$head: the split changed the update"
   if [ -n "$TPY" ]; then
-    r=$("$TPY" "$HERE/fewshot_reference.py" fs.h5 $head/initial.safetensors \
+    r=$("$TPY" "$PEER_SCRIPTS/fewshot_reference.py" fs.h5 $head/initial.safetensors \
       $head 5 2 3 8 9 0.25 2)
     echo "$head: PyTorch reference $r"
     "$PY" -c "import sys; a,r=map(float,sys.argv[1:]); sys.exit(0 if abs(a-r)<=1e-5*max(1,abs(r)) else 1)" \
@@ -64,7 +64,7 @@ mpi -np 1 "$MEMTRAIN" train "${auto[@]}" --data.batch_size=auto --memory.budget=
   --output.dir=auto >auto.log 2>&1 || { cat auto.log; fail "batch_size auto"; }
 grep "memory plan" auto.log
 micro=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["micro_batch"])' auto/memory_plan.json)
-d=$("$PY" "$TOOLS/safetensors_read.py" all8/model.safetensors auto/model.safetensors)
+d=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" all8/model.safetensors auto/model.safetensors)
 echo "auto: $micro episodes per micro-step under 24 MiB; max |w8 - wauto| = $d"
 "$PY" -c "import sys; m,d=int(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if 1<=m<8 and d<1e-5 else 1)" \
   "$micro" "$d" || fail "batch_size auto: micro $micro, difference $d"
@@ -95,7 +95,7 @@ for x, y in zip(a, b):
     assert all((u is None and v is None) or abs(u - v) < 1e-5 for u, v in zip(x, y)), (x, y)
 print(f"resume: {len(a)} window and epoch records equal across a resume at another world size")
 PYEOF
-d=$("$PY" "$TOOLS/safetensors_read.py" rfull/model.safetensors rpart/model.safetensors)
+d=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" rfull/model.safetensors rpart/model.safetensors)
 "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1])<1e-5 else 1)" "$d" || fail "resume: weights differ by $d"
 
 # The CNN backbone on /images, with and without checkpointing its stages
@@ -108,7 +108,7 @@ for ck in off all; do
     --training.gradient_checkpointing=$ck --training.max_windows=1 --validation.episodes=0 \
     --output.dir=cnn-$ck >cnn-$ck.log 2>&1 || { cat cnn-$ck.log; fail "cnn $ck"; }
 done
-d=$("$PY" "$TOOLS/safetensors_read.py" cnn-off/model.safetensors cnn-all/model.safetensors)
+d=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" cnn-off/model.safetensors cnn-all/model.safetensors)
 echo "cnn: max |w(off) - w(all checkpointed)| = $d"
 "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1])<1e-6 else 1)" "$d" || fail "cnn checkpointing"
 

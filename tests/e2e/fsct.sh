@@ -6,7 +6,7 @@
 # - the first window (8 episodes, feature MLP) at the paper's head sizes and
 #   at 1 head of the embedding's width (no output projection) x depth 2: its
 #   loss and the weights after one SGD step equal an independent PyTorch
-#   reference laid out as the official code (tests/e2e/fsct_reference.py),
+#   reference laid out as the official code (tests/peers/fsct_reference.py),
 #   within 1e-5;
 # - 2 ranks x 2 micro-steps x 2 episodes gives the 1-rank loss and weights;
 # - the CNN on /images (group norm): 2 ranks x 1 episode per micro-step
@@ -26,7 +26,7 @@ window_loss() { "$PY" -c 'import json,sys
 print([json.loads(l) for l in open(sys.argv[1]) if "\"window\"" in l][0]["loss"])' "$1/metrics.jsonl"; }
 # The largest |w1 - w2| over two model.safetensors, batch-norm running
 # statistics left out.
-weights_diff() { "$PY" - "$TOOLS" "$1" "$2" <<'PYEOF'
+weights_diff() { "$PY" - "$PEER_SCRIPTS" "$1" "$2" <<'PYEOF'
 import sys
 sys.path.insert(0, sys.argv[1])
 import safetensors_read as s
@@ -61,7 +61,7 @@ for setting in "paper 8 64 512 1" "onehead 1 16 32 2"; do
   echo "$name: window loss 1x1x8 $a, 2x2x2 $b; max |w1 - w2| = $d"
   close "$a" "$b" 1e-5 && close "$d" 0 1e-5 || fail "$name: the split changed the update"
   if [ -n "$TPY" ]; then
-    read -r r rd < <("$TPY" "$HERE/fsct_reference.py" fs.h5 $name/initial.safetensors \
+    read -r r rd < <("$TPY" "$PEER_SCRIPTS/fsct_reference.py" fs.h5 $name/initial.safetensors \
       $name/model.safetensors 5 2 3 8 13 0.25 2 0.1 $heads $dh $mlp $depth)
     echo "$name: PyTorch reference loss $r (memtrain $a); max |w - w_reference| after the step = $rd"
     "$PY" -c "import sys; a,r=map(float,sys.argv[1:]); sys.exit(0 if abs(a-r)<=1e-5*max(1,abs(r)) else 1)" \

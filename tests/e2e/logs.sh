@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The logs people look at, through the executable (2 ranks, unet3d on
 # synthetic volumes whose file names its classes):
-# 1. output.dir/tb read by TensorBoard's own package (tests/tools/read_tb.py:
+# 1. output.dir/tb read by TensorBoard's own package (tests/peers/read_tb.py:
 #    tags, steps, values equal to metrics.jsonl, CRCs checked); metrics.csv
 #    rows = the window records, equal values; progress.png drawn once per
 #    epoch (a gnuplot wrapper counts the calls), 1000x900; one overlay PNG
@@ -85,7 +85,7 @@ done
 [ "$(ls full/val/*/ | grep -c png)" = 6 ] || fail "overlays: $(ls -R full/val)"
 ! ls full/*.tmp* full/val/*/*.tmp* 2>/dev/null || fail "temporary files left"
 check_csv full
-"$PEERS" "$TOOLS/read_tb.py" full background liver tumour || fail "full/tb"
+"$PEERS" "$PEER_SCRIPTS/read_tb.py" full background liver tumour || fail "full/tb"
 
 # 2. Resumed from step 5 (the first window of epoch 2) in a copy.
 cp -r full res
@@ -95,7 +95,7 @@ grep -q "at step 5" res.log || fail "not resumed at step 5"
 [ "$(ls res/tb | wc -l)" = 2 ] || fail "want 2 event files: $(ls res/tb)"
 [ "$(stat -c %i res/progress.png)" != "$inode" ] || fail "progress.png not redrawn"
 check_csv res
-"$PEERS" "$TOOLS/read_tb.py" res background liver tumour || fail "res/tb"
+"$PEERS" "$PEER_SCRIPTS/read_tb.py" res background liver tumour || fail "res/tb"
 
 # 3. memtrain plot.
 "$MEMTRAIN" plot full res --out cmp.png >plot.log 2>&1 || { cat plot.log; fail "plot"; }

@@ -31,7 +31,7 @@ budget=$(((p16 + p32) / 2))
 echo "peaks: micro 32 $p32 B, micro 16 $p16 B; budget $budget B"
 run oom --data.batch_size=32 --training.effective_batch_size=128 --memory.budget=$budget
 retries=$("$PY" -c "import json; print(sum(json.loads(l).get('oom_retries',0) for l in open('oom/metrics.jsonl') if '\"window\"' in l))")
-diff=$("$PY" "$TOOLS/safetensors_read.py" oom/model.safetensors m16/model.safetensors)
+diff=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" oom/model.safetensors m16/model.safetensors)
 echo "oom_retries $retries, max |oom - m16| = $diff"
 [ "$retries" -gt 0 ] || fail "no OOM retry recorded"
 grep -q "replaying the window at micro-batch 16" oom.log || fail "no replay message"
@@ -94,7 +94,7 @@ off, all_ = peak("ck_off"), peak("ck_all")
 print(f"checkpointing: peak all {all_} / off {off} = {all_ / off:.3f}")
 assert all_ <= 0.6 * off
 PYEOF
-ck=$("$PY" "$TOOLS/safetensors_read.py" ck_off/model.safetensors ck_all/model.safetensors)
+ck=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" ck_off/model.safetensors ck_all/model.safetensors)
 echo "max |all - off| = $ck"
 "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) < 1e-6 else 1)" "$ck" || fail "checkpointed weights differ"
 

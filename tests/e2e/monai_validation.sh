@@ -2,7 +2,7 @@
 # Whole-volume validation against MONAI itself (issue 34): a 3D U-Net that
 # memtrain trained (2 ranks), its weights loaded into the same network in
 # PyTorch (benchmarks/vs_pytorch/pytorch_ddp.py), MONAI's
-# sliding_window_inference and DiceMetric (tests/e2e/monai_reference.py) on
+# sliding_window_inference and DiceMetric (tests/peers/monai_reference.py) on
 # ragged validation cases: cases smaller than the roi on one or two axes
 # (odd and even padding), one larger than the roi, one whose labels lack a
 # class. For both blend modes and two overlaps, memtrain's `eval` record
@@ -29,7 +29,7 @@ K=3
   fail "make-data val"
 # roi 16: case_0 and case_1 are smaller on some axes (padding 7 = 3 + 4,
 # 4 = 2 + 2, 1 = 0 + 1), case_2 is larger everywhere, case_4 lacks class 2.
-"$MPY" "$HERE/monai_reference.py" make-val src.h5 val.h5 \
+"$MPY" "$PEER_SCRIPTS/monai_reference.py" make-val src.h5 val.h5 \
   "9,20,31;30,12,15;23,27,29;16,16,16;25,21,18" || fail "make-val"
 
 UNET=(--model.name=unet3d --model.feature_size=8 --model.depth=3 --model.norm=instance
@@ -41,7 +41,7 @@ timeout 600 "$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train "${UNET[@]}" \
   { tail -30 train.log; fail "train"; }
 
 check() {  # NAME RECORD BLEND OVERLAP
-  "$MPY" "$HERE/monai_reference.py" check val.h5 "${MONAI_WEIGHTS:-run/model.safetensors}" \
+  "$MPY" "$PEER_SCRIPTS/monai_reference.py" check val.h5 "${MONAI_WEIGHTS:-run/model.safetensors}" \
     "${NET:-unet,8,3,instance}" "${ROI:-16,16,16}" "$4" "$3" "$2" >"$1.txt" 2>&1 || { cat "$1.txt"; fail "$1: memtrain and MONAI differ"; }
   tail -1 "$1.txt"
 }
@@ -83,7 +83,7 @@ for blend in gaussian constant; do
 done
 # Weights trained in PyTorch with MONAI's loss, validated by memtrain (eval)
 # and by MONAI: the same figures.
-"$MPY" "$HERE/monai_reference.py" finetune train.h5 run/model.safetensors \
+"$MPY" "$PEER_SCRIPTS/monai_reference.py" finetune train.h5 run/model.safetensors \
   unet,8,3,instance monai.safetensors 16,16,16 || fail "finetune in PyTorch"
 "$MEMTRAIN" eval "${UNET[@]}" --data.train=train.h5 --output.dir=run \
   --weights monai.safetensors >eval-monai.log 2>&1 || { cat eval-monai.log; fail "eval of MONAI's weights"; }
@@ -96,7 +96,7 @@ MONAI_WEIGHTS=monai.safetensors check eval-monai eval-monai.json gaussian 0.25
 "$MEMTRAIN" make-data --kind volumes --out train64.h5 --samples 2 --channels 1 \
   --depth 32 --height 32 --width 64 --classes $K --noise 0.7 --split train >/dev/null ||
   fail "make-data train64"
-"$MPY" "$HERE/monai_reference.py" finetune train64.h5 - swin,12 swin.safetensors 32,32,64 ||
+"$MPY" "$PEER_SCRIPTS/monai_reference.py" finetune train64.h5 - swin,12 swin.safetensors 32,32,64 ||
   fail "SwinUNETR in PyTorch"
 "$MEMTRAIN" eval --model.name=swin_unetr --model.feature_size=12 --data.train=train64.h5 \
   --data.val=val.h5 --data.patch_size=[32,32,64] --output.dir=run \
@@ -110,7 +110,7 @@ NET=swin,12 ROI=32,32,64 MONAI_WEIGHTS=swin.safetensors check eval-swin eval-swi
   --validation.padding=end --weights run/model.safetensors >end.log 2>&1 ||
   { cat end.log; fail "eval with padding end"; }
 grep '"type":"eval"' end.log >end.json
-if "$MPY" "$HERE/monai_reference.py" check val.h5 run/model.safetensors unet,8,3,instance \
+if "$MPY" "$PEER_SCRIPTS/monai_reference.py" check val.h5 run/model.safetensors unet,8,3,instance \
   16,16,16 0.25 gaussian end.json >end.txt 2>&1; then
   cat end.txt; fail "padding=end agrees with MONAI: the comparison cannot tell paddings apart"
 fi

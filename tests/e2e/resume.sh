@@ -27,7 +27,7 @@ for x, y in zip(a, b):
     assert x == y, (x, y)
 print(f"resume: {len(a)} window and epoch records identical")
 PYEOF
-d=$("$PY" "$TOOLS/safetensors_read.py" full/model.safetensors part/model.safetensors)
+d=$("$PY" "$PEER_SCRIPTS/safetensors_read.py" full/model.safetensors part/model.safetensors)
 [ "$d" = "0.000e+00" ] || fail "final weights differ by $d"
 
 # Truncate the newest checkpoint: auto falls back to the older one.

@@ -46,7 +46,7 @@ echo "--output.overwrite=true: the first run's records and checkpoints are gone"
 "$MEMTRAIN" train "${F[@]}" --training.epochs=3 --training.lr=0.08 \
   --training.lr_schedule=cosine --training.warmup_windows=5 --training.min_lr=0.002 \
   --output.dir=sched >sched.log 2>&1 || { cat sched.log; fail "schedule run"; }
-"$PY" - "$TOOLS" <<'PYEOF' || fail "lr schedule or best.safetensors"
+"$PY" - "$PEER_SCRIPTS" <<'PYEOF' || fail "lr schedule or best.safetensors"
 import json, math, sys
 sys.path.insert(0, sys.argv[1])
 import safetensors_read as st

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # model.name=swin_unetr against MONAI's SwinUNETR itself (issue 31):
 # 1. MONAI 1.6.1 builds SwinUNETR with fixed, perturbed weights
-#    (tests/e2e/swin_unetr_reference.py); memtrain's model loads MONAI's
+#    (tests/peers/swin_unetr_reference.py); memtrain's model loads MONAI's
 #    state dict by name, strict (tests/tools/forward_logits), has exactly
 #    its tensor names, shapes and order, and gives its logits within 1e-4
 #    (relative, fp32): 2 channels, feature size 12, a 64x32x96 input
@@ -30,11 +30,11 @@ FWD=$(dirname "$MEMTRAIN")/tests/forward_logits
 compare() {  # NAME FORMAT IN CLASSES FEATURE D H W SEED
   local d=$1
   mkdir -p "$d"
-  "$MPY" "$HERE/swin_unetr_reference.py" make "$d" "${@:3}" || fail "$d: MONAI side"
+  "$MPY" "$PEER_SCRIPTS/swin_unetr_reference.py" make "$d" "${@:3}" || fail "$d: MONAI side"
   "$FWD" --weights "$d/monai.$2" --input "$d/x.safetensors" \
     --out "$d/memtrain_logits.safetensors" --names "$d/memtrain_names.txt" \
     --classes "$4" model.name=swin_unetr model.feature_size="$5" || fail "$d: memtrain side"
-  "$MPY" "$HERE/swin_unetr_reference.py" compare "$d" || fail "$d: memtrain's swin_unetr is not MONAI's"
+  "$MPY" "$PEER_SCRIPTS/swin_unetr_reference.py" compare "$d" || fail "$d: memtrain's swin_unetr is not MONAI's"
 }
 compare ragged pt 2 3 12 64 32 96 7
 compare small safetensors 1 2 24 32 32 64 11
@@ -74,7 +74,7 @@ grep -q "one voxel at 1/32" bad32.log || { cat bad32.log; fail "patch 32^3: no m
 # 3. model_swinvit.pt's layout through model.pretrained, 1 rank, the
 #    encoder frozen.
 mkdir -p ssl
-"$MPY" "$HERE/swin_unetr_reference.py" ssl ssl 1 3 12 5 || fail "ssl: MONAI side"
+"$MPY" "$PEER_SCRIPTS/swin_unetr_reference.py" ssl ssl 1 3 12 5 || fail "ssl: MONAI side"
 timeout 600 "$MEMTRAIN" train "${SWIN[@]}" --training.epochs=1 --model.freeze=[swinViT] \
   --output.save_initial=true --model.pretrained=ssl/model_swinvit.pt \
   --model.pretrained_strict=false \
@@ -82,5 +82,5 @@ timeout 600 "$MEMTRAIN" train "${SWIN[@]}" --training.epochs=1 --model.freeze=[s
   --output.dir=ssl_run >ssl.log 2>&1 || { tail -30 ssl.log; fail "ssl train"; }
 grep -q "model.pretrained: ssl/model_swinvit.pt ('state_dict'): " ssl.log ||
   { cat ssl.log; fail "ssl: no load report"; }
-"$MPY" "$HERE/swin_unetr_reference.py" check-ssl ssl ssl_run || fail "ssl: not loaded as MONAI's load_from loads it"
+"$MPY" "$PEER_SCRIPTS/swin_unetr_reference.py" check-ssl ssl ssl_run || fail "ssl: not loaded as MONAI's load_from loads it"
 echo "PASS swin_unetr_monai"

@@ -25,7 +25,7 @@
 # error with sync_bn ends the job saying that sync_bn disables the replay.
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/common.sh"
-CHECK="$HERE/sync_bn_check.py"
+CHECK="$PEER_SCRIPTS/sync_bn_check.py"
 
 "$MEMTRAIN" make-data --kind images --height 48 --width 48 --samples 17 \
   --classes 3 --seed 5 --out train.h5 >/dev/null
@@ -113,7 +113,7 @@ run one1s 1 8 1 --training.max_windows=1 --model.sync_bn=true
 read -r cp cb _ < <("$PY" "$CHECK" one1/model.safetensors local2/model.safetensors)
 echo "(c) 1 rank x 8 (= sync_bn 2 x 4) vs 2 ranks x 4 without sync_bn: params $cp, running statistics $cb"
 within 1e-3 "$cp" || fail "(c) the two kinds of batch-norm give the same update ($cp)"
-"$PY" "$HERE/weights_check.py" equal one1/model.safetensors one1s/model.safetensors ||
+"$PY" "$PEER_SCRIPTS/weights_check.py" equal one1/model.safetensors one1s/model.safetensors ||
   fail "1 rank: sync_bn=true changed the weights"
 
 # Refusals.

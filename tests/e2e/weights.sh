@@ -25,11 +25,11 @@
 # - optional (skipped without timm): timm's resnet50 loads the export with
 #   load_state_dict(strict=True) and gives eval's loss and accuracy on
 #   val.h5; memtrain's eval of a seresnext50_32x4d state dict saved by timm
-#   gives timm's (tests/tools/timm_check.py, eval mode, within 1e-5).
+#   gives timm's (tests/peers/timm_check.py, eval mode, within 1e-5).
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 source "$HERE/common.sh"
-CHECK="$HERE/weights_check.py"
+CHECK="$PEER_SCRIPTS/weights_check.py"
 
 "$MEMTRAIN" make-data --kind images --height 32 --width 32 --samples 16 \
   --classes 3 --seed 4 --out train.h5 >/dev/null
@@ -154,7 +154,7 @@ expect_fail export_damaged "is corrupt or was edited" \
   "$MEMTRAIN" export --checkpoint damaged.safetensors --out x.safetensors
 [ ! -e x.safetensors ] || fail "export wrote a file for a bad checkpoint"
 [ ! -e d ] || [ -z "$(ls d/*.safetensors 2>/dev/null)" ] || fail "a refused run wrote weights"
-# 6. Optional: timm itself (tests/tools/timm_check.py). Give an interpreter
+# 6. Optional: timm itself (tests/peers/timm_check.py). Give an interpreter
 # that imports timm, h5py and safetensors as MEMTRAIN_TIMM_PYTHON (with
 # PYTHONPATH as it needs); without one this part is skipped.
 TIMM=""
@@ -165,7 +165,7 @@ if [ -z "$TIMM" ]; then
   echo "SKIP: no Python with timm, h5py and safetensors (set MEMTRAIN_TIMM_PYTHON)"
 else
   # (the last line: importing timm may print notes of its own first)
-  tcheck() { "$TIMM" "$ROOT/tests/tools/timm_check.py" "$@" 2>/dev/null | tail -1; }
+  tcheck() { "$TIMM" "$PEER_SCRIPTS/timm_check.py" "$@" 2>/dev/null | tail -1; }
   close() { "$PY" -c "import json,sys; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2])
 ok = abs(a['val_loss']-b['val_loss']) <= 1e-5*abs(b['val_loss']) and a['val_accuracy']==b['val_accuracy']
 print(('match' if ok else 'MISMATCH'), 'timm', a, 'memtrain', {k: b[k] for k in a}); sys.exit(0 if ok else 1)" "$1" "$2"; }

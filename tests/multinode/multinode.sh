@@ -85,9 +85,9 @@ train two1 across 2 1
 grep -q "^memtrain 0.1.0: 4 rank(s) on 2 nodes × 2 ranks," two2.log || { head -5 two2.log; fail "2x2 banner"; }
 grep -q "^memtrain 0.1.0: 2 rank(s) on 2 nodes × 1 rank," two1.log || { head -5 two1.log; fail "2x1 banner"; }
 grep -q "^memtrain 0.1.0: 4 rank(s) on 1 node × 4 ranks," one4.log || { head -5 one4.log; fail "1x4 banner"; }
-"$PY" - "$S" "$REPO/tests/tools" <<'PYEOF' || fail "weights, losses or environment.json"
+"$PY" - "$S" "$REPO/tests/tools" "$REPO/tests/peers" <<'PYEOF' || fail "weights, losses or environment.json"
 import json, sys
-sys.path.insert(0, sys.argv[2])
+sys.path[:0] = sys.argv[2:4]
 import check_metrics
 import safetensors_read
 S = sys.argv[1]

@@ -98,9 +98,9 @@ on node1 "$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train --config "$S/cfg.yam
   --output.dir="$S/cut" --resume auto >resume.log 2>&1 || { tail -20 resume.log; fail "resume on node1"; }
 grep "resumed from" resume.log || fail "no resume line"
 grep -q "on 1 node × 2 ranks" resume.log || { head -3 resume.log; fail "the resumed run is not 1 node x 2 ranks"; }
-"$PY" - "$S" "$REPO/tests/tools" <<'PYEOF' || fail "the resumed run's losses or weights"
+"$PY" - "$S" "$REPO/tests/tools" "$REPO/tests/peers" <<'PYEOF' || fail "the resumed run's losses or weights"
 import sys
-sys.path.insert(0, sys.argv[2])
+sys.path[:0] = sys.argv[2:4]
 import check_metrics
 import safetensors_read
 S = sys.argv[1]

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "peers"))
 import safetensors_read  # noqa: E402
 
 WINDOW_KEYS = ["epoch", "window", "loss", "lr", "micro_batch", "accum_steps",

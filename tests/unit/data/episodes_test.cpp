@@ -47,7 +47,7 @@ TEST(Episodes, DependOnSeedEpochAndIndexAlone) {
 }
 
 // The documented rule (Note [Episodes]), pinned: the Python reference in
-// tests/e2e/fewshot_reference.py re-draws episodes with it.
+// tests/peers/fewshot_reference.py re-draws episodes with it.
 // The values come from the rule's Python form in fewshot_reference.py.
 TEST(Episodes, RngIsTheDocumentedSplitMix64) {
   EXPECT_EQ(EpisodeRng(0, 0, 0, 0).next(), 0x78ae5a9a6b5fd45eull);

@@ -1,5 +1,5 @@
 // The ResNets (timm's names, shapes and parameter counts against the lists
-// of tests/data written from the architecture by tests/tools/resnet_keys.py;
+// of tests/data written from the architecture by tests/peers/resnet_keys.py;
 // forward shapes; checkpointed stages giving the same gradients and running
 // statistics) and the weights by name (weights/model_state.h): the
 // pretrained report and strict refusal, freezing, the config keys.

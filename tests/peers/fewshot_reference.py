@@ -60,7 +60,7 @@ def draw_distinct(items, m, rng):
 
 def load_safetensors(path):
     """The parameters, read by the tests' independent safetensors reader."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import safetensors_read
 
     tensors, _ = safetensors_read.load(path)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "vs_pytorch"))
-sys.path.insert(0, str(ROOT / "tests" / "tools"))
+sys.path.insert(0, str(ROOT / "tests" / "peers"))
 from pytorch_ddp import FeatureMlp  # noqa: E402
 import safetensors_read  # noqa: E402
 

@@ -1,5 +1,5 @@
 """Compares two memtrain weights files of a ResNet for tests/e2e/sync_bn.sh
-(Python standard library only, through tests/tools/safetensors_read.py).
+(Python standard library only, through tests/peers/safetensors_read.py).
 
   sync_bn_check.py A B   prints "PARAMS BUFFERS COUNTS": for the
                          parameters and for the batch-norm buffers
@@ -12,7 +12,7 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+sys.path.insert(0, os.path.dirname(__file__))
 import safetensors_read  # noqa: E402
 
 BUFFERS = ("running_mean", "running_var")

@@ -4,7 +4,7 @@ ResNet with Bottleneck blocks; SE: timm's SEModule, rd =
 make_divisible(channels / 16, 8)), one `name shape dtype` line per tensor in
 state-dict order, and prints the parameter count to stderr.
 
-  python3 tests/tools/resnet_keys.py seresnext50_32x4d > tests/data/seresnext50_32x4d_keys.txt
+  python3 tests/peers/resnet_keys.py seresnext50_32x4d > tests/data/seresnext50_32x4d_keys.txt
 
 Independent of memtrain's C++ code: tests/unit/model/resnet_test.cpp
 compares the model with these files."""

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 
 def load_safetensors(path):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import safetensors_read
 
     tensors, _ = safetensors_read.load(path)
