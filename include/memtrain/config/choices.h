@@ -23,10 +23,13 @@ namespace memtrain {
 //   MEMTRAIN_CHOICE(Amp, (kOff, "off"), (kFp16, "fp16"), (kBf16, "bf16"))
 // expands to `enum class Amp { kOff, kFp16, kBf16, };` and
 // `constexpr std::array<const char*, 3> choice_names(Amp)` = {"off", "fp16",
-// "bf16"}: choice_names(E{})[i] spells the value i of E. At most 8 values.
-#define MEMTRAIN_PP_NARG(...) \
-  MEMTRAIN_PP_NARG_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
-#define MEMTRAIN_PP_NARG_(_1, _2, _3, _4, _5, _6, _7, _8, N, ...) N
+// "bf16"}: choice_names(E{})[i] spells the value i of E. At most 16 values.
+// clang-format off
+#define MEMTRAIN_PP_NARG(...) MEMTRAIN_PP_NARG_(__VA_ARGS__, \
+    16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define MEMTRAIN_PP_NARG_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, \
+    _13, _14, _15, _16, N, ...) N
+// clang-format on
 #define MEMTRAIN_PP_CAT(a, b) MEMTRAIN_PP_CAT_(a, b)
 #define MEMTRAIN_PP_CAT_(a, b) a##b
 #define MEMTRAIN_FOR_EACH(m, ...) \
@@ -39,6 +42,14 @@ namespace memtrain {
 #define MEMTRAIN_FE_6(m, x, ...) m x MEMTRAIN_FE_5(m, __VA_ARGS__)
 #define MEMTRAIN_FE_7(m, x, ...) m x MEMTRAIN_FE_6(m, __VA_ARGS__)
 #define MEMTRAIN_FE_8(m, x, ...) m x MEMTRAIN_FE_7(m, __VA_ARGS__)
+#define MEMTRAIN_FE_9(m, x, ...) m x MEMTRAIN_FE_8(m, __VA_ARGS__)
+#define MEMTRAIN_FE_10(m, x, ...) m x MEMTRAIN_FE_9(m, __VA_ARGS__)
+#define MEMTRAIN_FE_11(m, x, ...) m x MEMTRAIN_FE_10(m, __VA_ARGS__)
+#define MEMTRAIN_FE_12(m, x, ...) m x MEMTRAIN_FE_11(m, __VA_ARGS__)
+#define MEMTRAIN_FE_13(m, x, ...) m x MEMTRAIN_FE_12(m, __VA_ARGS__)
+#define MEMTRAIN_FE_14(m, x, ...) m x MEMTRAIN_FE_13(m, __VA_ARGS__)
+#define MEMTRAIN_FE_15(m, x, ...) m x MEMTRAIN_FE_14(m, __VA_ARGS__)
+#define MEMTRAIN_FE_16(m, x, ...) m x MEMTRAIN_FE_15(m, __VA_ARGS__)
 #define MEMTRAIN_CHOICE_VALUE(value, spelling) value,
 #define MEMTRAIN_CHOICE_SPELLING(value, spelling) spelling,
 #define MEMTRAIN_CHOICE(E, ...)                                           \
@@ -124,6 +135,14 @@ MEMTRAIN_CHOICE(Switch, (kAuto, "auto"), (kOn, "on"), (kOff, "off"))
 #undef MEMTRAIN_FE_6
 #undef MEMTRAIN_FE_7
 #undef MEMTRAIN_FE_8
+#undef MEMTRAIN_FE_9
+#undef MEMTRAIN_FE_10
+#undef MEMTRAIN_FE_11
+#undef MEMTRAIN_FE_12
+#undef MEMTRAIN_FE_13
+#undef MEMTRAIN_FE_14
+#undef MEMTRAIN_FE_15
+#undef MEMTRAIN_FE_16
 #undef MEMTRAIN_PP_CAT
 #undef MEMTRAIN_PP_CAT_
 #undef MEMTRAIN_PP_NARG

@@ -59,53 +59,6 @@ ClipSpec clip_spec(const std::string& variant) {
       "(open_clip's model config names), optionally with -quickgelu");
 }
 
-// open_clip's VisionTransformer.
-struct ClipModel::Visual : nn::Module {
-  Visual(const ClipSpec& s, int64_t image_size)
-      : grid(image_size / s.patch_size) {
-    const int64_t w = s.vision_width;
-    const double scale = 1.0 / std::sqrt(double(w));
-    conv1 = register_module(
-        "conv1",
-        nn::Conv2d(nn::Conv2dOptions(3, w, s.patch_size)
-                       .stride(s.patch_size)
-                       .bias(false)));
-    class_embedding =
-        register_parameter("class_embedding", scale * torch::randn({w}));
-    positional_embedding = register_parameter(
-        "positional_embedding", scale * torch::randn({grid * grid + 1, w}));
-    ln_pre =
-        register_module("ln_pre", nn::LayerNorm(nn::LayerNormOptions({w})));
-    transformer = register_module(
-        "transformer",
-        std::make_shared<Transformer>(
-            w, s.vision_layers, s.vision_heads, s.mlp_ratio, s.act));
-    ln_post =
-        register_module("ln_post", nn::LayerNorm(nn::LayerNormOptions({w})));
-    proj = register_parameter("proj", scale * torch::randn({w, s.embed_dim}));
-  }
-
-  torch::Tensor forward(
-      const torch::Tensor& images, int64_t checkpointed, Recompute mode) {
-    torch::Tensor x = conv1->forward(images);  // (N, W, g, g)
-    const int64_t n = x.size(0), w = x.size(1);
-    x = x.reshape({n, w, -1}).permute({0, 2, 1});  // (N, g*g, W)
-    x = torch::cat(
-        {class_embedding.to(x.scalar_type()).expand({n, 1, w}), x}, 1);
-    x = x + positional_embedding.to(x.scalar_type());
-    x = layer_norm_as_input(ln_pre, x);
-    x = transformer->forward(x, /*causal=*/false, checkpointed, mode);
-    x = layer_norm_as_input(ln_post, x);
-    return torch::matmul(x.select(1, 0), proj);
-  }
-
-  int64_t grid;
-  nn::Conv2d conv1{nullptr};
-  torch::Tensor class_embedding, positional_embedding, proj;
-  nn::LayerNorm ln_pre{nullptr}, ln_post{nullptr};
-  std::shared_ptr<Transformer> transformer;
-};
-
 ClipModel::ClipModel(
     const ClipSpec& spec,
     int64_t image_size,
@@ -117,8 +70,17 @@ ClipModel::ClipModel(
   // token_embedding, positional_embedding, ln_final, text_projection,
   // logit_scale (state_dict: the parameters of CLIP itself first, then its
   // modules').
+  VisionTransformerSpec visual;
+  visual.image_size = image_size;
+  visual.patch_size = spec.patch_size;
+  visual.width = spec.vision_width;
+  visual.layers = spec.vision_layers;
+  visual.heads = spec.vision_heads;
+  visual.mlp_ratio = spec.mlp_ratio;
+  visual.act = spec.act;
+  visual.output_dim = spec.embed_dim;
   visual_ =
-      register_module("visual", std::make_shared<Visual>(spec, image_size));
+      register_module("visual", std::make_shared<VisionTransformer>(visual));
   transformer_ = register_module(
       "transformer",
       std::make_shared<Transformer>(

@@ -15,6 +15,7 @@
 
 #include "memtrain/config/train_config.h"
 #include "memtrain/model/blocks/transformer.h"
+#include "memtrain/model/blocks/vision_transformer.h"
 #include "memtrain/model/nets/dual_encoder.h"
 
 namespace memtrain {
@@ -63,8 +64,7 @@ class ClipModel : public PairEncoder {
   int64_t image_size_, context_length_;
   // Text tower: open_clip's CLIP holds it at the top level.
   torch::Tensor positional_embedding_, text_projection_;
-  struct Visual;
-  std::shared_ptr<Visual> visual_;
+  std::shared_ptr<VisionTransformer> visual_;  // blocks/vision_transformer.h
   std::shared_ptr<Transformer> transformer_;
   torch::nn::Embedding token_embedding_{nullptr};
   torch::nn::LayerNorm ln_final_{nullptr};
