@@ -9,6 +9,7 @@
 #include "memtrain/model/nets/small_cnn.h"
 #include "memtrain/model/nets/swin_unetr.h"
 #include "memtrain/model/nets/unet3d.h"
+#include "memtrain/model/nets/vit.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -47,6 +48,10 @@ std::string batch_norm_buffers(const ModelConfig&, const BannerFacts& f) {
 std::string swin_words(const ModelConfig&, const BannerFacts& f) {
   return f.width + ", instance norm as MONAI's, " + std::to_string(f.buffers) +
          " buffers (relative position indices)";
+}
+std::string vit_words(const ModelConfig& c, const BannerFacts&) {
+  return "width " + std::to_string(c.hidden) + ", depth " +
+         std::to_string(c.depth) + ", 16 x 16 patches";
 }
 std::string clip_words(const ModelConfig& c, const BannerFacts&) {
   return c.variant + ", open_clip's ViT and text transformer";
@@ -120,6 +125,13 @@ std::vector<ModelRow> make_rows() {
   r.clip_images = true;
   r.make_pair = clip;
   r.words = clip_words;
+  rows.push_back(r);
+
+  r = ModelRow{};  // a plain ViT on /images (nets/vit.h)
+  r.name = ModelName::kVit;
+  r.trains_on = kOnImages;
+  r.make = make_vit;
+  r.words = vit_words;
   rows.push_back(r);
 
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -64,7 +64,8 @@ namespace memtrain {
 MEMTRAIN_CHOICE(ModelName,
     (kMlp, "mlp"), (kCnn, "cnn"), (kResnet50, "resnet50"),
     (kSeresnext50, "seresnext50_32x4d"), (kUnet3d, "unet3d"),
-    (kDualEncoder, "dual_encoder"), (kSwinUnetr, "swin_unetr"), (kClip, "clip"))
+    (kDualEncoder, "dual_encoder"), (kSwinUnetr, "swin_unetr"), (kClip, "clip"),
+    (kVit, "vit"))
 // model.norm
 MEMTRAIN_CHOICE(Norm,
     (kNone, "none"), (kGroup, "group"), (kInstance, "instance"))

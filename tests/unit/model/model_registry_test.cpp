@@ -54,8 +54,8 @@ TEST(ModelRegistry, AModelOnDataItCannotTrainOnIsRefused) {
     EXPECT_EQ(
         std::string(e.what()),
         "model.name=unet3d cannot train on features (f.h5); use "
-        "model.name=mlp (mlp: /features, cnn, resnet50 or "
-        "seresnext50_32x4d: /images, unet3d or swin_unetr: /volumes, "
+        "model.name=mlp (mlp: /features, cnn, resnet50, "
+        "seresnext50_32x4d or vit: /images, unet3d or swin_unetr: /volumes, "
         "dual_encoder: pairs of /features_a or /images with /features_b, "
         "clip: pairs of /images and /tokens)");
   }
