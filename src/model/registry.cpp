@@ -51,7 +51,7 @@ std::string swin_words(const ModelConfig&, const BannerFacts& f) {
 }
 std::string vit_words(const ModelConfig& c, const BannerFacts&) {
   return "width " + std::to_string(c.hidden) + ", depth " +
-         std::to_string(c.depth) + ", 16 x 16 patches";
+         std::to_string(c.depth) + ", patches " + std::to_string(c.image_patch);
 }
 std::string clip_words(const ModelConfig& c, const BannerFacts&) {
   return c.variant + ", open_clip's ViT and text transformer";

@@ -9,8 +9,6 @@
 namespace memtrain {
 namespace {
 
-constexpr int64_t kPatch = 16;
-
 class VitClassifier : public Classifier {
  public:
   VitClassifier(const VisionTransformerSpec& spec, int64_t classes) {
@@ -38,11 +36,12 @@ class VitClassifier : public Classifier {
 std::shared_ptr<Classifier> make_vit(
     const ModelConfig& cfg, const ModelInput& input) {
   const auto& shape = input.sample_shape;  // [C, H, W]
+  const int64_t patch = cfg.image_patch;
   MT_CHECK(
-      shape.size() == 3 && shape[1] == shape[2] && shape[1] % kPatch == 0,
+      shape.size() == 3 && shape[1] == shape[2] && shape[1] % patch == 0,
       "model.name=vit: the images must be square with a side that is a "
-      "multiple of the patch size ",
-      kPatch,
+      "multiple of model.image_patch=",
+      patch,
       ", got ",
       shape.size() == 3
           ? std::to_string(shape[1]) + " x " + std::to_string(shape[2])
@@ -51,7 +50,7 @@ std::shared_ptr<Classifier> make_vit(
   VisionTransformerSpec spec;
   spec.in_channels = shape[0];
   spec.image_size = shape[1];
-  spec.patch_size = kPatch;
+  spec.patch_size = patch;
   spec.width = cfg.hidden;
   spec.layers = cfg.depth;
   spec.heads = std::max<int64_t>(1, cfg.hidden / 64);

@@ -63,10 +63,34 @@ TEST(Vit, RefusesImagesThatAreNotSquaresOfWholePatches) {
     EXPECT_NE(
         std::string(e.what()).find(
             "model.name=vit: the images must be square with a side that is "
-            "a multiple of the patch size 16, got 30 x 30"),
+            "a multiple of model.image_patch=16, got 30 x 30"),
         std::string::npos)
         << e.what();
   }
   EXPECT_THROW(
       make_model(cfg, {SampleKind::kFeatures, {8}, 3, 0}), Error);  // rows
+  cfg.image_patch = 10;  // 30 x 30 images: 9 patches
+  EXPECT_NO_THROW(make_model(cfg, {SampleKind::kImages, {3, 30, 30}, 3, 0}));
+}
+
+// model.image_patch: the patches the images are cut into, one token each
+// after the class token.
+TEST(Vit, ImagePatchSetsTheTokens) {
+  const TrainConfig c = TrainConfig::load("", {"model.image_patch=8"});
+  EXPECT_EQ(c.model.image_patch, 8);
+  EXPECT_EQ(TrainConfig{}.model.image_patch, 16);
+  ModelConfig cfg = c.model;
+  cfg.name = ModelName::kVit;
+  auto vit = make_model(cfg, {SampleKind::kImages, {1, 32, 32}, 3, 0});
+  const auto params = vit->named_parameters();
+  EXPECT_EQ(
+      params["visual.positional_embedding"].sizes(),
+      torch::IntArrayRef({16 + 1, cfg.hidden}));
+  EXPECT_EQ(
+      params["visual.conv1.weight"].sizes(),
+      torch::IntArrayRef({cfg.hidden, 1, 8, 8}));
+  EXPECT_EQ(
+      vit->forward(torch::randn({2, 1, 32, 32})).sizes(),
+      torch::IntArrayRef({2, 3}));
+  EXPECT_THROW(TrainConfig::load("", {"model.image_patch=0"}), Error);
 }

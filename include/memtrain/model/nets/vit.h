@@ -1,7 +1,8 @@
 #pragma once
 // model.name=vit: a plain ViT classifier of /images rows. Its body is
 // open_clip's VisionTransformer (blocks/vision_transformer.h, under
-// "visual", without proj): 16 x 16 patches, model.depth blocks of width
+// "visual", without proj): patches of model.image_patch (16), model.depth
+// blocks of width
 // model.hidden with heads of 64 channels (one head below 128), the class
 // token after ln_post; then a linear head ("head") to the classes. Each
 // block is a checkpoint segment ("visual.transformer.resblocks.<i>").
