@@ -6,8 +6,8 @@
 // model.hidden with heads of 64 channels (one head below 128), the class
 // token after ln_post; then a linear head ("head") to the classes. Each
 // block is a checkpoint segment ("visual.transformer.resblocks.<i>").
-// An open_clip image tower loads by name through model.pretrained
-// (model.pretrained_strict=false leaves its proj out).
+// Its parameter names are open_clip's image tower's, which
+// model.pretrained matches by name.
 
 #include <memory>
 
