@@ -3,9 +3,11 @@
 #include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "key_table.h"
 #include "memtrain/util/error.h"
@@ -194,22 +196,29 @@ std::string TrainConfig::describe_markdown() {
          "configuration. How the keys work together, by kind of run:\n"
          "[config-guide.md](config-guide.md).\n";
   TrainConfig defaults;
-  std::string section;
+  // Sections in the order they first appear; each once, with all its keys
+  // (keys.def interleaves model.fsct with model, data.episodes with data).
+  std::vector<std::string> sections;
   for (const Key& k : keys()) {
     const std::string s = k.name.substr(0, k.name.rfind('.'));
-    if (s != section) {
-      section = s;
-      out << "\n## " << s
-          << "\n\n| key | default | allowed | what it "
-             "does |\n| --- | --- | --- | --- |\n";
+    if (std::find(sections.begin(), sections.end(), s) == sections.end())
+      sections.push_back(s);
+  }
+  for (const std::string& section : sections) {
+    out << "\n## " << section
+        << "\n\n| key | default | allowed | what it "
+           "does |\n| --- | --- | --- | --- |\n";
+    for (const Key& k : keys()) {
+      if (k.name.substr(0, k.name.rfind('.')) != section)
+        continue;
+      std::string help = k.help;
+      for (size_t at = help.find('|'); at != std::string::npos;
+           at = help.find('|', at + 2)) {
+        help.replace(at, 1, "\\|");
+      }
+      out << "| `" << k.name << "` | `" << value_text(k, defaults) << "` | "
+          << allowed(k) << " | " << help << " |\n";
     }
-    std::string help = k.help;
-    for (size_t at = help.find('|'); at != std::string::npos;
-         at = help.find('|', at + 2)) {
-      help.replace(at, 1, "\\|");
-    }
-    out << "| `" << k.name << "` | `" << value_text(k, defaults) << "` | "
-        << allowed(k) << " | " << help << " |\n";
   }
   return out.str();
 }

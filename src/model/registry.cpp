@@ -130,6 +130,9 @@ std::vector<ModelRow> make_rows() {
   r = ModelRow{};  // a plain ViT on /images (nets/vit.h)
   r.name = ModelName::kVit;
   r.trains_on = kOnImages;
+  r.refuses_group_norm =
+      "normalises with layer norms only (open_clip's image tower); "
+      "model.norm=group is unet3d's (set model.norm=none)";
   r.make = make_vit;
   r.words = vit_words;
   rows.push_back(r);
@@ -249,7 +252,9 @@ void check_model_config(const TrainConfig& cfg) {
         owners,
         "; model.name=",
         model.name,
-        " has none or group (set model.norm=none or group)"));
+        row.refuses_group_norm || row.batch_norm
+            ? " has none (set model.norm=none)"
+            : " has none or group (set model.norm=none or group)"));
   }
   MT_CHECK(
       model.norm != Norm::kGroup || row.refuses_group_norm == nullptr,

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   }
   try {
     const TrainConfig cfg = TrainConfig::load("", keys);
+    check_model_config(cfg);
     NamedTensors in = load_safetensors(input);
     MT_CHECK(in.size() == 1 && in[0].first == "x", input, ": one tensor x");
     const at::Tensor x = in[0].second.to(torch::kFloat32);

@@ -55,7 +55,7 @@ std::shared_ptr<Classifier> make_vit(
   spec.layers = cfg.depth;
   spec.heads = std::max<int64_t>(1, cfg.hidden / 64);
   MT_CHECK(
-      cfg.hidden % spec.heads == 0,
+      cfg.hidden < 128 || cfg.hidden % 64 == 0,
       "model.name=vit: model.hidden=",
       cfg.hidden,
       " must be a multiple of 64 (heads of 64 channels) or below 128");

@@ -94,3 +94,34 @@ TEST(Vit, ImagePatchSetsTheTokens) {
       torch::IntArrayRef({2, 3}));
   EXPECT_THROW(TrainConfig::load("", {"model.image_patch=0"}), Error);
 }
+
+// Heads of 64 channels: model.hidden a multiple of 64, or below 128 (one
+// head); a width between (160: 2 heads of 80) is refused, not run with
+// other heads than documented. Layer norms only: model.norm=group refused.
+TEST(Vit, RefusesWidthsWithoutHeadsOf64AndGroupNorm) {
+  ModelConfig cfg;
+  cfg.name = ModelName::kVit;
+  cfg.depth = 1;
+  const ModelInput images{SampleKind::kImages, {3, 32, 32}, 3, 0};
+  for (int64_t hidden : {160, 130}) {
+    cfg.hidden = hidden;
+    EXPECT_THROW(make_model(cfg, images), Error) << hidden;
+  }
+  for (int64_t hidden : {96, 192}) {
+    cfg.hidden = hidden;
+    EXPECT_NO_THROW(make_model(cfg, images)) << hidden;
+  }
+  TrainConfig c;
+  c.model.name = ModelName::kVit;
+  c.model.norm = Norm::kGroup;
+  EXPECT_THROW(check_model_config(c), Error);
+  c.model.norm = Norm::kInstance;
+  try {
+    check_model_config(c);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("(set model.norm=none)"), std::string::npos)
+        << e.what();
+  }
+}
