@@ -8,6 +8,7 @@
 #include "memtrain/compat.h"
 #include "memtrain/device/host_sync.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/memory/host_figures.h"
 #include "memtrain/memory/oom_guard.h"
 #include "memtrain/train/state/lr_schedule.h"
 #include "memtrain/train/state/optimizers.h"
@@ -182,6 +183,11 @@ Boundary exchange(
     mine.host_peak = h.peak_in_use;
     run.host_pool->reset_peak();
   }
+  const memory::HostFigures host = memory::read_host_figures();
+  mine.rss = host.rss;
+  mine.rss_file = host.rss_file;
+  mine.counted = host.counted;
+  mine.malloc_free = host.malloc_free;
   at::Tensor extras = floats_to_device(
       run.placement,
       WindowTotals::pack(
@@ -289,6 +295,13 @@ void note_totals(const WindowTotals& t, WindowResult& r) {
   r.mem_peak_reserved = t.max_of(&RankWindowMemory::peak_reserved).value;
   r.host_reserved = t.max_of(&RankWindowMemory::host_reserved).value;
   r.host_peak = t.max_of(&RankWindowMemory::host_peak).value;
+  const auto rss = t.max_of(&RankWindowMemory::rss);
+  const RankWindowMemory& most = t.ranks[static_cast<size_t>(rss.rank)];
+  r.host_rss = most.rss;
+  r.rss_rank = rss.rank;
+  r.host_rss_file = most.rss_file;
+  r.host_counted = most.counted;
+  r.host_malloc_free = most.malloc_free;
   const auto retries = t.max_of(&RankWindowMemory::oom_retries);
   r.oom_retries_max = retries.value;
   r.oom_retries_rank = retries.rank;

@@ -8,7 +8,7 @@ namespace memtrain {
 namespace {
 
 constexpr int64_t kHeader = 3;    // loss sum, samples, stop requests
-constexpr int64_t kPerRank = 13;  // 6 byte counts x (hi, lo) + retries
+constexpr int64_t kPerRank = 21;  // 10 byte counts x (hi, lo) + retries
 constexpr int64_t kLow = int64_t{1} << 24;
 
 void put_bytes(float* slot, int64_t v) {
@@ -45,6 +45,10 @@ std::vector<float> WindowTotals::pack(
   s[8] = static_cast<float>(mine.oom_retries);
   put_bytes(s + 9, mine.host_reserved);
   put_bytes(s + 11, mine.host_peak);
+  put_bytes(s + 13, mine.rss);
+  put_bytes(s + 15, mine.rss_file);
+  put_bytes(s + 17, mine.counted);
+  put_bytes(s + 19, mine.malloc_free);
   return v;
 }
 
@@ -64,6 +68,10 @@ WindowTotals WindowTotals::unpack(const std::vector<float>& summed, int world) {
     m.oom_retries = std::llround(s[8]);
     m.host_reserved = get_bytes(s + 9);
     m.host_peak = get_bytes(s + 11);
+    m.rss = get_bytes(s + 13);
+    m.rss_file = get_bytes(s + 15);
+    m.counted = get_bytes(s + 17);
+    m.malloc_free = get_bytes(s + 19);
     t.ranks.push_back(m);
   }
   return t;

@@ -135,8 +135,15 @@ TEST(WindowTotals, EveryRanksFiguresSurviveTheFloatSum) {
       {20, 999, (int64_t{1} << 40) + 12346, 76, 2},
       {30, 1000, 5, 75, 2}};
   std::vector<float> sum(static_cast<size_t>(WindowTotals::size(world)), 0);
+  std::vector<RankWindowMemory> with_host = mem;
   for (int r = 0; r < world; ++r) {
-    auto mine = WindowTotals::pack(4, r == 2, mem[r], r, world);
+    with_host[r].rss = (int64_t{3} << 30) + 4096 * (r == 1 ? 7 : r);
+    with_host[r].rss_file = (int64_t{140} << 20) + r;
+    with_host[r].counted = (int64_t{1} << 30) + 512 * r;
+    with_host[r].malloc_free = 8192 * r + 1;
+  }
+  for (int r = 0; r < world; ++r) {
+    auto mine = WindowTotals::pack(4, r == 2, with_host[r], r, world);
     mine[WindowTotals::kLossSlot] = static_cast<float>(1.5 * (r + 1));
     for (size_t i = 0; i < sum.size(); ++i)
       sum[i] += mine[i];
@@ -149,7 +156,12 @@ TEST(WindowTotals, EveryRanksFiguresSurviveTheFloatSum) {
   for (int r = 0; r < world; ++r) {
     EXPECT_EQ(t.ranks[r].peak, mem[r].peak) << "exact, rank " << r;
     EXPECT_EQ(t.ranks[r].allocated, mem[r].allocated);
+    EXPECT_EQ(t.ranks[r].rss, with_host[r].rss);
+    EXPECT_EQ(t.ranks[r].rss_file, with_host[r].rss_file);
+    EXPECT_EQ(t.ranks[r].counted, with_host[r].counted);
+    EXPECT_EQ(t.ranks[r].malloc_free, with_host[r].malloc_free);
   }
+  EXPECT_EQ(t.max_of(&RankWindowMemory::rss).rank, 1);
   const auto peak = t.max_of(&RankWindowMemory::peak);
   EXPECT_EQ(peak.value, (int64_t{1} << 40) + 12346);
   EXPECT_EQ(peak.rank, 1);

@@ -50,6 +50,13 @@ struct WindowResult {
   // The host offload pool, largest rank (Note [Host offload]).
   int64_t host_reserved = 0;
   int64_t host_peak = 0;
+  // The host figures (memory/host_figures.h) of the rank with the largest
+  // resident set at the boundary.
+  int64_t host_rss = 0;
+  int rss_rank = 0;
+  int64_t host_rss_file = 0;
+  int64_t host_counted = 0;
+  int64_t host_malloc_free = 0;
   int64_t oom_retries_max = 0;
   int oom_retries_rank = 0;
   int64_t oom_retries_total = 0;

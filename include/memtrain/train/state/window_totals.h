@@ -21,6 +21,11 @@ struct RankWindowMemory {
   // The host offload pool (Note [Host offload]); 0 without one.
   int64_t host_reserved = 0;  // at the boundary
   int64_t host_peak = 0;      // in use, since the previous boundary
+  // The process's host memory at the boundary (memory/host_figures.h).
+  int64_t rss = 0;
+  int64_t rss_file = 0;
+  int64_t counted = 0;
+  int64_t malloc_free = 0;
 };
 
 struct WindowTotals {

@@ -1,0 +1,56 @@
+#include "memtrain/memory/host_figures.h"
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "memtrain/memory/device_memory.h"
+
+namespace memtrain::memory {
+
+// Note [Host figures]
+// The resident set is the truth the kernel (and a cgroup's memory.max)
+// holds a process to. Its parts, as this file reads them:
+// - rss_file: pages backed by files or shared -- the code and data of the
+//   ~300 libraries LibTorch loads, and MPI's shared-memory segments.
+//   Constant after start-up, but for the kernels first run later.
+// - counted: the accounting allocator's bytes (accounting_allocator.cpp),
+//   its cached device blocks included. They are glibc allocations.
+// - glibc's other allocations (malloc_used - counted): LibTorch's operator
+//   tables, HDF5's chunk caches, MPI's free lists, oneDNN's primitive
+//   caches.
+// - malloc_free: what glibc keeps after free(), in its arenas (brk heap and
+//   thread arenas); resident where it was touched, until trimmed.
+// - the rest: thread stacks, JIT-compiled kernels, untouched padding.
+// /proc/self/statm and mallinfo2() are both cheap (counters, and a walk of
+// glibc's free lists), so they are read at every window boundary.
+
+HostFigures read_host_figures() {
+  HostFigures f;
+  if (std::FILE* in = std::fopen("/proc/self/statm", "r")) {
+    unsigned long long size = 0, resident = 0, shared = 0;
+    if (std::fscanf(in, "%llu %llu %llu", &size, &resident, &shared) == 3) {
+      const long page = ::sysconf(_SC_PAGESIZE);
+      f.rss = static_cast<int64_t>(resident) * page;
+      f.rss_file = static_cast<int64_t>(shared) * page;
+    }
+    std::fclose(in);
+  }
+  const struct mallinfo2 mi = ::mallinfo2();
+  f.malloc_used = static_cast<int64_t>(mi.uordblks + mi.hblkhd);
+  f.malloc_free = static_cast<int64_t>(mi.fordblks);
+  if (accounting_installed()) {
+    const Stats s = stats();
+    f.counted = s.reserved + s.host_allocated;
+  }
+  return f;
+}
+
+int64_t trim_host_heap() {
+  const int64_t before = read_host_figures().rss;
+  ::malloc_trim(0);
+  return before - read_host_figures().rss;
+}
+
+}  // namespace memtrain::memory

@@ -1,0 +1,44 @@
+// memory/host_figures.h: the process's resident set and what memtrain
+// counts of it, read as the kernel and glibc report them.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/memory/host_figures.h"
+
+namespace memtrain {
+namespace {
+
+// 64 MiB through the accounting allocator's device domain: counted exactly
+// (a multiple of its 512-byte rounding), resident once written, and given
+// back to the kernel when the cache is released (glibc maps a block that
+// large on its own: above its largest mmap threshold, 32 MiB).
+TEST(HostFigures, SeeTheResidentSetAndTheCountedBytes) {
+  ASSERT_TRUE(memory::accounting_installed());
+  memory::release_cache();
+  constexpr int64_t kBytes = int64_t{64} << 20;
+  const memory::HostFigures before = memory::read_host_figures();
+  EXPECT_GT(before.rss_file, 0);
+  EXPECT_GT(before.rss, before.rss_file);
+  EXPECT_GE(before.malloc_used, before.counted);
+  torch::Tensor t;
+  {
+    memory::DeviceScope device;
+    t = torch::ones({kBytes / 4});
+  }
+  const memory::HostFigures held = memory::read_host_figures();
+  EXPECT_EQ(held.counted - before.counted, kBytes);
+  EXPECT_GE(held.malloc_used - before.malloc_used, kBytes);
+  EXPECT_GE(held.rss - before.rss, kBytes - (int64_t{2} << 20));
+  t = torch::Tensor();
+  const memory::HostFigures cached = memory::read_host_figures();
+  EXPECT_EQ(cached.counted, held.counted) << "freed into the cache: reserved";
+  EXPECT_EQ(memory::release_cache(), kBytes);
+  const memory::HostFigures released = memory::read_host_figures();
+  EXPECT_EQ(released.counted, before.counted);
+  EXPECT_LE(released.rss, held.rss - kBytes + (int64_t{2} << 20));
+}
+
+}  // namespace
+}  // namespace memtrain
