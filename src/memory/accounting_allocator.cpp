@@ -5,12 +5,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 #include <unordered_map>
 
 #include "memory_backend.h"
 #include "memtrain/compat.h"
+#include "memtrain/memory/block_pool.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/util/error.h"
 
@@ -21,19 +21,19 @@ namespace memtrain::memory {
 // (c10::SetCPUAllocator). Ours tags every block with a domain when it is
 // allocated: "device" while a DeviceScope is open and the thread is not in a
 // HostScope, else "host". Device blocks behave like CUDA's caching
-// allocator's: sizes round up to 512 bytes, a freed block goes to a cache
-// keyed by size and is reused by the next request of that size, and the cap
-// applies to reserved bytes (live + cached). A request that would pass the
-// cap releases the cache and tries again, then throws c10::OutOfMemoryError
-// -- which unwinds a forward or backward cleanly, freeing the graph.
+// allocator's: they come from a BlockPool (Note [CPU block pool]), freed
+// blocks stay cached, and the cap applies to reserved bytes (what is
+// resident for the pool). A request that would pass the cap releases the
+// free blocks and tries again, then throws c10::OutOfMemoryError -- which
+// unwinds a forward or backward cleanly, freeing the graph. Host blocks are
+// glibc's, counted only.
 // oneDNN calls raw_allocate(), which needs the DataPtr's context to be its
-// data pointer and a non-null raw_deleter: so per-block sizes live in a side
-// table, not in the context.
+// data pointer and a non-null raw_deleter: so host block sizes live in a
+// side table, not in the context.
 
 namespace {
 
 constexpr size_t kAlignment = 64;  // as c10's default CPU allocator
-constexpr size_t kRound = 512;     // as CUDA's caching allocator
 
 enum class Domain : uint8_t { kHost, kDevice };
 
@@ -89,11 +89,6 @@ class AccountingAllocator final : public compat::Allocator {
   }
 
  private:
-  struct Block {
-    size_t size;
-    Domain domain;
-  };
-
   static void raw_free(void* p) {
     if (p)
       instance().give_back(p);
@@ -101,85 +96,78 @@ class AccountingAllocator final : public compat::Allocator {
 
   void* take(size_t nbytes) {
     const Domain domain = current_domain();
-    const size_t size = (nbytes + kRound - 1) / kRound * kRound;
     std::unique_lock<std::mutex> lock(mu_);
-    void* p = nullptr;
-    if (domain == Domain::kDevice) {
-      auto it = cache_.find(size);
-      if (it != cache_.end()) {
-        p = it->second;
-        cache_.erase(it);
-        s_.allocated += size;
-      } else {
-        const int64_t want = static_cast<int64_t>(size);
-        if (s_.cap > 0 && s_.reserved + want > s_.cap) {
-          release_locked();  // like CUDA: free cached blocks, then retry
-          if (s_.reserved + want > s_.cap) {
-            ++s_.num_ooms;
-            const Stats snap = s_;
-            lock.unlock();
-            TORCH_CHECK_WITH(
-                OutOfMemoryError,
-                false,
-                "out of device memory (memtrain CPU accounting): tried to "
-                "allocate ",
-                format_bytes(static_cast<double>(size)),
-                "; budget cap ",
-                format_bytes(static_cast<double>(snap.cap)),
-                ", allocated ",
-                format_bytes(static_cast<double>(snap.allocated)),
-                ", reserved ",
-                format_bytes(static_cast<double>(snap.reserved)));
-          }
-        }
-        p = raw_alloc(size);
-        s_.allocated += want;
-        s_.reserved += want;
-      }
-      s_.peak_allocated = std::max(s_.peak_allocated, s_.allocated);
-      s_.peak_reserved = std::max(s_.peak_reserved, s_.reserved);
-    } else {
-      p = raw_alloc(size);
-      s_.host_allocated += static_cast<int64_t>(size);
+    if (domain == Domain::kHost) {
+      void* p = raw_alloc(nbytes);
+      host_blocks_.emplace(p, nbytes);
+      s_.host_allocated += static_cast<int64_t>(nbytes);
       s_.host_peak = std::max(s_.host_peak, s_.host_allocated);
+      return p;
     }
-    blocks_.emplace(p, Block{size, domain});
-    return p;
+    const int64_t reserved_before = pool_.reserved();
+    const auto start = std::chrono::steady_clock::now();
+    const BlockPool::Taken t = pool_.take(nbytes, s_.cap);
+    if (pool_.reserved() < reserved_before)  // the cap released blocks
+      count_release(start);  // (the time includes the retry's mapping)
+    if (t.ptr == nullptr) {
+      if (t.over_cap)
+        ++s_.num_ooms;
+      const Stats snap = s_;
+      lock.unlock();
+      TORCH_CHECK_WITH(
+          OutOfMemoryError,
+          false,
+          t.over_cap ? "out of device memory (memtrain CPU accounting): "
+                     : "host out of memory (the kernel refused memory for "
+                       "the CPU device's blocks): ",
+          "tried to allocate ",
+          format_bytes(static_cast<double>(nbytes)),
+          "; budget cap ",
+          format_bytes(static_cast<double>(snap.cap)),
+          ", allocated ",
+          format_bytes(static_cast<double>(snap.allocated)),
+          ", reserved ",
+          format_bytes(static_cast<double>(snap.reserved)));
+    }
+    sync_locked();
+    return t.ptr;
   }
 
   void give_back(void* p) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = blocks_.find(p);
-    if (it == blocks_.end()) {
-      std::free(p);  // not ours (cannot happen: we hand out our deleter)
+    if (pool_.give_back(p) > 0) {
+      sync_locked();
       return;
     }
-    const Block b = it->second;
-    blocks_.erase(it);
-    if (b.domain == Domain::kDevice) {
-      s_.allocated -= static_cast<int64_t>(b.size);
-      cache_.emplace(b.size, p);
-    } else {
-      s_.host_allocated -= static_cast<int64_t>(b.size);
-      std::free(p);
+    auto it = host_blocks_.find(p);
+    if (it != host_blocks_.end()) {
+      s_.host_allocated -= static_cast<int64_t>(it->second);
+      host_blocks_.erase(it);
     }
+    std::free(p);
   }
 
-  int64_t release_locked() {
-    if (cache_.empty())
-      return 0;
-    const auto start = std::chrono::steady_clock::now();
-    int64_t freed = 0;
-    for (auto& [size, p] : cache_) {
-      std::free(p);
-      freed += static_cast<int64_t>(size);
-    }
-    cache_.clear();
-    s_.reserved -= freed;
+  void sync_locked() {
+    s_.allocated = pool_.allocated();
+    s_.reserved = pool_.reserved();
+    s_.peak_allocated = std::max(s_.peak_allocated, s_.allocated);
+    s_.peak_reserved = std::max(s_.peak_reserved, s_.reserved);
+  }
+
+  void count_release(std::chrono::steady_clock::time_point start) {
     s_.cache_releases += 1;
     s_.cache_release_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
+  }
+
+  int64_t release_locked() {
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t freed = pool_.release();
+    if (freed > 0) {
+      count_release(start);
+      sync_locked();
+    }
     return freed;
   }
 
@@ -197,8 +185,8 @@ class AccountingAllocator final : public compat::Allocator {
 
   std::mutex mu_;
   Stats s_;
-  std::unordered_map<void*, Block> blocks_;
-  std::multimap<size_t, void*> cache_;
+  BlockPool pool_;
+  std::unordered_map<void*, size_t> host_blocks_;
 };
 
 class CpuAccountingBackend final : public MemoryBackend {

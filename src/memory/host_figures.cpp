@@ -15,11 +15,12 @@ namespace memtrain::memory {
 // - rss_file: pages backed by files or shared -- the code and data of the
 //   ~300 libraries LibTorch loads, and MPI's shared-memory segments.
 //   Constant after start-up, but for the kernels first run later.
-// - counted: the accounting allocator's bytes (accounting_allocator.cpp),
-//   its cached device blocks included. They are glibc allocations.
-// - glibc's other allocations (malloc_used - counted): LibTorch's operator
-//   tables, HDF5's chunk caches, MPI's free lists, oneDNN's primitive
-//   caches.
+// - counted: the accounting allocator's bytes (accounting_allocator.cpp):
+//   the device domain's segments (mapped by the block pool, its cached
+//   blocks included) and the host domain's blocks (glibc's).
+// - glibc's other allocations (malloc_used - the host domain): LibTorch's
+//   operator tables, HDF5's chunk caches, MPI's free lists, oneDNN's
+//   primitive caches.
 // - malloc_free: what glibc keeps after free(), in its arenas (brk heap and
 //   thread arenas); resident where it was touched, until trimmed.
 // - the rest: thread stacks, JIT-compiled kernels, untouched padding.

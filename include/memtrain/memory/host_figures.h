@@ -16,7 +16,7 @@ struct HostFigures {
   // domain (allocated); 0 where it is not installed (CUDA).
   int64_t counted = 0;
   int64_t malloc_used = 0;  // glibc: bytes in use, in arenas and mmapped
-                            // chunks (the counted blocks among them)
+                            // chunks (the counted host blocks among them)
   int64_t malloc_free = 0;  // glibc: free bytes kept in its arenas
 };
 

@@ -11,9 +11,9 @@ namespace memtrain {
 namespace {
 
 // 64 MiB through the accounting allocator's device domain: counted exactly
-// (a multiple of its 512-byte rounding), resident once written, and given
-// back to the kernel when the cache is released (glibc maps a block that
-// large on its own: above its largest mmap threshold, 32 MiB).
+// (a multiple of its segment rounding), resident once written, not
+// glibc's (the block pool maps its segments itself), and given back to the
+// kernel when the cache is released.
 TEST(HostFigures, SeeTheResidentSetAndTheCountedBytes) {
   ASSERT_TRUE(memory::accounting_installed());
   memory::release_cache();
@@ -21,7 +21,6 @@ TEST(HostFigures, SeeTheResidentSetAndTheCountedBytes) {
   const memory::HostFigures before = memory::read_host_figures();
   EXPECT_GT(before.rss_file, 0);
   EXPECT_GT(before.rss, before.rss_file);
-  EXPECT_GE(before.malloc_used, before.counted);
   torch::Tensor t;
   {
     memory::DeviceScope device;
@@ -29,7 +28,7 @@ TEST(HostFigures, SeeTheResidentSetAndTheCountedBytes) {
   }
   const memory::HostFigures held = memory::read_host_figures();
   EXPECT_EQ(held.counted - before.counted, kBytes);
-  EXPECT_GE(held.malloc_used - before.malloc_used, kBytes);
+  EXPECT_LT(held.malloc_used - before.malloc_used, int64_t{1} << 20);
   EXPECT_GE(held.rss - before.rss, kBytes - (int64_t{2} << 20));
   t = torch::Tensor();
   const memory::HostFigures cached = memory::read_host_figures();
