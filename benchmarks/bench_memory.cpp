@@ -40,6 +40,11 @@
 //
 // On the CPU "device" bytes are the accounting allocator's device domain
 // (DESIGN.md); with --device cuda (a CUDA build) the caching allocator's.
+// reserved: the device domain's reserved peak. The host at the window
+// boundaries: rss_MiB, the largest resident set; out_MiB, what the process
+// held outside the counted bytes before the row's run (after releasing the
+// cache and trimming glibc's heap); rss/c+o, the largest resident set over
+// counted + that outside (issue 53's goal: <= 1.05).
 
 #include <mpi.h>
 #include <torch/torch.h>
@@ -62,6 +67,7 @@
 #include "memtrain/dist/mpi_communicator.h"
 #include "memtrain/memory/budget.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/memory/host_figures.h"
 #include "memtrain/train/loop/trainer.h"
 #include "memtrain/util/error.h"
 
@@ -75,7 +81,14 @@ struct Row {
   int64_t micro = 0;
   int64_t segments = 0;
   int64_t peak = 0;
-  int64_t host = 0;  // the host offload pool's peak
+  int64_t host = 0;      // the host offload pool's peak
+  int64_t reserved = 0;  // the device domain's reserved peak
+  // The host at window boundaries (Note [Host figures]): the largest
+  // resident set, what was outside the counted bytes before the run, and
+  // the largest rss / (counted + that outside).
+  int64_t rss = 0;
+  int64_t outside = 0;
+  double rss_ratio = 0;
   double window_ms = 0;
   double samples_per_s = 0;
 };
@@ -100,6 +113,11 @@ Result run(
   c.training.amp = choice_of<Amp>(amp);
   c.training.max_windows = windows + warmup;
   c.training.epochs = 1 << 20;
+  // What the process holds outside the counted bytes before the run: the
+  // libraries, their heaps, what glibc keeps (trimmed first).
+  memory::release_cache();
+  memory::trim_host_heap();
+  const memory::HostFigures start = memory::read_host_figures();
   MpiCommunicator comm(MPI_COMM_SELF);
   Trainer::Options opts;
   opts.write_outputs = false;
@@ -108,6 +126,7 @@ Result run(
   t.prepare();
   const TrainSummary s = t.run();
   Result r;
+  r.row.outside = start.rss - start.counted;
   r.row.model = to_string(c.model.name);
   if (c.model.name == ModelName::kClip)
     r.row.model += ":" + c.model.variant;
@@ -126,6 +145,12 @@ Result run(
     const auto& w = s.window_results[i];
     r.row.peak = std::max(r.row.peak, w.mem_peak);
     r.row.host = std::max(r.row.host, w.host_peak);
+    r.row.reserved = std::max(r.row.reserved, w.mem_peak_reserved);
+    r.row.rss = std::max(r.row.rss, w.host_rss);
+    r.row.rss_ratio = std::max(
+        r.row.rss_ratio,
+        static_cast<double>(w.host_rss) /
+            static_cast<double>(w.host_counted + r.row.outside));
     if (static_cast<int64_t>(i) >= warmup)
       secs += w.seconds;
   }
@@ -244,23 +269,29 @@ int main(int argc, char** argv) {
           static_cast<long>(fit_budget.usable()));
     }
     std::printf(
-        "# %-17s %-9s %-5s %6s %5s %12s %12s %10s %12s %7s %7s %4s\n",
+        "# %-17s %-9s %-5s %6s %5s %12s %12s %12s %10s %12s %7s %7s %4s "
+        "%8s %8s %6s\n",
         "model",
         "ckpt",
         "amp",
         "micro",
         "segs",
         "peak_bytes",
+        "reserved",
         "host_bytes",
         "window_ms",
         "samples/s",
         "peak/off",
         "time/off",
-        "fits");
+        "fits",
+        "rss_MiB",
+        "out_MiB",
+        "rss/c+o");
     std::ofstream out(csv);
     out << "model,checkpointing,amp,micro_batch,checkpointed_segments,"
-           "peak_bytes,host_bytes,window_ms,samples_per_s,peak_vs_off,"
-           "time_vs_off,fits\n";
+           "peak_bytes,reserved_bytes,host_bytes,window_ms,samples_per_s,"
+           "peak_vs_off,time_vs_off,fits,rss_bytes,outside_bytes,"
+           "rss_vs_counted_outside\n";
     std::stringstream model_list(models);
     for (std::string model; std::getline(model_list, model, ',');) {
       std::vector<int64_t> micros;
@@ -335,25 +366,32 @@ int main(int argc, char** argv) {
             const char* fit = !fit_budget.limited()             ? "-"
                               : row.peak <= fit_budget.usable() ? "yes"
                                                                 : "no";
+            constexpr double kMiB = 1 << 20;
             std::printf(
-                "  %-17s %-9s %-5s %6ld %5ld %12ld %12ld %10.2f %12.3f %7.3f "
-                "%7.3f %4s\n",
+                "  %-17s %-9s %-5s %6ld %5ld %12ld %12ld %12ld %10.2f %12.3f "
+                "%7.3f %7.3f %4s %8.1f %8.1f %6.3f\n",
                 row.model.c_str(),
                 row.ckpt.c_str(),
                 row.amp.c_str(),
                 static_cast<long>(row.micro),
                 static_cast<long>(row.segments),
                 static_cast<long>(row.peak),
+                static_cast<long>(row.reserved),
                 static_cast<long>(row.host),
                 row.window_ms,
                 row.samples_per_s,
                 peak_x,
                 time_x,
-                fit);
+                fit,
+                static_cast<double>(row.rss) / kMiB,
+                static_cast<double>(row.outside) / kMiB,
+                row.rss_ratio);
             out << row.model << "," << row.ckpt << "," << row.amp << ","
                 << row.micro << "," << row.segments << "," << row.peak << ","
-                << row.host << "," << row.window_ms << "," << row.samples_per_s
-                << "," << peak_x << "," << time_x << "," << fit << "\n";
+                << row.reserved << "," << row.host << "," << row.window_ms
+                << "," << row.samples_per_s << "," << peak_x << "," << time_x
+                << "," << fit << "," << row.rss << "," << row.outside << ","
+                << row.rss_ratio << "\n";
           }
         }
       }
