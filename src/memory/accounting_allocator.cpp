@@ -104,14 +104,15 @@ class AccountingAllocator final : public compat::Allocator {
       s_.host_peak = std::max(s_.host_peak, s_.host_allocated);
       return p;
     }
-    const int64_t reserved_before = pool_.reserved();
+    const int64_t releases_before = pool_.releases();
     const auto start = std::chrono::steady_clock::now();
     const BlockPool::Taken t = pool_.take(nbytes, s_.cap);
-    if (pool_.reserved() < reserved_before)  // the cap released blocks
+    if (pool_.releases() > releases_before)  // the cap released blocks
       count_release(start);  // (the time includes the retry's mapping)
     if (t.ptr == nullptr) {
       if (t.over_cap)
         ++s_.num_ooms;
+      sync_locked();  // what a release before the refusal gave back
       const Stats snap = s_;
       lock.unlock();
       TORCH_CHECK_WITH(

@@ -58,13 +58,16 @@ void* map_bytes(size_t bytes, int extra_flags) {
 
 }  // namespace
 
-BlockPool::BlockPool(size_t range_bytes) : range_bytes_(range_bytes) {
+BlockPool::BlockPool(size_t range_bytes)
+    : page_(
+          std::max<size_t>(4096, static_cast<size_t>(::sysconf(_SC_PAGESIZE)))),
+      range_bytes_(range_bytes) {
   if (range_bytes_ == 0) {
     const long pages = ::sysconf(_SC_PHYS_PAGES);
     range_bytes_ = 2 * static_cast<size_t>(pages > 0 ? pages : 1 << 20) *
                    static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   }
-  range_bytes_ = round_up(range_bytes_, kPage);
+  range_bytes_ = round_up(range_bytes_, page_);
 }
 
 BlockPool::~BlockPool() {
@@ -88,10 +91,14 @@ BlockPool::~BlockPool() {
 }
 
 BlockPool::Taken BlockPool::take(size_t nbytes, int64_t cap) {
+  if (nbytes > range_bytes_) {  // (and no rounding below can overflow)
+    Taken refused;
+    refused.over_cap = cap > 0;
+    return refused;
+  }
   const size_t size = round_up(nbytes == 0 ? 1 : nbytes, kRound);
-  Taken t = size <= kSmallSize ? take_small(size, cap)
-                               : take_large(round_up(size, kPage), cap);
-  return t;
+  return size <= kSmallSize ? take_small(size, cap)
+                            : take_large(round_up(size, page_), cap);
 }
 
 bool BlockPool::fits(size_t more, int64_t cap) {
@@ -143,7 +150,7 @@ BlockPool::Taken BlockPool::take_large(size_t size, int64_t cap) {
   if (auto it = large_cached_.lower_bound(&key); it != large_cached_.end()) {
     b = *it;
     large_cached_.erase(it);
-    split(b, size, kPage, large_cached_);
+    split(b, size, page_, large_cached_);
   } else {
     Taken refused;
     if (!fits(size, cap)) {
@@ -156,7 +163,7 @@ BlockPool::Taken BlockPool::take_large(size_t size, int64_t cap) {
     } else if ((b = grow_range(size)) == nullptr) {
       return refused;
     }
-    split(b, size, kPage, released_);
+    split(b, size, page_, released_);
     b->resident = true;
     reserved_ += static_cast<int64_t>(b->size);
   }
@@ -169,14 +176,19 @@ BlockPool::Taken BlockPool::take_large(size_t size, int64_t cap) {
 BlockPool::Block* BlockPool::grow_range(size_t size) {
   if (range_ == nullptr) {
     // Address space only; halved while the kernel refuses it (a ulimit -v,
-    // strict overcommit), down to 64 MiB.
-    for (; range_bytes_ >= (size_t{64} << 20); range_bytes_ /= 2) {
+    // strict overcommit), down to 64 MiB (or the size asked, if smaller).
+    const size_t floor = std::min(range_bytes_, size_t{64} << 20);
+    for (;;) {
       range_ = static_cast<char*>(map_bytes(range_bytes_, MAP_NORESERVE));
-      if (range_ != nullptr)
+      if (range_ != nullptr || range_bytes_ / 2 < floor)
         break;
+      range_bytes_ = round_up(range_bytes_ / 2, page_);
     }
     if (range_ == nullptr)
       return nullptr;
+    // Transparent huge pages would make a touched page of the range 2 MiB
+    // resident and refill released holes (THP "always"): not here.
+    madvise(range_, range_bytes_, MADV_NOHUGEPAGE);
   }
   if (last_ != nullptr && last_->free && !last_->resident) {
     // The released block at the top grows into the range.
@@ -279,11 +291,16 @@ int64_t BlockPool::release() {
     return a->ptr < b->ptr;
   });
   for (Block* b : cached) {
-    madvise(b->ptr, b->size, MADV_DONTNEED);
+    if (madvise(b->ptr, b->size, MADV_DONTNEED) != 0) {
+      large_cached_.insert(b);  // still resident: stays cached
+      continue;
+    }
     reserved_ -= static_cast<int64_t>(b->size);
     b->resident = false;
     released_.insert(merge(b, released_));
   }
+  if (reserved_ < before)
+    ++releases_;
   return before - reserved_;
 }
 

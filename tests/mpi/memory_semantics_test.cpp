@@ -372,6 +372,8 @@ TEST(MemorySemantics, CacheIsReleasedOnlyByPolicy) {
   // records count those before their own boundary).
   const auto& w = eager.summary.window_results;
   ASSERT_EQ(static_cast<int64_t>(w.size()), eager.summary.windows);
+  ASSERT_GE(w.size(), 4u);
+  EXPECT_EQ(w[0].cache_releases, 0);  // none before the first boundary
   for (size_t i = 1; i < w.size(); ++i)
     EXPECT_EQ(w[i].cache_releases, w[i - 1].cache_releases + 1) << i;
 }

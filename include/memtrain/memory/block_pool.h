@@ -17,7 +17,6 @@ class BlockPool {
   static constexpr size_t kRound = 512;               // small sizes round up
   static constexpr size_t kSmallSize = 64 << 10;      // small: <= 64 KiB
   static constexpr size_t kSmallSegment = 128 << 10;  // a small segment
-  static constexpr size_t kPage = 4096;               // large sizes round up
 
   struct Taken {
     void* ptr = nullptr;    // null: refused (see over_cap)
@@ -29,6 +28,13 @@ class BlockPool {
   // machine's memory, twice; address space only, nothing is resident
   // until it is used). Reserved lazily, at the first large block.
   explicit BlockPool(size_t range_bytes = 0);
+
+  // Large sizes round up to the kernel's page (4 KiB on x86-64, 16 or 64
+  // KiB on some arm64 kernels), so that a released block's pages are its
+  // own.
+  size_t page() const {
+    return page_;
+  }
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
   ~BlockPool();  // unmaps everything: only for pools no tensor uses
@@ -56,6 +62,10 @@ class BlockPool {
   // cached (free, not released) large blocks.
   int64_t reserved() const {
     return reserved_;
+  }
+  // release() calls that gave something back, a request's among them.
+  int64_t releases() const {
+    return releases_;
   }
   size_t small_segments() const {
     return small_segments_;
@@ -103,6 +113,8 @@ class BlockPool {
   int64_t allocated_ = 0;
   int64_t reserved_ = 0;
   size_t small_segments_ = 0;
+  int64_t releases_ = 0;
+  size_t page_;
   size_t range_bytes_;
   char* range_ = nullptr;
   size_t top_ = 0;

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 
 namespace memtrain::memory {
@@ -13,7 +14,6 @@ namespace {
 
 constexpr int64_t u = int64_t{1} << 20;  // large requests below: in MiB
 constexpr int64_t kSegment = BlockPool::kSmallSegment;
-constexpr size_t kPage = BlockPool::kPage;
 
 char* at(const BlockPool::Taken& t) {
   return static_cast<char*>(t.ptr);
@@ -69,7 +69,7 @@ TEST(BlockPool, LargeNeighboursMergeAcrossTheRange) {
   const BlockPool::Taken x = pool.take(BlockPool::kSmallSize + 1, 0);
   const BlockPool::Taken y = pool.take(2 * u, 0);
   EXPECT_EQ(x.ptr, a.ptr);
-  EXPECT_EQ(x.size, BlockPool::kSmallSize + kPage);  // a page more
+  EXPECT_EQ(x.size, BlockPool::kSmallSize + pool.page());  // a page more
   EXPECT_EQ(at(y), at(x) + x.size);
   EXPECT_EQ(pool.reserved(), 4 * u);
   pool.give_back(x.ptr);
@@ -145,16 +145,37 @@ TEST(BlockPool, ReleasedPagesComeBackZeroed) {
 }
 
 // The range is address space, not memory; a request beyond it is the
-// kernel's refusal (null, not over the cap), and nothing is taken.
+// kernel's refusal (null, not over the cap) or, under a cap, the cap's;
+// nothing is taken. A range smaller than the usual 64 MiB floor is still
+// reserved.
 TEST(BlockPool, ARequestPastTheRangeIsRefused) {
-  BlockPool pool(size_t{64} << 20);
-  const BlockPool::Taken big = pool.take(size_t{65} << 20, 0);
+  BlockPool pool(size_t{16} << 20);
+  const BlockPool::Taken big = pool.take(size_t{17} << 20, 0);
   EXPECT_EQ(big.ptr, nullptr);
   EXPECT_FALSE(big.over_cap);
+  const BlockPool::Taken huge = pool.take(SIZE_MAX - 100, 1 << 30);
+  EXPECT_EQ(huge.ptr, nullptr);
+  EXPECT_TRUE(huge.over_cap);
   EXPECT_EQ(pool.reserved(), 0);
-  const BlockPool::Taken fits = pool.take(size_t{64} << 20, 0);
-  EXPECT_NE(fits.ptr, nullptr);
+  const BlockPool::Taken fits = pool.take(size_t{16} << 20, 0);
+  ASSERT_NE(fits.ptr, nullptr);
+  EXPECT_EQ(pool.range_top(), size_t{16} << 20);
   pool.give_back(fits.ptr);
+}
+
+// Releases are counted where they give something back, the cap's own
+// among them.
+TEST(BlockPool, ReleasesAreCounted) {
+  BlockPool pool;
+  EXPECT_EQ(pool.release(), 0);
+  EXPECT_EQ(pool.releases(), 0);
+  const BlockPool::Taken a = pool.take(2 * u, 0);
+  pool.give_back(a.ptr);
+  const BlockPool::Taken b = pool.take(3 * u, 3 * u);  // releases a first
+  ASSERT_NE(b.ptr, nullptr);
+  EXPECT_EQ(pool.releases(), 1);
+  EXPECT_EQ(pool.reserved(), 3 * u);
+  pool.give_back(b.ptr);
 }
 
 }  // namespace
