@@ -80,8 +80,7 @@ TEST_F(AccountingTest, DomainsFollowScopes) {
   // Its segment stays reserved (a new one, or room in one already held)
   // until the cache is released.
   const int64_t grown = s.reserved - before.reserved;
-  EXPECT_TRUE(grown == 0 || grown == memory::BlockPool::kSmallSegment)
-      << grown;
+  EXPECT_TRUE(grown == 0 || grown == memory::BlockPool::kSmallSegment) << grown;
   EXPECT_EQ(memory::release_cache(), grown);
   EXPECT_EQ(memory::stats().reserved, before.reserved);
 }
