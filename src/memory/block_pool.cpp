@@ -111,13 +111,26 @@ bool BlockPool::fits(size_t more, int64_t cap) {
   return within();
 }
 
+BlockPool::Block* BlockPool::best_fit(FreeSet& set, size_t size) {
+  Block key{nullptr, size, false, true, true, nullptr, nullptr};
+  auto it = set.lower_bound(&key);
+  if (it == set.end())
+    return nullptr;
+  Block* b = *it;
+  set.erase(it);
+  return b;
+}
+
+BlockPool::Taken BlockPool::hand_out(Block* b) {
+  b->free = false;
+  live_.emplace(b->ptr, b);
+  allocated_ += static_cast<int64_t>(b->size);
+  return {b->ptr, b->size, false};
+}
+
 BlockPool::Taken BlockPool::take_small(size_t size, int64_t cap) {
-  Block key{nullptr, size, true, true, true, nullptr, nullptr};
-  Block* b = nullptr;
-  if (auto it = small_free_.lower_bound(&key); it != small_free_.end()) {
-    b = *it;
-    small_free_.erase(it);
-  } else {
+  Block* b = best_fit(small_free_, size);
+  if (b == nullptr) {
     Taken refused;
     if (!fits(kSmallSegment, cap)) {
       refused.over_cap = true;
@@ -138,39 +151,26 @@ BlockPool::Taken BlockPool::take_small(size_t size, int64_t cap) {
     ++small_segments_;
   }
   split(b, size, kRound, small_free_);
-  b->free = false;
-  live_.emplace(b->ptr, b);
-  allocated_ += static_cast<int64_t>(b->size);
-  return {b->ptr, b->size, false};
+  return hand_out(b);
 }
 
 BlockPool::Taken BlockPool::take_large(size_t size, int64_t cap) {
-  Block key{nullptr, size, false, true, true, nullptr, nullptr};
-  Block* b = nullptr;
-  if (auto it = large_cached_.lower_bound(&key); it != large_cached_.end()) {
-    b = *it;
-    large_cached_.erase(it);
+  if (Block* b = best_fit(large_cached_, size)) {
     split(b, size, page_, large_cached_);
-  } else {
-    Taken refused;
-    if (!fits(size, cap)) {
-      refused.over_cap = true;
-      return refused;
-    }
-    if (auto it = released_.lower_bound(&key); it != released_.end()) {
-      b = *it;
-      released_.erase(it);
-    } else if ((b = grow_range(size)) == nullptr) {
-      return refused;
-    }
-    split(b, size, page_, released_);
-    b->resident = true;
-    reserved_ += static_cast<int64_t>(b->size);
+    return hand_out(b);
   }
-  b->free = false;
-  live_.emplace(b->ptr, b);
-  allocated_ += static_cast<int64_t>(b->size);
-  return {b->ptr, b->size, false};
+  Taken refused;
+  if (!fits(size, cap)) {
+    refused.over_cap = true;
+    return refused;
+  }
+  Block* b = best_fit(released_, size);
+  if (b == nullptr && (b = grow_range(size)) == nullptr)
+    return refused;
+  split(b, size, page_, released_);
+  b->resident = true;
+  reserved_ += static_cast<int64_t>(b->size);
+  return hand_out(b);
 }
 
 BlockPool::Block* BlockPool::grow_range(size_t size) {

@@ -24,8 +24,12 @@ namespace memtrain::memory {
 // - malloc_free: what glibc keeps after free(), in its arenas (brk heap and
 //   thread arenas); resident where it was touched, until trimmed.
 // - the rest: thread stacks, JIT-compiled kernels, untouched padding.
-// /proc/self/statm and mallinfo2() are both cheap (counters, and a walk of
-// glibc's free lists), so they are read at every window boundary.
+// /proc/self/statm is counters; mallinfo2() walks glibc's free lists, so
+// its cost grows with the free chunks. Measured with a C program that
+// mallocs 2N chunks of 200-300 bytes and frees every other one (median of
+// 9 calls; dev VM, 2 cores, a build on the other core): 2 us for 500 free
+// chunks, 63 us for 5 000, 1.5 ms for 50 000, 38 ms for 500 000. Once per
+// window, against windows of seconds, both are read at every boundary.
 
 HostFigures read_host_figures() {
   HostFigures f;
@@ -48,10 +52,8 @@ HostFigures read_host_figures() {
   return f;
 }
 
-int64_t trim_host_heap() {
-  const int64_t before = read_host_figures().rss;
+void trim_host_heap() {
   ::malloc_trim(0);
-  return before - read_host_figures().rss;
 }
 
 }  // namespace memtrain::memory

@@ -92,6 +92,11 @@ class BlockPool {
   };
   using FreeSet = std::set<Block*, BySize>;
 
+  // Takes the smallest block of `set` of at least `size` out of it; null
+  // when none is that large.
+  Block* best_fit(FreeSet& set, size_t size);
+  // Marks `b` live and counts it allocated.
+  Taken hand_out(Block* b);
   Taken take_small(size_t size, int64_t cap);
   Taken take_large(size_t size, int64_t cap);
   bool fits(size_t more, int64_t cap);

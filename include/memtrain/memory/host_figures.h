@@ -22,8 +22,7 @@ struct HostFigures {
 
 HostFigures read_host_figures();
 
-// Returns glibc's free pages to the kernel (malloc_trim); the bytes the
-// resident set dropped by.
-int64_t trim_host_heap();
+// Returns glibc's free pages to the kernel (malloc_trim).
+void trim_host_heap();
 
 }  // namespace memtrain::memory

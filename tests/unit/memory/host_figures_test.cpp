@@ -11,7 +11,7 @@ namespace memtrain {
 namespace {
 
 // 64 MiB through the accounting allocator's device domain: counted exactly
-// (a multiple of its segment rounding), resident once written, not
+// (a multiple of the block pool's page), resident once written, not
 // glibc's (the block pool maps its segments itself), and given back to the
 // kernel when the cache is released.
 TEST(HostFigures, SeeTheResidentSetAndTheCountedBytes) {
