@@ -444,7 +444,7 @@ int64_t memlock_limit() {
 
 int64_t host_budget_bytes(
     const std::string& spec,
-    uint64_t node_bytes,
+    const JobMemory& job,
     int local_ranks,
     bool pinned,
     int64_t memlock_bytes,
@@ -456,19 +456,23 @@ int64_t host_budget_bytes(
     how = "memory.host_budget=" + spec;
   } else {
     MT_CHECK(
-        node_bytes > 0,
+        job.bytes > 0,
         "memory.host_budget=auto: this machine's memory size is unknown; "
         "set memory.host_budget to a size (e.g. 16GiB)");
     const int ranks = std::max(1, local_ranks);
-    bytes = static_cast<int64_t>(node_bytes / 4 / ranks);
+    bytes = static_cast<int64_t>(job.bytes / 4 / ranks);
     how = detail::concat(
         "auto: a quarter of ",
-        format_bytes(static_cast<double>(node_bytes)),
-        " over ",
+        format_bytes(static_cast<double>(job.bytes)),
+        " (",
+        job.source,
+        ") over ",
         ranks,
         ranks == 1 ? " rank" : " ranks",
         " on this node");
   }
+  for (const std::string& u : job.unreadable)
+    how += "; not read: " + u;
   // CUDA pins through its driver (cudaHostAlloc), not mlock(), so
   // RLIMIT_MEMLOCK is reported, not applied (not checked on a GPU): a
   // block that cannot be pinned is an error naming both

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "memtrain/util/error.h"
+#include "memtrain/util/host_memory.h"
 
 namespace memtrain::memory {
 
@@ -97,15 +98,17 @@ std::shared_ptr<HostPool> offload_pool();
 void set_offload_pool(std::shared_ptr<HostPool> pool);
 
 // memory.host_budget as bytes: `spec` ("auto" or a size, budget.h's
-// parse_memory_size forms) for a rank that shares a node of
-// `node_bytes` (0: unknown) with `local_ranks` ranks. auto: a quarter of
-// the node's memory divided by its ranks. `why` gets how it was chosen;
-// where blocks are pinned (`pinned`) and `memlock_bytes` (`ulimit -l`,
-// -1: unlimited) is below the budget, it says so: CUDA pins through its
-// driver, not mlock, so that limit is reported, not applied.
+// parse_memory_size forms) for a rank that shares its node, whose job may
+// use `job` (util/host_memory.h; bytes 0: unknown), with `local_ranks`
+// ranks. auto: a quarter of the job's memory divided by its ranks. `why`
+// gets how it was chosen, the job's limit named by its source and any
+// limit file that could not be read; where blocks are pinned (`pinned`)
+// and `memlock_bytes` (`ulimit -l`, -1: unlimited) is below the budget,
+// it says so: CUDA pins through its driver, not mlock, so that limit is
+// reported, not applied.
 int64_t host_budget_bytes(
     const std::string& spec,
-    uint64_t node_bytes,
+    const JobMemory& job,
     int local_ranks,
     bool pinned,
     int64_t memlock_bytes,

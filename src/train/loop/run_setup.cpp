@@ -155,7 +155,7 @@ void set_up_host_pool(RunState& run) {
       local_rank_from_env([](const char* name) { return std::getenv(name); });
   const int64_t bytes = memory::host_budget_bytes(
       run.cfg.memory.host_budget,
-      host_memory_limit(),
+      job_memory(),
       local.local_size,
       run.placement.is_cuda(),
       memory::memlock_limit(),

@@ -332,21 +332,26 @@ TEST_F(HostOffload, BudgetIsAHardLimitNamedInTheError) {
 
 TEST(HostBudget, AutoIsAQuarterOfTheNodeOverItsRanks) {
   const int64_t gib = int64_t{1} << 30;
+  JobMemory node;
+  node.bytes = 64 * gib;
+  node.source = "physical memory";
   std::string why;
   EXPECT_EQ(
-      memory::host_budget_bytes("auto", 64 * gib, 4, false, -1, &why), 4 * gib);
-  EXPECT_NE(why.find("over 4 ranks"), std::string::npos) << why;
+      memory::host_budget_bytes("auto", node, 4, false, -1, &why), 4 * gib);
+  EXPECT_NE(why.find("(physical memory) over 4 ranks"), std::string::npos)
+      << why;
   EXPECT_EQ(why.find("ulimit"), std::string::npos) << why;
   // Pinned blocks: a lower ulimit -l is reported, not applied (CUDA pins
   // through its driver, not mlock).
   EXPECT_EQ(
-      memory::host_budget_bytes("auto", 64 * gib, 4, true, gib, &why), 4 * gib);
+      memory::host_budget_bytes("auto", node, 4, true, gib, &why), 4 * gib);
   EXPECT_NE(why.find("ulimit -l is 1.0 GiB"), std::string::npos) << why;
   EXPECT_EQ(
-      memory::host_budget_bytes("3GiB", 64 * gib, 4, true, -1, &why), 3 * gib);
+      memory::host_budget_bytes("3GiB", node, 4, true, -1, &why), 3 * gib);
   EXPECT_EQ(why, "memory.host_budget=3GiB");
-  const std::string unknown = message_of(
-      [&] { memory::host_budget_bytes("auto", 0, 1, false, -1, nullptr); });
+  const std::string unknown = message_of([&] {
+    memory::host_budget_bytes("auto", JobMemory{}, 1, false, -1, nullptr);
+  });
   EXPECT_NE(unknown.find("set memory.host_budget"), std::string::npos);
 }
 
