@@ -48,7 +48,8 @@ void TrainConfig::validate() const {
           memory.host_budget,
           "': ",
           e.what(),
-          "; or auto (a quarter of the node's memory over its ranks)"));
+          "; or auto (the job's memory less a margin, over its ranks on "
+          "the node)"));
     }
   }
   MT_CHECK(

@@ -52,6 +52,35 @@ Prefetcher::~Prefetcher() {
     t.join();
 }
 
+int64_t Prefetcher::host_bytes_bound(
+    int64_t n, int64_t* per_batch, int64_t* buffers) const {
+  Batch one;
+  {
+    memory::HostScope host;
+    one = source_.allocate(1, false);
+  }
+  int64_t bytes = 0;
+  for (const at::Tensor* t : {&one.x, &one.y, &one.context}) {
+    if (!t->defined())
+      continue;
+    int64_t b = static_cast<int64_t>(t->nbytes()) * n;
+    if (pinned_) {
+      int64_t p = 1;
+      while (p < b)
+        p *= 2;
+      b = p;
+    }
+    bytes += b;
+  }
+  const int64_t count =
+      depth_ > 0 ? 2 * depth_ + 3 + static_cast<int64_t>(threads_.size()) : 3;
+  if (per_batch != nullptr)
+    *per_batch = bytes;
+  if (buffers != nullptr)
+    *buffers = count;
+  return bytes * count;
+}
+
 Batch Prefetcher::take_buffer(int64_t n) {
   FreeBuffer f;
   {

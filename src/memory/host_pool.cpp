@@ -3,7 +3,6 @@
 #include <ATen/Functions.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/util/intrusive_ptr.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -14,7 +13,6 @@
 #include <unordered_map>
 #include <utility>
 
-#include "memtrain/memory/budget.h"
 #include "memtrain/memory/device_memory.h"
 #include "offload_mover.h"
 
@@ -177,9 +175,10 @@ struct HostPool::Impl {
             format_bytes(static_cast<double>(want)),
             " activation (shape ",
             x.sizes(),
-            ") does not fit memory.host_budget (",
+            ") does not fit the offload pool's cap (",
             format_bytes(static_cast<double>(s.budget)),
-            "), which holds ",
+            ": what memory.host_budget leaves after the host plan's other "
+            "holders), which holds ",
             format_bytes(static_cast<double>(s.reserved)),
             " of offloaded activations already; raise memory.host_budget "
             "(a size such as 32GiB), lower the micro-batch, or use "
@@ -433,60 +432,6 @@ std::shared_ptr<HostPool> offload_pool() {
 void set_offload_pool(std::shared_ptr<HostPool> pool) {
   std::lock_guard<std::mutex> lock(g_pool_mu);
   g_pool = std::move(pool);
-}
-
-int64_t memlock_limit() {
-  rlimit r{};
-  if (getrlimit(RLIMIT_MEMLOCK, &r) != 0 || r.rlim_cur == RLIM_INFINITY)
-    return -1;
-  return static_cast<int64_t>(r.rlim_cur);
-}
-
-int64_t host_budget_bytes(
-    const std::string& spec,
-    const JobMemory& job,
-    int local_ranks,
-    bool pinned,
-    int64_t memlock_bytes,
-    std::string* why) {
-  int64_t bytes = 0;
-  std::string how;
-  if (spec != "auto") {
-    bytes = parse_memory_size(spec);
-    how = "memory.host_budget=" + spec;
-  } else {
-    MT_CHECK(
-        job.bytes > 0,
-        "memory.host_budget=auto: this machine's memory size is unknown; "
-        "set memory.host_budget to a size (e.g. 16GiB)");
-    const int ranks = std::max(1, local_ranks);
-    bytes = static_cast<int64_t>(job.bytes / 4 / ranks);
-    how = detail::concat(
-        "auto: a quarter of ",
-        format_bytes(static_cast<double>(job.bytes)),
-        " (",
-        job.source,
-        ") over ",
-        ranks,
-        ranks == 1 ? " rank" : " ranks",
-        " on this node");
-  }
-  for (const std::string& u : job.unreadable)
-    how += "; not read: " + u;
-  // CUDA pins through its driver (cudaHostAlloc), not mlock(), so
-  // RLIMIT_MEMLOCK is reported, not applied (not checked on a GPU): a
-  // block that cannot be pinned is an error naming both
-  // (cuda_offload.cpp).
-  if (pinned && memlock_bytes >= 0 && memlock_bytes < bytes) {
-    how += detail::concat(
-        "; ulimit -l is ",
-        format_bytes(static_cast<double>(memlock_bytes)),
-        ", below it (CUDA pins through its driver, not mlock: not "
-        "applied)");
-  }
-  if (why)
-    *why = how;
-  return bytes;
 }
 
 namespace {

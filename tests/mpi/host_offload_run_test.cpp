@@ -132,5 +132,40 @@ TEST(HostOffloadRun, ResumeWithOffloadRepeatsTheUninterruptedRun) {
   EXPECT_EQ(max_abs_diff(second.run.params, whole.params), 0.0);
 }
 
+// Note [Host plan]: a run whose holders of host memory pass
+// memory.host_budget is refused at start on every rank, with each holder's
+// arithmetic, before a window runs; with room for them it trains.
+TEST(HostPlan, ARunOverItsHostBudgetIsRefusedAtStartOnEveryRank) {
+  SharedDir dir("hostplan");
+  make_volumes(dir);
+  TrainConfig c = unet_config(dir);
+  c.data.val = dir.file("train.h5");
+  c.training.gradient_checkpointing = Checkpointing::kOffload;
+  c.training.max_windows = 1;
+  c.memory.host_budget = "64MiB";  // the libraries alone hold more
+  std::string what;
+  try {
+    train(c, MPI_COMM_WORLD);
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(
+      what.find("of host memory, more than its host budget of 64.0 MiB "
+                "(memory.host_budget=64MiB)"),
+      std::string::npos)
+      << what;
+  for (const char* holder :
+       {"\n  outside ",
+        "\n  CPU device ",
+        "\n  prefetch ",
+        "\n  validation ",
+        "\n  HDF5 chunk caches "}) {
+    EXPECT_NE(what.find(holder), std::string::npos) << holder << what;
+  }
+  EXPECT_NE(what.find("give the job more memory"), std::string::npos) << what;
+  c.memory.host_budget = "auto";
+  EXPECT_NO_THROW(train(c, MPI_COMM_WORLD));
+}
+
 }  // namespace
 }  // namespace memtrain

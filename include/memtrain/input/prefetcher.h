@@ -52,6 +52,17 @@ class Prefetcher {
   // again, on the thread that reads.
   void recycle(Batch batch, std::function<void()> copied = {});
 
+  // The most its host buffers of micro-batches of `n` hold at once (Note
+  // [Host plan]): `depth` read ahead, one in use, a free list of depth + 2,
+  // and one a reader may still fill after the queue was dropped, per
+  // thread; page-locked buffers rounded up to a power of two, as LibTorch's
+  // host caching allocator rounds them. Sets `per_batch` to one batch's
+  // bytes and `buffers` to the count.
+  int64_t host_bytes_bound(
+      int64_t n,
+      int64_t* per_batch = nullptr,
+      int64_t* buffers = nullptr) const;
+
   // Seconds spent blocked inside load() since the last call.
   double take_wait_seconds();
   // Batches load() had to read itself (not prefetched) since construction.

@@ -1,8 +1,9 @@
 #pragma once
 // The host pool: where the inputs a checkpointed segment saves wait between
 // its forward and its backward when the tier offloads them (Note [Host
-// offload] in host_pool.cpp). Blocks are reserved once, within a budget of
-// their own (memory.host_budget), and reused by every later micro-step.
+// offload] in host_pool.cpp). Blocks are reserved once, within a cap (what
+// memory.host_budget leaves after the host plan's other holders, Note
+// [Host plan]), and reused by every later micro-step.
 
 #include <ATen/core/Tensor.h>
 
@@ -12,7 +13,6 @@
 #include <vector>
 
 #include "memtrain/util/error.h"
-#include "memtrain/util/host_memory.h"
 
 namespace memtrain::memory {
 
@@ -96,25 +96,5 @@ class OffloadGroup {
 // The pool that checkpoint(..., Recompute::kAllOffload) uses; null: none.
 std::shared_ptr<HostPool> offload_pool();
 void set_offload_pool(std::shared_ptr<HostPool> pool);
-
-// memory.host_budget as bytes: `spec` ("auto" or a size, budget.h's
-// parse_memory_size forms) for a rank that shares its node, whose job may
-// use `job` (util/host_memory.h; bytes 0: unknown), with `local_ranks`
-// ranks. auto: a quarter of the job's memory divided by its ranks. `why`
-// gets how it was chosen, the job's limit named by its source and any
-// limit file that could not be read; where blocks are pinned (`pinned`)
-// and `memlock_bytes` (`ulimit -l`, -1: unlimited) is below the budget,
-// it says so: CUDA pins through its driver, not mlock, so that limit is
-// reported, not applied.
-int64_t host_budget_bytes(
-    const std::string& spec,
-    const JobMemory& job,
-    int local_ranks,
-    bool pinned,
-    int64_t memlock_bytes,
-    std::string* why);
-
-// RLIMIT_MEMLOCK's soft limit in bytes, -1 for unlimited.
-int64_t memlock_limit();
 
 }  // namespace memtrain::memory

@@ -125,7 +125,7 @@ H5Dataset H5Dataset::open(
       "one kind");
   if (has_volumes) {
     open_volumes(*impl, info, where, options);
-    impl->note_checksums(info);
+    impl->note_datasets(info);
     H5Dataset out(std::move(impl));
     out.info_ = std::move(info);
     return out;
@@ -198,7 +198,7 @@ H5Dataset H5Dataset::open(
 
   if (paired) {
     open_pairs(*impl, info, where);
-    impl->note_checksums(info);
+    impl->note_datasets(info);
     H5Dataset out(std::move(impl));
     out.info_ = std::move(info);
     return out;
@@ -297,7 +297,7 @@ H5Dataset H5Dataset::open(
         dapl.get());
   }
   open_volume_rows(f, info, where);  // /volume_ids, /voxel_index
-  impl->note_checksums(info);
+  impl->note_datasets(info);
 
   H5Dataset out(std::move(impl));
   out.info_ = std::move(info);

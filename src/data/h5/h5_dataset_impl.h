@@ -23,11 +23,16 @@ struct H5Dataset::Impl {
   double shift = 0.0;
   std::vector<std::vector<int64_t>> foreground;  // volumes
 
-  // DatasetInfo::checksummed / unchecksummed from the open datasets.
-  void note_checksums(DatasetInfo& info) const {
+  // DatasetInfo::checksummed / unchecksummed and chunk_cache_bytes from
+  // the open datasets.
+  void note_datasets(DatasetInfo& info) const {
+    info.chunk_cache_bytes = 0;
     for (const h5::Handle* ds : {&samples, &labels, &context, &targets}) {
-      if (ds->valid() && !h5::has_fletcher32(ds->get()))
+      if (!ds->valid())
+        continue;
+      if (!h5::has_fletcher32(ds->get()))
         info.unchecksummed.push_back(h5::object_name(ds->get()));
+      info.chunk_cache_bytes += h5::chunk_cache_bound(ds->get());
     }
     info.checksummed = info.unchecksummed.empty();
   }

@@ -85,6 +85,18 @@ void check_declared_size(hid_t ds, const std::string& where) {
       "` checks a file)"));
 }
 
+int64_t chunk_cache_bound(hid_t ds) {
+  const Declared d = declared_of(ds);
+  if (d.layout != H5D_CHUNKED)
+    return 0;
+  Handle dapl = plist(H5Dget_access_plist(ds));
+  size_t slots = 0, bytes = 0;
+  double w0 = 0;
+  if (H5Pget_chunk_cache(dapl.get(), &slots, &bytes, &w0) < 0)
+    return 0;
+  return static_cast<int64_t>(std::min(static_cast<double>(bytes), d.bytes));
+}
+
 void check_fits_memory(hid_t ds, const std::string& where) {
   const Declared d = declared_of(ds);
   const uint64_t total = total_host_memory();

@@ -133,6 +133,10 @@ std::string write_reason(hid_t obj);
 // "WHERE: declares SHAPE TYPE, B bytes (X GiB), but the file holds only F
 // bytes (S stored for this dataset): ...". `where` names file and dataset.
 void check_declared_size(hid_t dataset, const std::string& where);
+// The most the chunk cache of `dataset` holds in memory: the cache size of
+// its access list (H5Pset_chunk_cache), or its whole size when smaller; 0
+// when it is not chunked (HDF5 keeps no chunk cache then).
+int64_t chunk_cache_bound(hid_t dataset);
 // Refuses a dataset that is read whole into memory (labels, ids, shapes)
 // when it is larger than this machine's memory: "WHERE: SHAPE TYPE would
 // need B bytes in memory, more than this machine's M".

@@ -48,16 +48,23 @@ VolumeScore score(const at::Tensor& probs, const at::Tensor& mask, int64_t k) {
   // The training loss (cross-entropy + 1 - soft Dice) of the averaged
   // probabilities: they go in as log-probabilities (log_softmax of log p
   // is log p), clamped where a class got no probability at all.
-  s.loss = dice_ce_loss_sum(
-               probs.clamp_min(1e-8).log().unsqueeze(0), mask.unsqueeze(0))
+  // (The log in place: a temporary clamp would live to the end of the
+  // statement, a seventh tensor of the probabilities' size.)
+  at::Tensor log_probs = probs.clamp_min(1e-8);
+  log_probs.log_();
+  s.loss = dice_ce_loss_sum(log_probs.unsqueeze(0), mask.unsqueeze(0))
                .item<double>();
-  // Voxel counts per class of the argmax (Note [One Dice]).
-  const at::Tensor pred_1h =
-      torch::one_hot(probs.reshape({k, -1}).argmax(0), k);
-  const at::Tensor true_1h = torch::one_hot(mask.reshape({-1}), k);
-  const at::Tensor both = (pred_1h * true_1h).sum(0).contiguous();
-  const at::Tensor pred = pred_1h.sum(0).contiguous();
-  const at::Tensor truth = true_1h.sum(0).contiguous();
+  log_probs = at::Tensor();
+  // Voxel counts per class of the argmax (Note [One Dice]), by counting
+  // class indices: one-hot tensors held 3 x K int64 a voxel (a 512^2 x 300
+  // case of 14 classes: 24.6 GiB); this holds the argmax (one int64 a
+  // voxel), a bool a voxel and the argmax where it is right.
+  const at::Tensor pred_class = probs.reshape({k, -1}).argmax(0);
+  const at::Tensor truth_class = mask.reshape({-1});
+  const at::Tensor both = torch::bincount(
+      pred_class.masked_select(pred_class == truth_class), {}, k);
+  const at::Tensor pred = torch::bincount(pred_class, {}, k);
+  const at::Tensor truth = torch::bincount(truth_class, {}, k);
   for (int64_t c = 0; c < k; ++c) {
     s.counts.push_back(
         {both[c].item<int64_t>(),
@@ -91,6 +98,58 @@ void write_middle_slice(
 }
 
 }  // namespace
+
+int64_t case_host_bytes(
+    const std::array<int64_t, 3>& extent,
+    int64_t channels,
+    int64_t classes,
+    const std::array<int64_t, 3>& roi,
+    const ValidationConfig& cfg) {
+  int64_t v = 1, vp = 1, r = 1, windows = 1;
+  for (size_t a = 0; a < 3; ++a) {
+    const int64_t side = std::max(extent[a], roi[a]);
+    v *= extent[a];
+    vp *= side;
+    r *= roi[a];
+    windows *=
+        static_cast<int64_t>(window_starts(side, roi[a], cfg.overlap).size());
+  }
+  const bool padded = vp != v;
+  // Every device batch is as large as the first (sliding_window.cpp).
+  const int64_t c = channels, k = classes, b = std::min(cfg.sw_batch, windows);
+  const int64_t held = 4 * c * v + 8 * v;  // the case and its mask
+  // The sliding window: the padded copy, the window weights, a batch of
+  // windows gathered and its probabilities back; the sum and weight map on
+  // the host (offload cpu), or the sum brought back at the end.
+  const int64_t copy = padded ? 4 * c * vp : 0;
+  const int64_t batch = 4 * r + 4 * b * std::max(c, k) * r;
+  const int64_t window = cfg.offload == Offload::kCpu
+                             ? held + copy + batch + 4 * (k + 1) * vp
+                             : held + copy + 4 * r + 4 * k * vp;
+  // The crop of a padded sum to the case.
+  const int64_t crop = padded ? held + 4 * k * (vp + v) : 0;
+  // score(): the probabilities, their clamped log, and in
+  // dice_ce_loss_sum its log-softmax, softmax, one-hot and their product
+  // (6 x 4KV), and their per-class sums (4 KiB covers them); the gathered
+  // cross-entropy before them and the Dice counts after them hold less.
+  const int64_t score = held + 24 * k * v + 4096;
+  return std::max({window, crop, score});
+}
+
+int64_t Validator::host_bytes(int64_t* largest_case) const {
+  const DatasetInfo& info = data_.info();
+  int64_t most = 0;
+  for (int64_t v = comm_.rank(); v < info.num_samples; v += comm_.size()) {
+    const int64_t bytes = case_host_bytes(
+        info.volume_shape(v), info.sample_shape[0], num_classes_, roi_, cfg_);
+    if (bytes > most) {
+      most = bytes;
+      if (largest_case != nullptr)
+        *largest_case = v;
+    }
+  }
+  return most;
+}
 
 VolumeValResult Validator::run(
     const PatchPredictor& predict, const std::string& overlay_dir) {

@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 
-#include "memtrain/dist/environment.h"
 #include "memtrain/infer/device_setup.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/host_pool.h"
@@ -11,7 +10,6 @@
 #include "memtrain/train/state/optimizers.h"
 #include "memtrain/train/state/window_totals.h"
 #include "memtrain/util/error.h"
-#include "memtrain/util/host_memory.h"
 #include "memtrain/util/rank_log.h"
 #include "memtrain/weights/model_state.h"
 #include "train/state/run_state.h"
@@ -146,20 +144,13 @@ void build_model(RunState& run) {
 
 // The host pool, when the checkpointing mode may offload (offload; auto
 // with a budget, whose ladder ends with it).
-void set_up_host_pool(RunState& run) {
+void set_up_host_pool(RunState& run, int64_t cap) {
   const Checkpointing mode = run.cfg.training.gradient_checkpointing;
   if (!ladder_offloads(mode, run.model->num_segments()) ||
       (mode == Checkpointing::kAuto && !run.budget.limited()))
     return;
-  const LocalRank local =
-      local_rank_from_env([](const char* name) { return std::getenv(name); });
-  const int64_t bytes = memory::host_budget_bytes(
-      run.cfg.memory.host_budget,
-      job_memory(),
-      local.local_size,
-      run.placement.is_cuda(),
-      memory::memlock_limit(),
-      &run.host_budget_note);
+  // At least a byte: a pool of 0 would have no cap.
+  const int64_t bytes = std::max<int64_t>(1, cap);
   run.host_pool = std::make_shared<memory::HostPool>(bytes);
   memory::set_offload_pool(run.host_pool);
 }
@@ -200,7 +191,7 @@ std::unique_ptr<RunState> set_up_run(
         " allocated when it ran out); raise memory.budget or use a smaller "
         "model"));
   }
-  set_up_host_pool(*run);
+  set_up_host_pool(*run, fit_host_before_planning(*run));
   run->scaler = std::make_unique<LossScaler>(
       cfg.training.amp == Amp::kFp16,
       cfg.training.amp_init_scale,

@@ -134,6 +134,7 @@ void Trainer::prepare() {
   if (m.prepared)
     return;
   plan_run(*m.run);
+  plan_host(*m.run);
   m.counters.val_micro = m.run->cfg.data.val_batch_size > 0
                              ? m.run->cfg.data.val_batch_size
                              : m.run->plan.micro_batch;

@@ -250,6 +250,10 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
          {"peak_bytes", p.peak},
          {"host_bytes", p.host_bytes}});
   }
+  nlohmann::json host_holders = nlohmann::json::array();
+  for (const auto& h : run.host_plan.holders)
+    host_holders.push_back(
+        {{"name", h.name}, {"bytes", h.bytes}, {"how", h.how}});
   std::vector<std::string> segments(
       run.model->segment_names().begin(),
       run.model->segment_names().begin() + plan.checkpointed_segments);
@@ -273,8 +277,11 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
       {"checkpointed_segments", segments},
       {"selective_recompute", plan.selective},
       {"offload", plan.offload},
-      {"host_budget_bytes", run.host_pool ? run.host_pool->stats().budget : 0},
-      {"host_budget", run.host_budget_note},
+      {"host_budget_bytes", run.host_plan.budget},
+      {"host_budget", run.host_plan.budget_note},
+      {"host_holders", host_holders},
+      {"host_pool_cap_bytes",
+       run.host_pool ? run.host_pool->stats().budget : 0},
       {"predicted_host_bytes", plan.predicted_host_bytes},
       {"amp", to_string(run.cfg.training.amp)},
       {"predicted_peak_bytes", plan.predicted_peak},
@@ -372,10 +379,12 @@ std::string describe_run(const RunState& m) {
               ? format_bytes(static_cast<double>(m.plan.predicted_peak))
               : std::string("not measured"))
       << "; " << m.plan.note;
+  if (m.host_plan.budget > 0)
+    out << "\n" << memory::describe(m.host_plan);
   if (m.host_pool) {
-    out << "\nhost offload pool: "
+    out << "\nhost offload pool: capped at "
         << format_bytes(static_cast<double>(m.host_pool->stats().budget))
-        << " (" << m.host_budget_note << ")";
+        << " (what the host plan's other holders leave)";
     if (m.plan.offload) {
       out << "; predicted "
           << format_bytes(static_cast<double>(m.plan.predicted_host_bytes));

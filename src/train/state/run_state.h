@@ -25,6 +25,7 @@
 #include "memtrain/input/image_augment.h"
 #include "memtrain/input/prefetcher.h"
 #include "memtrain/memory/budget.h"
+#include "memtrain/memory/host_plan.h"
 #include "memtrain/memory/host_pool.h"
 #include "memtrain/memory/monitor.h"
 #include "memtrain/memory/oom_guard.h"
@@ -82,9 +83,12 @@ struct RunState {
   MemoryPlan plan;    // what planning decided and measured
   // Where offloaded activations wait (Note [Host offload]), when the
   // checkpointing mode may offload; installed as memory::offload_pool()
-  // for the run's life. `host_budget_note`: how its budget was chosen.
+  // for the run's life, capped at what the host plan's other holders
+  // leave.
   std::shared_ptr<memory::HostPool> host_pool;
-  std::string host_budget_note;
+  // What this rank holds in host memory against its host budget, charged
+  // after planning (Note [Host plan]).
+  memory::HostPlan host_plan;
 
   // The validation window: validation.roi, or the training patch.
   std::array<int64_t, 3> roi() const;
@@ -167,6 +171,22 @@ void release_cache_if_due(const RunState& run, bool before_validation);
 
 // Validation: train/loop/validate.h (the task's), train/eval/val_batches.h
 // (what the tasks share).
+
+// --- the host plan (host_planning.cpp) --------------------------------------
+
+// Collective. Note [Host plan]: charges this rank's holders of host memory
+// against its host budget (memory.host_budget) once planning has chosen the
+// micro-batch and tier; sets run.host_plan. A plan over its budget throws
+// memtrain::Error on every rank, the refused rank's with each holder's
+// arithmetic.
+void plan_host(RunState& run);
+// Collective. Before planning: charges the holders at the largest
+// micro-batch a window may take; on the CPU device, whose memory is host
+// memory, lowers memory.budget's cap to what they leave, so that the
+// device domain runs out -- an out-of-memory the planner and the replay
+// handle -- before the host does. Refuses as plan_host does when the model
+// alone does not fit; returns what is left for the offload pool.
+int64_t fit_host_before_planning(RunState& run);
 
 // --- planning (planning.cpp) -------------------------------------------------
 

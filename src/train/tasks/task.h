@@ -74,6 +74,12 @@ class Task {
   virtual bool dumps_predictions() const {
     return false;
   }
+  // Note [Host plan]: what the task holds in this rank's host memory
+  // beyond the loaders' batches (volumes: validating a whole case), each
+  // with its arithmetic and the keys that lower it.
+  virtual std::vector<memory::HostHolder> host_holders(const RunState&) const {
+    return {};
+  }
   // Rank 0, at the start of a run: the task's files in output.dir.
   virtual void write_run_files(const RunState&, const std::string&) const {}
 

@@ -82,6 +82,58 @@ class VolumeTask : public Task {
     return "a volumes dataset";
   }
 
+  std::vector<memory::HostHolder> host_holders(
+      const RunState& run) const override {
+    if (!run.val_data)
+      return {};
+    const Validator validator(
+        *run.val_data,
+        run.cfg.validation,
+        run.roi(),
+        run.num_classes,
+        run.comm,
+        run.placement);
+    int64_t v = 0;
+    const int64_t bytes = validator.host_bytes(&v);
+    if (bytes == 0)
+      return {};
+    const DatasetInfo& info = run.val_data->info();
+    const auto& e = info.volume_shape(v);
+    const auto roi = run.roi();
+    memory::HostHolder h;
+    h.name = "validation";
+    h.bytes = bytes;
+    h.how = detail::concat(
+        "its largest case, ",
+        case_key(info, v),
+        " [",
+        e[0],
+        ",",
+        e[1],
+        ",",
+        e[2],
+        "], ",
+        info.sample_shape[0],
+        " channel(s), ",
+        run.num_classes,
+        " classes, window [",
+        roi[0],
+        ",",
+        roi[1],
+        ",",
+        roi[2],
+        "] x ",
+        run.cfg.validation.sw_batch,
+        ", sum on the ",
+        run.cfg.validation.offload == Offload::kCpu ? "host" : "device",
+        ": the case and its mask, then scoring with six tensors of its "
+        "probabilities' size (validator.h: case_host_bytes)");
+    h.lower =
+        "validation.sw_batch and validation.roi for the sliding window's "
+        "part; the scoring's is the case's size";
+    return {h};
+  }
+
   ValResult validate(
       RunState& run, RunCounters&, const std::string& overlay_dir) override {
     Validator validator(

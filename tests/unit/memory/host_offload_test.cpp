@@ -14,6 +14,7 @@
 
 #include "memtrain/config/choices.h"
 #include "memtrain/memory/device_memory.h"
+#include "memtrain/memory/host_plan.h"
 #include "memtrain/memory/host_pool.h"
 #include "memtrain/model/blocks/checkpointed.h"
 #include "memtrain/model/losses.h"
@@ -317,7 +318,9 @@ TEST_F(HostOffload, BudgetIsAHardLimitNamedInTheError) {
     FAIL() << "no error";
   } catch (const memory::HostBudgetExceeded& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("memory.host_budget (40.0 KiB)"), std::string::npos)
+    EXPECT_NE(
+        what.find("offload pool's cap (40.0 KiB: what memory.host_budget"),
+        std::string::npos)
         << what;
     EXPECT_NE(what.find("[128, 64]"), std::string::npos) << what;
   }
@@ -330,21 +333,28 @@ TEST_F(HostOffload, BudgetIsAHardLimitNamedInTheError) {
   EXPECT_EQ(pool->stats().reserved, 32 * 1024);
 }
 
-TEST(HostBudget, AutoIsAQuarterOfTheNodeOverItsRanks) {
+// auto: the job's memory less a margin (5%, at least 256 MiB, at most
+// half), shared out by the node's ranks.
+TEST(HostBudget, AutoIsTheJobsMemoryLessAMarginOverItsRanks) {
   const int64_t gib = int64_t{1} << 30;
+  const int64_t mib = int64_t{1} << 20;
+  EXPECT_EQ(memory::host_margin_bytes(64 * gib), 64 * gib / 20);
+  EXPECT_EQ(memory::host_margin_bytes(2 * gib), 256 * mib);
+  EXPECT_EQ(memory::host_margin_bytes(300 * mib), 150 * mib);
   JobMemory node;
   node.bytes = 64 * gib;
   node.source = "physical memory";
   std::string why;
   EXPECT_EQ(
-      memory::host_budget_bytes("auto", node, 4, false, -1, &why), 4 * gib);
-  EXPECT_NE(why.find("(physical memory) over 4 ranks"), std::string::npos)
-      << why;
-  EXPECT_EQ(why.find("ulimit"), std::string::npos) << why;
+      memory::host_budget_bytes("auto", node, 4, false, -1, &why),
+      (64 * gib - 64 * gib / 20) / 4);
+  EXPECT_EQ(
+      why,
+      "auto: 64.0 GiB (physical memory) less a margin of 3.2 GiB, over 4 "
+      "ranks on this node");
   // Pinned blocks: a lower ulimit -l is reported, not applied (CUDA pins
   // through its driver, not mlock).
-  EXPECT_EQ(
-      memory::host_budget_bytes("auto", node, 4, true, gib, &why), 4 * gib);
+  memory::host_budget_bytes("auto", node, 4, true, gib, &why);
   EXPECT_NE(why.find("ulimit -l is 1.0 GiB"), std::string::npos) << why;
   EXPECT_EQ(
       memory::host_budget_bytes("3GiB", node, 4, true, -1, &why), 3 * gib);

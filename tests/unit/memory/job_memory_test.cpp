@@ -13,7 +13,7 @@
 #include <map>
 #include <string>
 
-#include "memtrain/memory/host_pool.h"
+#include "memtrain/memory/host_plan.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/host_memory.h"
 
@@ -162,8 +162,8 @@ TEST(JobMemory, NamesWhatItCannotRead) {
   }
 }
 
-// memory.host_budget=auto: a quarter of the job's memory over the node's
-// ranks, its source and what could not be read in the banner's note.
+// memory.host_budget=auto names the job's limit and what could not be
+// read.
 TEST(JobMemory, HostBudgetAutoNamesTheJobsLimit) {
   JobMemory job;
   job.bytes = 8 * kGiB;
@@ -172,12 +172,12 @@ TEST(JobMemory, HostBudgetAutoNamesTheJobsLimit) {
   std::string why;
   EXPECT_EQ(
       memory::host_budget_bytes("auto", job, 2, false, -1, &why),
-      static_cast<int64_t>(kGiB));
+      static_cast<int64_t>((8 * kGiB - 8 * kGiB / 20) / 2));
   EXPECT_EQ(
       why,
-      "auto: a quarter of 8.0 GiB (SLURM_MEM_PER_NODE=8192 (MiB, --mem)) "
-      "over 2 ranks on this node; not read: /sys/fs/cgroup/job/memory.max "
-      "(\"lots\")");
+      "auto: 8.0 GiB (SLURM_MEM_PER_NODE=8192 (MiB, --mem)) less a margin "
+      "of 409.6 MiB, over 2 ranks on this node; not read: "
+      "/sys/fs/cgroup/job/memory.max (\"lots\")");
 }
 
 // This process's own: at most the machine's memory, and a source.

@@ -39,6 +39,9 @@ struct DatasetInfo {
   // by class); empty for /volumes.
   std::vector<int64_t> row_labels;
   int64_t context_features = 0;  // F2 of /context_features; 0 without it
+  // The most HDF5's chunk caches of the open datasets hold (a reader's
+  // host memory, h5_util.h's chunk_cache_bound).
+  int64_t chunk_cache_bytes = 0;
   // A pair file (docs/data-format.md, Pairs): the sample dataset is /features_a
   // or /images (tower a's input), context_features is the width Fb of
   // /features_b (tower b's input, read into read()'s `context`), the labels

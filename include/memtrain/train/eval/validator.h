@@ -39,6 +39,22 @@ struct VolumeValResult {
 // index.
 std::string case_key(const DatasetInfo& info, int64_t v);
 
+// The most validating one case holds in host memory, bytes: a case of
+// `extent` voxels with `channels` input channels, `classes` outputs, the
+// window `roi` and `cfg`'s sliding window (validation.sw_batch, offload)
+// -- the largest of its three phases: the sliding window (the case, its
+// mask and padded copy, the probability sum and weight map when they live
+// on the host, one batch of windows), the crop of a padded sum, and the
+// scoring (the loss's temporaries: six tensors of the probabilities'
+// size). Note [Host plan] charges it; a test holds it to the measured
+// peak.
+int64_t case_host_bytes(
+    const std::array<int64_t, 3>& extent,
+    int64_t channels,
+    int64_t classes,
+    const std::array<int64_t, 3>& roi,
+    const ValidationConfig& cfg);
+
 class Validator {
  public:
   // `roi` is the resolved window (validation.roi, or the training patch).
@@ -55,6 +71,10 @@ class Validator {
   // validated (Note [Validation overlays]).
   VolumeValResult run(
       const PatchPredictor& predict, const std::string& overlay_dir = "");
+
+  // The most this rank's share of the cases holds in host memory
+  // (case_host_bytes of its largest), and which case that is.
+  int64_t host_bytes(int64_t* largest_case = nullptr) const;
 
   int64_t sw_batch() const {
     return sw_batch_;

@@ -1,0 +1,196 @@
+// Note [Host plan] (memory/host_plan.cpp): the holders of a rank's host
+// memory, charged against its host budget.
+
+#include <torch/torch.h>
+
+#include "memtrain/dist/environment.h"
+#include "memtrain/memory/budget.h"
+#include "memtrain/memory/device_memory.h"
+#include "memtrain/memory/host_figures.h"
+#include "memtrain/util/error.h"
+#include "memtrain/util/host_memory.h"
+#include "train/state/run_state.h"
+#include "train/tasks/task.h"
+
+namespace memtrain {
+
+namespace {
+
+std::string mib(int64_t bytes) {
+  return format_bytes(static_cast<double>(bytes));
+}
+
+// Every holder but the CPU device and the offload pool, for micro-batches
+// of `micro`.
+std::vector<memory::HostHolder> other_holders(
+    const RunState& run, int64_t micro) {
+  std::vector<memory::HostHolder> out;
+  const memory::HostFigures now = memory::read_host_figures();
+  out.push_back(
+      {"outside",
+       now.rss - now.counted,
+       detail::concat(
+           "resident set ",
+           mib(now.rss),
+           " less the ",
+           mib(now.counted),
+           " memtrain counts, measured: the libraries (",
+           mib(now.rss_file),
+           " file-backed), their heaps, glibc's retention"),
+       ""});
+  if (run.loader) {
+    int64_t per = 0, count = 0;
+    const int64_t bytes = run.loader->host_bytes_bound(micro, &per, &count);
+    out.push_back(
+        {"prefetch",
+         bytes,
+         detail::concat(
+             count,
+             " buffers of a micro-batch of ",
+             micro,
+             " (",
+             mib(per),
+             "): data.prefetch=",
+             run.cfg.data.prefetch,
+             " read ahead, one in use, a free list of prefetch + 2, one "
+             "per reader thread"),
+         "data.prefetch, data.read_threads"});
+  }
+  int64_t caches = run.train_data->info().chunk_cache_bytes;
+  if (run.val_data)
+    caches += run.val_data->info().chunk_cache_bytes;
+  if (caches > 0) {
+    out.push_back(
+        {"HDF5 chunk caches",
+         caches,
+         "the open datasets' chunk caches (64 MiB each, or the dataset's "
+         "size when smaller)",
+         ""});
+  }
+  for (memory::HostHolder& h : run.task->host_holders(run))
+    out.push_back(std::move(h));
+  return out;
+}
+
+// Every rank learns whether any rank's plan is refused; the refused rank
+// throws its own arithmetic, the others name it.
+void refuse_if_any(const RunState& run, const memory::HostPlan& plan) {
+  const std::string why = memory::refusal(plan, run.comm.rank());
+  auto over = torch::tensor(
+      {why.empty() ? int64_t{-1} : int64_t{run.comm.rank()}}, torch::kInt64);
+  run.comm.all_reduce(over, ReduceOp::kMax);
+  if (!why.empty())
+    throw Error(why);
+  const int64_t rank = over.item<int64_t>();
+  MT_CHECK(
+      rank < 0,
+      "rank ",
+      rank,
+      "'s host plan passes its host budget (its message names each "
+      "holder); this rank stops with it");
+}
+
+// memory.host_budget for this rank, chosen once (run.host_plan's budget
+// and note).
+int64_t host_budget_of(RunState& run) {
+  if (run.host_plan.budget > 0)
+    return run.host_plan.budget;
+  const LocalRank local =
+      local_rank_from_env([](const char* name) { return std::getenv(name); });
+  run.host_plan.budget = memory::host_budget_bytes(
+      run.cfg.memory.host_budget,
+      job_memory(),
+      local.local_size,
+      run.placement.is_cuda(),
+      memory::memlock_limit(),
+      &run.host_plan.budget_note);
+  return run.host_plan.budget;
+}
+
+}  // namespace
+
+namespace {
+
+// The CPU device's holder (CPU runs only; its memory is host memory),
+// fitted into what `plan`'s other holders leave: its cap comes down to
+// that, when it is higher and `needed` (what the device domain must hold:
+// the model before planning, the plan's peak after) fits under it. The
+// cap is set; the holder is what the device domain may hold.
+void fit_cpu_device(RunState& run, memory::HostPlan& plan, int64_t needed) {
+  if (run.placement.is_cuda())
+    return;
+  if (!run.budget.limited()) {
+    plan.holders.push_back(
+        {"CPU device",
+         std::max(needed, memory::stats().peak_reserved),
+         "memory.budget=none: the device domain's peak so far, not "
+         "bounded",
+         "memory.budget"});
+    return;
+  }
+  const int64_t configured =
+      budget_of(run.cfg.memory.budget, run.cfg.memory.headroom).bytes;
+  const int64_t left = plan.budget - plan.charged();
+  const int64_t cap = run.budget.allocator_cap();
+  const int64_t device = std::max(std::min(cap, left), needed);
+  std::string how;
+  if (device > left) {
+    how = detail::concat(
+        "the device domain must hold ",
+        mib(needed),
+        " (the model, or the plan's peak), more than the other holders "
+        "leave");
+  } else if (device < configured - run.budget.outside) {
+    how = detail::concat(
+        "the device domain's cap: memory.budget=",
+        run.budget.spec,
+        " (",
+        mib(configured),
+        ") lowered to what the other holders leave");
+  } else {
+    how = "the device domain's cap, memory.budget=" + run.budget.spec;
+  }
+  plan.holders.push_back({"CPU device", device, how, "memory.budget"});
+  if (device < cap) {
+    run.budget.bytes = device + run.budget.outside;
+    memory::set_cap(run.budget.allocator_cap());
+  }
+}
+
+memory::HostPlan new_plan(RunState& run) {
+  memory::HostPlan plan;
+  plan.budget = host_budget_of(run);
+  plan.budget_note = run.host_plan.budget_note;
+  return plan;
+}
+
+}  // namespace
+
+int64_t fit_host_before_planning(RunState& run) {
+  memory::HostPlan plan = new_plan(run);
+  // The largest micro-batch a window may take.
+  plan.holders = other_holders(run, run.shape.rank_share);
+  fit_cpu_device(run, plan, memory::stats().reserved);
+  refuse_if_any(run, plan);
+  return plan.budget - plan.charged();
+}
+
+void plan_host(RunState& run) {
+  memory::HostPlan plan = new_plan(run);
+  plan.holders = other_holders(run, run.plan.micro_batch);
+  if (run.plan.offload) {
+    plan.holders.push_back(
+        {"offload pool",
+         run.plan.predicted_host_bytes,
+         "the chosen tier's offloaded activations, as its probe measured "
+         "them",
+         "training.gradient_checkpointing (a tier without offload), "
+         "memory.budget"});
+  }
+  fit_cpu_device(
+      run, plan, std::max(run.plan.predicted_peak, memory::stats().reserved));
+  run.host_plan = plan;
+  refuse_if_any(run, plan);
+}
+
+}  // namespace memtrain
