@@ -33,7 +33,8 @@ namespace memtrain::memory {
 // device's cap comes down to what the other holders leave (so that the
 // device domain runs out, which the planner and the replay handle, before
 // the host does) and the offload pool is capped at what is left; after
-// planning the cap is fitted again above the plan's peak. A plan whose
+// planning the cap is fitted again, above the plan's peak and the
+// headroom's slack. A plan whose
 // holders pass the budget is refused before the first window, on every
 // rank, with each holder's arithmetic (train/loop/host_planning.cpp).
 

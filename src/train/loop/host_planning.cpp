@@ -138,8 +138,8 @@ void fit_cpu_device(RunState& run, memory::HostPlan& plan, int64_t needed) {
     how = detail::concat(
         "the device domain must hold ",
         mib(needed),
-        " (the model, or the plan's peak), more than the other holders "
-        "leave");
+        " (the model; after planning, the plan's peak and memory.headroom's "
+        "share of memory.budget), more than the other holders leave");
   } else if (device < configured - run.budget.outside) {
     how = detail::concat(
         "the device domain's cap: memory.budget=",
@@ -187,8 +187,17 @@ void plan_host(RunState& run) {
          "training.gradient_checkpointing (a tier without offload), "
          "memory.budget"});
   }
+  // The plan's peak keeps the headroom the probes kept under it: a cap
+  // lowered to the peak itself would leave no slack for the window's own
+  // bytes.
+  const int64_t slack = static_cast<int64_t>(
+      run.cfg.memory.headroom *
+      static_cast<double>(
+          budget_of(run.cfg.memory.budget, run.cfg.memory.headroom).bytes));
   fit_cpu_device(
-      run, plan, std::max(run.plan.predicted_peak, memory::stats().reserved));
+      run,
+      plan,
+      std::max(run.plan.predicted_peak + slack, memory::stats().reserved));
   run.host_plan = plan;
   refuse_if_any(run, plan);
 }
