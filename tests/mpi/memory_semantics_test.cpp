@@ -231,16 +231,22 @@ TEST(MemorySemantics, AutoCheckpointingTakesEachTierBetweenPeaks) {
   const Need sel = need_of(Checkpointing::kSelective);
   const Need all = need_of(Checkpointing::kAll);
   const Need offload = need_of(Checkpointing::kOffload);
-  ASSERT_GT(off.least, sel.sure) << "selective saves more than it wastes";
+  // Selective's sure bound may pass no checkpointing's tensors: with
+  // LibTorch 2.11 on an AVX-512 Xeon (1 rank, 1 thread) off peaked at 63.3
+  // MiB of tensors, selective at 56.4 MiB of tensors and 63.75 MiB reserved
+  // without a cap. Then, as for offload below, the budget is the middle of
+  // the two tensor peaks and the probe under its cap decides.
+  ASSERT_GT(off.least, sel.least) << "selective keeps fewer tensors";
   ASSERT_GT(sel.least, all.sure);
   ASSERT_GT(all.least, offload.least + offload.least / 40)
       << "offload saves at least 2.5%";
-  const int64_t b1 = (off.least + sel.sure) / 2;
+  const int64_t sel_bound = sel.sure < off.least ? sel.sure : sel.least;
+  const int64_t b1 = (off.least + sel_bound) / 2;
   const MemoryPlan between_none_and_selective =
       plan_with(Checkpointing::kAuto, std::to_string(b1));
   EXPECT_TRUE(between_none_and_selective.selective)
       << between_none_and_selective.note << "; off needs " << off.least
-      << ", selective " << sel.sure;
+      << ", selective " << sel.least << " to " << sel.sure;
   EXPECT_LE(between_none_and_selective.predicted_peak, b1);
   const int64_t b2 = (sel.least + all.sure) / 2;
   const MemoryPlan below_selective =
