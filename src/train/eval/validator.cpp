@@ -122,12 +122,14 @@ int64_t case_host_bytes(
   // windows gathered and its probabilities back; the sum and weight map on
   // the host (offload cpu), or the sum brought back at the end.
   const int64_t copy = padded ? 4 * c * vp : 0;
-  const int64_t batch = 4 * r + 4 * b * std::max(c, k) * r;
-  const int64_t window = cfg.offload == Offload::kCpu
-                             ? held + copy + batch + 4 * (k + 1) * vp
-                             : held + copy + 4 * r + 4 * k * vp;
-  // The crop of a padded sum to the case.
-  const int64_t crop = padded ? held + 4 * k * (vp + v) : 0;
+  // (The gathered windows go before the predictor runs; its
+  // probabilities come back to the host only with the sum there.)
+  const int64_t window =
+      cfg.offload == Offload::kCpu
+          ? held + copy + 4 * r + 4 * b * std::max(c, k) * r + 4 * (k + 1) * vp
+          : held + copy + 4 * r + std::max(4 * b * c * r, 4 * k * vp);
+  // The crop of a padded sum to the case (the padded copy still held).
+  const int64_t crop = padded ? held + copy + 4 * k * (vp + v) : 0;
   // score(): the probabilities, their clamped log, and in
   // dice_ce_loss_sum its log-softmax, softmax, one-hot and their product
   // (6 x 4KV), and their per-class sums (4 KiB covers them); the gathered

@@ -28,7 +28,7 @@ std::vector<memory::HostHolder> other_holders(
   const memory::HostFigures now = memory::read_host_figures();
   out.push_back(
       {"outside",
-       now.rss - now.counted,
+       std::max<int64_t>(0, now.rss - now.counted),
        detail::concat(
            "resident set ",
            mib(now.rss),
@@ -72,10 +72,10 @@ std::vector<memory::HostHolder> other_holders(
   return out;
 }
 
-// Every rank learns whether any rank's plan is refused; the refused rank
-// throws its own arithmetic, the others name it.
-void refuse_if_any(const RunState& run, const memory::HostPlan& plan) {
-  const std::string why = memory::refusal(plan, run.comm.rank());
+// Every rank learns whether any rank failed (`why` not empty: its plan
+// refused, or an error while making it); that rank throws its own message,
+// the others name it. One all-reduce, whatever happened on this rank.
+void agree(const RunState& run, const std::string& why) {
   auto over = torch::tensor(
       {why.empty() ? int64_t{-1} : int64_t{run.comm.rank()}}, torch::kInt64);
   run.comm.all_reduce(over, ReduceOp::kMax);
@@ -86,8 +86,22 @@ void refuse_if_any(const RunState& run, const memory::HostPlan& plan) {
       rank < 0,
       "rank ",
       rank,
-      "'s host plan passes its host budget (its message names each "
-      "holder); this rank stops with it");
+      "'s host plan was refused (its message names each holder, or what "
+      "failed); this rank stops with it");
+}
+
+// Runs `make` (which builds a plan) and agrees on its refusal across the
+// ranks: an error `make` throws on one rank reaches every rank instead of
+// leaving the others waiting in the all-reduce.
+template <class Make>
+void collectively(const RunState& run, Make make) {
+  std::string why;
+  try {
+    why = memory::refusal(make(), run.comm.rank());
+  } catch (const Error& e) {
+    why = e.what();
+  }
+  agree(run, why);
 }
 
 // memory.host_budget for this rank, chosen once (run.host_plan's budget
@@ -132,7 +146,7 @@ void fit_cpu_device(RunState& run, memory::HostPlan& plan, int64_t needed) {
       budget_of(run.cfg.memory.budget, run.cfg.memory.headroom).bytes;
   const int64_t left = plan.budget - plan.charged();
   const int64_t cap = run.budget.allocator_cap();
-  const int64_t device = std::max(std::min(cap, left), needed);
+  const int64_t device = std::max(std::min(cap, left), std::min(needed, cap));
   std::string how;
   if (device > left) {
     how = detail::concat(
@@ -167,39 +181,48 @@ memory::HostPlan new_plan(RunState& run) {
 }  // namespace
 
 int64_t fit_host_before_planning(RunState& run) {
-  memory::HostPlan plan = new_plan(run);
-  // The largest micro-batch a window may take.
-  plan.holders = other_holders(run, run.shape.rank_share);
-  fit_cpu_device(run, plan, memory::stats().reserved);
-  refuse_if_any(run, plan);
-  return plan.budget - plan.charged();
+  int64_t left = 0;
+  collectively(run, [&run, &left] {
+    memory::HostPlan plan = new_plan(run);
+    // The loader's buffers at the micro-batch a window takes when it is
+    // fixed, else at 1: the planner's choice is charged after planning.
+    const int64_t micro =
+        run.cfg.data.batch_size == kAuto
+            ? 1
+            : std::min<int64_t>(run.cfg.data.batch_size, run.shape.rank_share);
+    plan.holders = other_holders(run, micro);
+    fit_cpu_device(run, plan, memory::stats().reserved);
+    left = plan.budget - plan.charged();
+    return plan;
+  });
+  return left;
 }
 
 void plan_host(RunState& run) {
-  memory::HostPlan plan = new_plan(run);
-  plan.holders = other_holders(run, run.plan.micro_batch);
-  if (run.plan.offload) {
-    plan.holders.push_back(
-        {"offload pool",
-         run.plan.predicted_host_bytes,
-         "the chosen tier's offloaded activations, as its probe measured "
-         "them",
-         "training.gradient_checkpointing (a tier without offload), "
-         "memory.budget"});
-  }
-  // The plan's peak keeps the headroom the probes kept under it: a cap
-  // lowered to the peak itself would leave no slack for the window's own
-  // bytes.
-  const int64_t slack = static_cast<int64_t>(
-      run.cfg.memory.headroom *
-      static_cast<double>(
-          budget_of(run.cfg.memory.budget, run.cfg.memory.headroom).bytes));
-  fit_cpu_device(
-      run,
-      plan,
-      std::max(run.plan.predicted_peak + slack, memory::stats().reserved));
-  run.host_plan = plan;
-  refuse_if_any(run, plan);
+  collectively(run, [&run] {
+    memory::HostPlan plan = new_plan(run);
+    plan.holders = other_holders(run, run.plan.micro_batch);
+    if (run.plan.offload) {
+      plan.holders.push_back(
+          {"offload pool",
+           run.plan.predicted_host_bytes,
+           "the chosen tier's offloaded activations, as its probe measured "
+           "them",
+           "training.gradient_checkpointing (a tier without offload), "
+           "memory.budget"});
+    }
+    // The plan's peak keeps the headroom the probes kept under their cap
+    // (memory.headroom of the cap they ran under): a cap lowered to the
+    // peak itself would leave no slack for the window's own bytes.
+    const int64_t slack = static_cast<int64_t>(
+        run.cfg.memory.headroom * static_cast<double>(run.budget.bytes));
+    fit_cpu_device(
+        run,
+        plan,
+        std::max(run.plan.predicted_peak + slack, memory::stats().reserved));
+    run.host_plan = plan;
+    return plan;
+  });
 }
 
 }  // namespace memtrain
