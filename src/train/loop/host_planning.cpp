@@ -1,8 +1,7 @@
 // Note [Host plan] (memory/host_plan.cpp): the holders of a rank's host
 // memory, charged against its host budget.
 
-#include <torch/torch.h>
-
+#include "memtrain/dist/communicator.h"
 #include "memtrain/dist/environment.h"
 #include "memtrain/memory/budget.h"
 #include "memtrain/memory/device_memory.h"
@@ -72,27 +71,10 @@ std::vector<memory::HostHolder> other_holders(
   return out;
 }
 
-// Every rank learns whether any rank failed (`why` not empty: its plan
-// refused, or an error while making it); that rank throws its own message,
-// the others name it. One all-reduce, whatever happened on this rank.
-void agree(const RunState& run, const std::string& why) {
-  auto over = torch::tensor(
-      {why.empty() ? int64_t{-1} : int64_t{run.comm.rank()}}, torch::kInt64);
-  run.comm.all_reduce(over, ReduceOp::kMax);
-  if (!why.empty())
-    throw Error(why);
-  const int64_t rank = over.item<int64_t>();
-  MT_CHECK(
-      rank < 0,
-      "rank ",
-      rank,
-      "'s host plan was refused (its message names each holder, or what "
-      "failed); this rank stops with it");
-}
-
 // Runs `make` (which builds a plan) and agrees on its refusal across the
-// ranks: an error `make` throws on one rank reaches every rank instead of
-// leaving the others waiting in the all-reduce.
+// ranks: the refused rank throws its arithmetic (or the error `make`
+// threw), the others a PeerError, and none waits in a collective the
+// others skipped.
 template <class Make>
 void collectively(const RunState& run, Make make) {
   std::string why;
@@ -101,7 +83,11 @@ void collectively(const RunState& run, Make make) {
   } catch (const Error& e) {
     why = e.what();
   }
-  agree(run, why);
+  if (!all_ranks_ok(run.comm, why.empty())) {
+    if (why.empty())
+      throw PeerError("the host plan was refused on another rank");
+    throw Error(why);
+  }
 }
 
 // memory.host_budget for this rank, chosen once (run.host_plan's budget
