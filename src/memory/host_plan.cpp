@@ -45,14 +45,6 @@ int64_t HostPlan::charged() const {
       });
 }
 
-int64_t HostPlan::of(const std::string& name) const {
-  for (const HostHolder& h : holders) {
-    if (h.name == name)
-      return h.bytes;
-  }
-  return 0;
-}
-
 int64_t host_margin_bytes(uint64_t job_bytes) {
   const auto job = static_cast<int64_t>(job_bytes);
   return std::min(std::max(job / 20, int64_t{256} << 20), job / 2);

@@ -26,8 +26,6 @@ struct HostPlan {
   std::vector<HostHolder> holders;
 
   int64_t charged() const;  // the holders' sum
-  // The bytes of holder `name` (0: none).
-  int64_t of(const std::string& name) const;
 };
 
 // The margin memory.host_budget=auto keeps off the job's memory for what
