@@ -26,12 +26,21 @@ namespace memtrain {
 // Prefer the largest divisor of the share that is at least m/2, so that
 // micro x steps x ranks equals the effective batch exactly; otherwise keep
 // m and let the last micro-batch be smaller (it is weighted by its
-// samples). Then take the first tier with which m fits; for auto, also
+// samples). Then take the first tier with which m fits, and with it every
+// smaller micro-batch a window at m runs (the tail of a share, the
+// epoch's short last window, sync_bn's near-equal split: req's
+// window_micro_batches). Smaller is not always cheaper: on the CPU,
+// LibTorch 1.13 runs a 3x3x3 convolution of one sample through im2col
+// (N x C_in x 27 x the output's voxels, 4 bytes each; oneDNN from 2
+// samples), so a U-Net's last window of 1 sample peaked at 71.3 MiB
+// against 45.6 MiB for its micro-batch of 2. When no tier fits them all,
+// a smaller m. For auto, also
 // search the largest micro-batch of the cheaper tiers (none, selective,
 // and every segment whole when m needed offload) and take one when its
 // measured time per sample (the probe's second step) is lower: a larger
 // micro-batch with a deeper tier only when it is faster.
-// Fixed data.batch_size: the first tier with which that micro-batch fits
+// Fixed data.batch_size: the first tier with which that micro-batch (and
+// the smaller ones of its windows) fits
 // (off, all, selective and offload probe their one tier, for the
 // prediction).
 // With cuDNN's benchmark on (CUDA), a probe's peak is its second step's:
@@ -101,11 +110,49 @@ class Prober {
   std::map<std::pair<int64_t, Tier>, ProbeResult> cache_;
 };
 
-// The first tier of `ladder` with which `micro` fits; -1: none.
+// The micro-batch sizes a window runs at micro-batch `micro`: `micro`
+// first, then the smaller ones of the request (tails, short windows).
+std::vector<int64_t> window_sizes(const PlanRequest& req, int64_t micro) {
+  std::vector<int64_t> sizes = {micro};
+  if (req.window_micro_batches) {
+    for (const int64_t k : req.window_micro_batches(micro)) {
+      MT_INTERNAL_ASSERT(k >= 1 && k <= micro);
+      if (k != micro)
+        sizes.push_back(k);
+    }
+  }
+  return sizes;
+}
+
+// Whether every micro-batch a window runs at `micro` fits with `tier`;
+// the window's peak, the largest of theirs, in `peak`.
+bool window_fits(
+    Prober& probe,
+    const PlanRequest& req,
+    int64_t micro,
+    const Tier& tier,
+    int64_t* peak = nullptr) {
+  int64_t most = 0;
+  for (const int64_t k : window_sizes(req, micro)) {
+    const ProbeResult r = probe(k, tier);
+    if (!r.fits)
+      return false;
+    most = std::max(most, r.peak);
+  }
+  if (peak)
+    *peak = most;
+  return true;
+}
+
+// The first tier of `ladder` with which every micro-batch of a window at
+// `micro` fits; -1: none.
 int64_t first_fitting(
-    Prober& probe, int64_t micro, const std::vector<Tier>& ladder) {
+    Prober& probe,
+    const PlanRequest& req,
+    int64_t micro,
+    const std::vector<Tier>& ladder) {
   for (size_t i = 0; i < ladder.size(); ++i) {
-    if (probe(micro, ladder[i]).fits)
+    if (window_fits(probe, req, micro, ladder[i]))
       return static_cast<int64_t>(i);
   }
   return -1;
@@ -168,7 +215,7 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
   int64_t chosen = deepest;
   if (req.fixed_micro > 0) {
     plan.micro_batch = req.fixed_micro;
-    const int64_t i = first_fitting(probe, plan.micro_batch, ladder);
+    const int64_t i = first_fitting(probe, req, plan.micro_batch, ladder);
     plan.fits = i >= 0;
     chosen = i >= 0 ? i : deepest;
     plan.memory_micro_batch = plan.micro_batch;
@@ -217,8 +264,18 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
       note << ", using " << plan.micro_batch << " (divides the rank share "
            << req.rank_share << ")";
     }
-    // 3. The cheapest tier for that micro-batch.
-    chosen = first_fitting(probe, plan.micro_batch, ladder);
+    // 3. The cheapest tier with which every micro-batch of a window at
+    // that size fits (its tail and the epoch's short last window too: on
+    // the CPU a smaller one can need more); where none does, a smaller
+    // micro-batch (1 fits: step 1 probed it at the deepest tier).
+    chosen = first_fitting(probe, req, plan.micro_batch, ladder);
+    while (chosen < 0 && plan.micro_batch > 1) {
+      note << "; a smaller micro-batch of a window at " << plan.micro_batch
+           << " does not fit";
+      plan.micro_batch = exact_micro(plan.micro_batch - 1, req.rank_share);
+      chosen = first_fitting(probe, req, plan.micro_batch, ladder);
+      note << ", using " << plan.micro_batch;
+    }
     MT_INTERNAL_ASSERT(chosen >= 0);
     plan.memory_micro_batch = plan.micro_batch;
     plan.memory_tier_index = chosen;
@@ -245,7 +302,8 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
         if (m == 0)
           continue;
         const ProbeResult r = probe(m, t);
-        if (r.fits && r.seconds_per_sample < best) {
+        if (r.fits && r.seconds_per_sample < best &&
+            window_fits(probe, req, m, t)) {
           best = r.seconds_per_sample;
           plan.micro_batch = m;
           chosen = i;
@@ -267,6 +325,9 @@ MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
   plan.offload = tier.offload;
   const ProbeResult chosen_probe = probe(plan.micro_batch, tier);  // cached
   plan.predicted_peak = chosen_probe.peak;
+  // Every micro-batch a window runs (cached): the window's peak.
+  window_fits(probe, req, plan.micro_batch, tier, &plan.predicted_peak);
+  plan.window_micro_batches = window_sizes(req, plan.micro_batch);
   plan.predicted_host_bytes = chosen_probe.host_bytes;
   plan.accumulation_steps = steps_for_share(req.rank_share, plan.micro_batch);
   plan.note = note.str();

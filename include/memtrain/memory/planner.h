@@ -70,6 +70,12 @@ struct PlanRequest {
   int64_t fixed_micro = 0;  // 0: auto (search); else this micro-batch
   Checkpointing checkpointing = Checkpointing::kOff;  // off|all|auto|selective
   int64_t num_segments = 0;
+  // The micro-batch sizes any rank's window can run at micro-batch m,
+  // besides m: the tail of a share (share % m), the epoch's short last
+  // window, the near-equal split of model.sync_bn. Each is probed with the
+  // chosen tier and must fit too. Empty: m alone.
+  using WindowSizes = std::function<std::vector<int64_t>(int64_t)>;
+  WindowSizes window_micro_batches;
 };
 
 struct ProbeRecord {
@@ -93,7 +99,10 @@ struct MemoryPlan {
   // which ranks fall back to when their timings chose differently.
   int64_t memory_micro_batch = 0;
   int64_t memory_tier_index = 0;
-  int64_t predicted_peak = 0;  // the chosen probe's peak
+  // The largest peak of the chosen tier's probes over every micro-batch a
+  // window runs (window_micro_batches: the micro-batch first).
+  int64_t predicted_peak = 0;
+  std::vector<int64_t> window_micro_batches;
   bool fits = true;  // false: nothing fit; the OOM guard will have to act
   std::vector<ProbeRecord> probes;
   std::string note;  // how the choice was made, for the banner

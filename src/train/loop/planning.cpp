@@ -152,6 +152,9 @@ void plan_run(RunState& run) {
                         : std::min(run.cfg.data.batch_size, req.rank_share);
   req.checkpointing = run.cfg.training.gradient_checkpointing;
   req.num_segments = run.model->num_segments();
+  req.window_micro_batches = [&run](int64_t micro) {
+    return micro_batch_sizes(run, micro);
+  };
   const std::vector<Tier> ladder =
       tier_ladder(req.checkpointing, req.num_segments);
 
@@ -220,6 +223,7 @@ void plan_run(RunState& run) {
   plan.selective = tier.selective;
   plan.offload = tier.offload;
   run.shape = run.shape.with_micro(plan.micro_batch);
+  plan.window_micro_batches = micro_batch_sizes(run, plan.micro_batch);
   plan.accumulation_steps = run.shape.accumulation_steps;
   set_tier(*run.model, tier);
   // The probes' blocks go; training reserves what its micro-steps offload

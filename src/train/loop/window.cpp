@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <set>
 
 #include "memtrain/compat.h"
 #include "memtrain/device/host_sync.h"
@@ -320,6 +322,30 @@ std::vector<std::vector<int64_t>> micro_batches(
   return split_micro_batches_evenly(
       wp.rank_indices,
       micro_steps_for(wp.global_samples, run.comm.size(), micro));
+}
+
+std::vector<int64_t> micro_batch_sizes(const RunState& run, int64_t micro) {
+  const ShardedSampler& sampler = *run.sampler;
+  const int world = run.comm.size();
+  const int64_t e = sampler.effective_batch();
+  std::set<int64_t, std::greater<>> sizes;
+  for (const int64_t w : {int64_t{0}, sampler.windows_per_epoch() - 1}) {
+    WindowPlan wp;
+    wp.global_samples = std::min(e, sampler.num_samples() - w * e);
+    std::set<int64_t> shares;  // the ranks' slices have at most two lengths
+    for (int r = 0; r < world; ++r) {
+      const auto [begin, end] = rank_slice(wp.global_samples, r, world);
+      shares.insert(end - begin);
+    }
+    for (const int64_t share : shares) {
+      wp.rank_indices.assign(static_cast<size_t>(share), 0);
+      for (const auto& mb : micro_batches(run, wp, micro)) {
+        if (!mb.empty())
+          sizes.insert(static_cast<int64_t>(mb.size()));
+      }
+    }
+  }
+  return {sizes.begin(), sizes.end()};
 }
 
 // Note [Cache policy]

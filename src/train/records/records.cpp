@@ -285,6 +285,7 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
       {"predicted_host_bytes", plan.predicted_host_bytes},
       {"amp", to_string(run.cfg.training.amp)},
       {"predicted_peak_bytes", plan.predicted_peak},
+      {"window_micro_batches", plan.window_micro_batches},
       {"measured_peak_bytes", counters.measured_peak},
       {"note", plan.note},
       {"probes", probes}};
@@ -377,8 +378,17 @@ std::string describe_run(const RunState& m) {
       << "; predicted peak "
       << (m.plan.predicted_peak > 0
               ? format_bytes(static_cast<double>(m.plan.predicted_peak))
-              : std::string("not measured"))
-      << "; " << m.plan.note;
+              : std::string("not measured"));
+  if (m.plan.predicted_peak > 0 && m.plan.window_micro_batches.size() > 1) {
+    out << " (the largest over a window's micro-batches of";
+    const char* sep = " ";
+    for (const int64_t k : m.plan.window_micro_batches) {
+      out << sep << k;
+      sep = ", ";
+    }
+    out << ")";
+  }
+  out << "; " << m.plan.note;
   if (m.host_plan.budget > 0)
     out << "\n" << memory::describe(m.host_plan);
   if (m.host_pool) {

@@ -156,6 +156,11 @@ at::Tensor zero_loss_sum(const RunState& run);
 std::vector<std::vector<int64_t>> micro_batches(
     const RunState& run, const WindowPlan& wp, int64_t micro);
 
+// Every micro-batch size (largest first) that micro_batches() gives any
+// rank in any window of an epoch at micro-batch `micro`: a full window's
+// and the epoch's last (Note [Planning] probes them all).
+std::vector<int64_t> micro_batch_sizes(const RunState& run, int64_t micro);
+
 // One accumulation window: micro-steps (no communication; OOM replays),
 // one all-reduce of the gradient and the window's totals, the update.
 // Collective. `next` is the window after it (read ahead), or null.

@@ -290,6 +290,74 @@ TEST(Planner, AutoCheckpointingTakesFewestSegments) {
   EXPECT_FALSE(q.selective);
 }
 
+// Note [Planning]: every micro-batch a window runs must fit with the
+// chosen tier, the tail of a share too, however small: on the CPU one
+// sample can need more than many (LibTorch's im2col convolution).
+PlanRequest::WindowSizes tail_of(int64_t share) {
+  return [share](int64_t micro) {
+    std::vector<int64_t> sizes;
+    if (share % micro != 0)
+      sizes.push_back(share % micro);
+    return sizes;
+  };
+}
+
+TEST(Planner, TheTailOfAShareFitsTheChosenTier) {
+  int64_t calls = 0;
+  PlanRequest req;
+  req.rank_share = 33;  // 32 + a tail of 1
+  req.fixed_micro = 32;
+  req.checkpointing = Checkpointing::kAuto;
+  req.num_segments = 4;
+  req.window_micro_batches = tail_of(33);
+  const ProbeFn memory = curve(3000, 4, &calls);
+  // One sample costs 2500 more unless every segment is checkpointed.
+  const ProbeFn probe = [&](int64_t micro, const Tier& tier) {
+    ProbeResult r = memory(micro, tier);
+    if (micro == 1 && tier.segments < 4) {
+      r.peak += 2500;
+      r.fits = r.peak <= 3000;
+    }
+    return r;
+  };
+  const MemoryPlan p = plan_memory(req, probe);
+  // 32 fits with 2 whole segments (2920), but its tail of 1 needs 3560
+  // there and 3540 with 3; with 4 both fit (1640, 1020).
+  EXPECT_EQ(p.micro_batch, 32);
+  EXPECT_EQ(p.checkpointed_segments, 4);
+  EXPECT_FALSE(p.selective);
+  EXPECT_FALSE(p.offload);
+  EXPECT_EQ(p.window_micro_batches, (std::vector<int64_t>{32, 1}));
+  EXPECT_EQ(p.predicted_peak, 1640);
+  // Without the tail's probes, 2 segments (the window of 1 would run out).
+  req.window_micro_batches = nullptr;
+  EXPECT_EQ(plan_memory(req, probe).checkpointed_segments, 2);
+}
+
+TEST(Planner, ATailThatFitsNoTierTakesASmallerMicroBatch) {
+  int64_t calls = 0;
+  PlanRequest req;
+  req.rank_share = 37;  // prime: 20 + 17
+  req.checkpointing = Checkpointing::kOff;
+  req.num_segments = 1;
+  req.window_micro_batches = tail_of(37);
+  const ProbeFn memory = curve(3000, 1, &calls);
+  const ProbeFn probe = [&](int64_t micro, const Tier& tier) {
+    ProbeResult r = memory(micro, tier);
+    if (micro == 17) {
+      r.peak += 1500;
+      r.fits = false;
+    }
+    return r;
+  };
+  const MemoryPlan p = plan_memory(req, probe);
+  EXPECT_EQ(p.micro_batch, 19);  // 19 + 18
+  EXPECT_EQ(p.accumulation_steps, 2);
+  EXPECT_EQ(p.window_micro_batches, (std::vector<int64_t>{19, 18}));
+  EXPECT_EQ(p.predicted_peak, 1000 + 19 * 100);
+  EXPECT_NE(p.note.find("does not fit, using 19"), std::string::npos) << p.note;
+}
+
 // Note [Planning]: auto's tiers, cheapest in time first.
 TEST(Planner, TierLadders) {
   const auto ladder = tier_ladder(Checkpointing::kAuto, 3);
