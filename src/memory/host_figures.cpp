@@ -48,6 +48,7 @@ HostFigures read_host_figures() {
   if (accounting_installed()) {
     const Stats s = stats();
     f.counted = s.reserved + s.host_allocated;
+    f.counted_host = s.host_allocated;
   }
   return f;
 }

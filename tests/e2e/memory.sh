@@ -80,6 +80,15 @@ assert micro * steps * world == w[0]["effective_batch"] == 128, (micro, steps, w
 assert all(x["oom_retries"] == 0 for x in w)
 print(f"auto: micro {micro} x {steps} steps x {world} ranks = 128; peak {peak} < budget {budget}; "
       f"predicted {plan['predicted_peak_bytes']}, measured {plan['measured_peak_bytes']}")
+# The host holders of the rank with the largest resident set: the counted
+# ones add up to what is counted, outside is the rest of the resident set.
+for x in w:
+    h = x["host_holders"]
+    assert h["CPU device"] + h["offload pool"] + h["host buffers"] == x["host_counted"], (h, x["host_counted"])
+    assert h["outside"] == x["host_rss"] - x["host_counted"] > 0, (h, x["host_rss"])
+    assert 0 < h["CPU device"] <= x["mem_reserved"], (h, x["mem_reserved"])
+    assert h["outside_glibc_used"] > 0 and h["outside_files"] == x["host_rss_file"] > 0, h
+print("host holders, last window (MiB):", {k: round(v / 2**20, 1) for k, v in w[-1]["host_holders"].items()})
 PYEOF
 
 # 3. Checkpointing all vs off on a deep model.

@@ -190,6 +190,8 @@ Boundary exchange(
   mine.rss_file = host.rss_file;
   mine.counted = host.counted;
   mine.malloc_free = host.malloc_free;
+  mine.malloc_used = host.malloc_used;
+  mine.counted_host = host.counted_host;
   at::Tensor extras = floats_to_device(
       run.placement,
       WindowTotals::pack(
@@ -304,6 +306,9 @@ void note_totals(const WindowTotals& t, WindowResult& r) {
   r.host_rss_file = most.rss_file;
   r.host_counted = most.counted;
   r.host_malloc_free = most.malloc_free;
+  r.host_malloc_used = most.malloc_used;
+  r.host_counted_host = most.counted_host;
+  r.host_pool_reserved = most.host_reserved;
   const auto retries = t.max_of(&RankWindowMemory::oom_retries);
   r.oom_retries_max = retries.value;
   r.oom_retries_rank = retries.rank;

@@ -74,6 +74,27 @@ nlohmann::json leak_warning_record(int64_t epoch, const std::string& warning) {
   return {{"type", "warning"}, {"epoch", epoch}, {"leak_warning", warning}};
 }
 
+// The host plan's holders (Note [Host plan]) as a window boundary measured
+// them, on the rank with the largest resident set: the CPU device's
+// reserved bytes; the offload pool; the other host-domain buffers
+// (batches, the loader's and prefetcher's); outside, the resident set less
+// what is counted, and of what it holds: glibc's uncounted blocks
+// (LibTorch's tables, HDF5's chunk caches, MPI, oneDNN's caches), glibc's
+// free bytes, file-backed pages.
+nlohmann::json host_holders(const WindowResult& r) {
+  const auto at_least_0 = [](int64_t v) { return std::max<int64_t>(v, 0); };
+  return {
+      {"CPU device", at_least_0(r.host_counted - r.host_counted_host)},
+      {"offload pool", r.host_pool_reserved},
+      {"host buffers",
+       at_least_0(r.host_counted_host - r.host_pool_reserved)},
+      {"outside", at_least_0(r.host_rss - r.host_counted)},
+      {"outside_glibc_used",
+       at_least_0(r.host_malloc_used - r.host_counted_host)},
+      {"outside_glibc_free", r.host_malloc_free},
+      {"outside_files", r.host_rss_file}};
+}
+
 nlohmann::json window_record(
     const RunState& run, const RunCounters& counters, const WindowResult& r) {
   const memory::Stats s = memory::stats();
@@ -116,6 +137,7 @@ nlohmann::json window_record(
       {"host_rss_file", r.host_rss_file},
       {"host_counted", r.host_counted},
       {"host_malloc_free", r.host_malloc_free},
+      {"host_holders", host_holders(r)},
       {"oom_retries", r.oom_retries_max},
       {"oom_retries_rank", r.oom_retries_rank},
       {"oom_retries_total", r.oom_retries_total},

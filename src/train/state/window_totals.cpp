@@ -8,7 +8,7 @@ namespace memtrain {
 namespace {
 
 constexpr int64_t kHeader = 3;    // loss sum, samples, stop requests
-constexpr int64_t kPerRank = 21;  // 10 byte counts x (hi, lo) + retries
+constexpr int64_t kPerRank = 25;  // 12 byte counts x (hi, lo) + retries
 constexpr int64_t kLow = int64_t{1} << 24;
 
 void put_bytes(float* slot, int64_t v) {
@@ -49,6 +49,8 @@ std::vector<float> WindowTotals::pack(
   put_bytes(s + 15, mine.rss_file);
   put_bytes(s + 17, mine.counted);
   put_bytes(s + 19, mine.malloc_free);
+  put_bytes(s + 21, mine.malloc_used);
+  put_bytes(s + 23, mine.counted_host);
   return v;
 }
 
@@ -72,6 +74,8 @@ WindowTotals WindowTotals::unpack(const std::vector<float>& summed, int world) {
     m.rss_file = get_bytes(s + 15);
     m.counted = get_bytes(s + 17);
     m.malloc_free = get_bytes(s + 19);
+    m.malloc_used = get_bytes(s + 21);
+    m.counted_host = get_bytes(s + 23);
     t.ranks.push_back(m);
   }
   return t;

@@ -141,6 +141,8 @@ TEST(WindowTotals, EveryRanksFiguresSurviveTheFloatSum) {
     with_host[r].rss_file = (int64_t{140} << 20) + r;
     with_host[r].counted = (int64_t{1} << 30) + 512 * r;
     with_host[r].malloc_free = 8192 * r + 1;
+    with_host[r].malloc_used = (int64_t{5} << 30) + 3 * r;
+    with_host[r].counted_host = (int64_t{2} << 20) + 5 * r;
   }
   for (int r = 0; r < world; ++r) {
     auto mine = WindowTotals::pack(4, r == 2, with_host[r], r, world);
@@ -160,6 +162,8 @@ TEST(WindowTotals, EveryRanksFiguresSurviveTheFloatSum) {
     EXPECT_EQ(t.ranks[r].rss_file, with_host[r].rss_file);
     EXPECT_EQ(t.ranks[r].counted, with_host[r].counted);
     EXPECT_EQ(t.ranks[r].malloc_free, with_host[r].malloc_free);
+    EXPECT_EQ(t.ranks[r].malloc_used, with_host[r].malloc_used);
+    EXPECT_EQ(t.ranks[r].counted_host, with_host[r].counted_host);
   }
   EXPECT_EQ(t.max_of(&RankWindowMemory::rss).rank, 1);
   const auto peak = t.max_of(&RankWindowMemory::peak);

@@ -57,6 +57,9 @@ struct WindowResult {
   int64_t host_rss_file = 0;
   int64_t host_counted = 0;
   int64_t host_malloc_free = 0;
+  int64_t host_malloc_used = 0;
+  int64_t host_counted_host = 0;   // the host domain's part of host_counted
+  int64_t host_pool_reserved = 0;  // that rank's offload pool
   int64_t oom_retries_max = 0;
   int oom_retries_rank = 0;
   int64_t oom_retries_total = 0;

@@ -26,6 +26,8 @@ struct RankWindowMemory {
   int64_t rss_file = 0;
   int64_t counted = 0;
   int64_t malloc_free = 0;
+  int64_t malloc_used = 0;
+  int64_t counted_host = 0;
 };
 
 struct WindowTotals {
