@@ -16,9 +16,9 @@ struct HostFigures {
   // domain (allocated); 0 where it is not installed (CUDA).
   int64_t counted = 0;
   int64_t counted_host = 0;  // of it, the host domain's (glibc's blocks)
-  int64_t malloc_used = 0;  // glibc: bytes in use, in arenas and mmapped
-                            // chunks (the counted host blocks among them)
-  int64_t malloc_free = 0;  // glibc: free bytes kept in its arenas
+  int64_t malloc_used = 0;   // glibc: bytes in use, in arenas and mmapped
+                             // chunks (the counted host blocks among them)
+  int64_t malloc_free = 0;   // glibc: free bytes kept in its arenas
 };
 
 HostFigures read_host_figures();
