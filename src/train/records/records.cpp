@@ -86,8 +86,7 @@ nlohmann::json host_holders(const WindowResult& r) {
   return {
       {"CPU device", at_least_0(r.host_counted - r.host_counted_host)},
       {"offload pool", r.host_pool_reserved},
-      {"host buffers",
-       at_least_0(r.host_counted_host - r.host_pool_reserved)},
+      {"host buffers", at_least_0(r.host_counted_host - r.host_pool_reserved)},
       {"outside", at_least_0(r.host_rss - r.host_counted)},
       {"outside_glibc_used",
        at_least_0(r.host_malloc_used - r.host_counted_host)},
