@@ -24,6 +24,7 @@ std::string mib(int64_t bytes) {
 std::vector<memory::HostHolder> other_holders(
     const RunState& run, int64_t micro) {
   std::vector<memory::HostHolder> out;
+  memory::trim_host_heap();  // what glibc keeps free is nobody's holder
   const memory::HostFigures now = memory::read_host_figures();
   out.push_back(
       {"outside",
@@ -179,9 +180,20 @@ int64_t fit_host_before_planning(RunState& run) {
     plan.holders = other_holders(run, micro);
     fit_cpu_device(run, plan, memory::stats().reserved);
     left = plan.budget - plan.charged();
+    run.host_charged_micro = micro;
+    run.host_left = left;
     return plan;
   });
   return left;
+}
+
+int64_t host_deficit(const RunState& run, int64_t micro, int64_t offloaded) {
+  if (run.placement.is_cuda() || !run.budget.limited() || !run.loader ||
+      run.host_plan.budget <= 0)
+    return 0;
+  const int64_t grown = run.loader->host_bytes_bound(micro) -
+                        run.loader->host_bytes_bound(run.host_charged_micro);
+  return std::max<int64_t>(0, grown + offloaded - run.host_left);
 }
 
 void plan_host(RunState& run) {

@@ -107,8 +107,11 @@ ProbeResult probe(RunState& run, int64_t micro_batch, const Tier& tier) {
   }
   memory::release_cache();
   memory::set_cap(run.budget.allocator_cap());
+  // On the CPU device the loader's buffers for this micro-batch take from
+  // the same memory (host_deficit).
+  const int64_t deficit = host_deficit(run, micro_batch, host_bytes);
   return {
-      ran && (usable <= 0 || peak <= usable),
+      ran && (usable <= 0 || peak + deficit <= usable),
       peak,
       ran ? step_s / static_cast<double>(micro_batch) +
                 optimizer_s / static_cast<double>(run.shape.rank_share)

@@ -89,6 +89,10 @@ struct RunState {
   // What this rank holds in host memory against its host budget, charged
   // after planning (Note [Host plan]).
   memory::HostPlan host_plan;
+  // What the host plan before planning charged the loader at (its
+  // micro-batch) and left unused, for the probes (host_deficit()).
+  int64_t host_charged_micro = 1;
+  int64_t host_left = 0;
 
   // The validation window: validation.roi, or the training patch.
   std::array<int64_t, 3> roi() const;
@@ -185,13 +189,19 @@ void release_cache_if_due(const RunState& run, bool before_validation);
 // memtrain::Error on every rank, the refused rank's with each holder's
 // arithmetic.
 void plan_host(RunState& run);
-// Collective. Before planning: charges the holders at the largest
-// micro-batch a window may take; on the CPU device, whose memory is host
-// memory, lowers memory.budget's cap to what they leave, so that the
-// device domain runs out -- an out-of-memory the planner and the replay
-// handle -- before the host does. Refuses as plan_host does when the model
-// alone does not fit; returns what is left for the offload pool.
+// Collective. Before planning: charges the holders, the loader's at the
+// fixed micro-batch or 1; on the CPU device, whose memory is host memory,
+// lowers memory.budget's cap to what they leave, so that the device
+// domain runs out -- an out-of-memory the planner and the replay handle --
+// before the host does. Refuses as plan_host does when the model alone
+// does not fit; returns what is left for the offload pool.
 int64_t fit_host_before_planning(RunState& run);
+// On the CPU device under a host plan: the bytes by which a micro-batch of
+// `micro` (whose probe held `offloaded` bytes in the host pool) passes
+// what fit_host_before_planning left -- the loader's buffers grow with the
+// micro-batch -- and so takes from the device domain's cap; 0 elsewhere.
+// A probe fits only when its peak and this fit under the usable budget.
+int64_t host_deficit(const RunState& run, int64_t micro, int64_t offloaded);
 
 // --- planning (planning.cpp) -------------------------------------------------
 
