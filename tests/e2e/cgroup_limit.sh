@@ -11,9 +11,7 @@
 #    names the cgroup's limit, the CPU device's cap is lowered to what the
 #    holders leave, and the job finishes inside the limit with the window
 #    losses of the same job run without one at the micro-batch it chose
-#    (equal), and within 1e-4 (relative) of the job's own plan without a
-#    limit, a larger micro-batch whose sums run in another order (1.7e-5
-#    measured after 3 updates).
+#    (equal: checkpointing changes no gradient bit).
 # cgroup v2 (memory.max, memory.swap.max) where the hierarchy's root can
 # give a child the memory controller, else v1 (memory.limit_in_bytes
 # under this process's own memory cgroup); neither writable (not root, a
@@ -101,7 +99,7 @@ peak_usage() {  # the group's peak since it was made (MiB), where it says
 "$MEMTRAIN" make-data --kind volumes --out train.h5 --samples 16 --channels 1 \
   --depth 32 --height 32 --width 32 --classes 3 --noise 0.7 --chunk 16 >/dev/null
 JOB=(train --data.train=train.h5 --data.val= --model.name=unet3d
-  --data.patch_size=32 --data.patches_per_volume=8 --training.epochs=2
+  --data.patch_size=32 --data.patches_per_volume=8 --training.epochs=1
   --training.effective_batch_size=64 --data.batch_size=auto
   --training.gradient_checkpointing=auto --memory.budget=v100-16gb)
 in_group() {  # NAME ARGS...: the job inside the group; NAME.log, NAME/
@@ -111,11 +109,6 @@ in_group() {  # NAME ARGS...: the job inside the group; NAME.log, NAME/
     "$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" "${JOB[@]}" --output.dir="$name" \
     "$@" >"$name.log" 2>&1
 }
-
-# 0. The job without a limit: its losses, and what it holds.
-mpi -np 2 "$MEMTRAIN" "${JOB[@]}" --output.dir=free >free.log 2>&1 ||
-  { tail -20 free.log; fail "the job without a limit"; }
-grep -E "^(memory|host) plan" free.log
 
 # 1. A host budget above the limit: killed by the kernel.
 before=$(oom_kills)
@@ -143,17 +136,12 @@ mpi -np 2 "$MEMTRAIN" "${JOB[@]}" --output.dir=same --data.batch_size="$micro" \
 import json
 def windows(d):
     return [json.loads(l) for l in open(f"{d}/metrics.jsonl") if '"window"' in l]
-free, fits, same = windows("free"), windows("fits"), windows("same")
+fits, same = windows("fits"), windows("same")
 plan = json.load(open("fits/memory_plan.json"))
-print(f"inside the limit: micro-batch {plan['micro_batch']}, checkpointed "
-      f"{plan['checkpointed_segments']}; without it: micro-batch "
-      f"{json.load(open('free/memory_plan.json'))['micro_batch']}")
-assert len(free) == len(fits) == len(same) == 4, (len(free), len(fits), len(same))
+assert len(fits) == len(same) == 2, (len(fits), len(same))
 assert [w["loss"] for w in fits] == [w["loss"] for w in same], (fits, same)
-worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(free, fits))
-rss = max(w["host_rss"] for w in fits)
-print(f"window losses: equal to the unlimited job's at that micro-batch; against its "
-      f"own plan's, largest relative difference {worst:.2e}; largest rank RSS at a "
-      f"boundary {rss / 2**20:.0f} MiB")
-assert worst < 1e-4, worst
+print(f"inside the limit: micro-batch {plan['micro_batch']}, checkpointed "
+      f"{plan['checkpointed_segments']}; window losses {[w['loss'] for w in fits]}, "
+      f"equal to the unlimited job's at that micro-batch; largest rank RSS at a "
+      f"boundary {max(w['host_rss'] for w in fits) / 2**20:.0f} MiB")
 PYEOF
