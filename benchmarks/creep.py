@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Memory creep of a training run, from its metrics.jsonl (issue 53, point 6).
+
+Per epoch, the last window's figures (the rank with the largest resident
+set: host_rss, host_counted; the largest rank's mem_reserved) and the
+epoch record's mem_held, in MiB; then the least-squares slope of each over
+the epochs after a warm-up, with its standard error. A series creeps when
+its slope is both more than 3 standard errors from 0 and, over the epochs
+measured, more than --tolerance-mib: noise (glibc's arenas, the order the
+reader threads finish in) moves RSS by a few pages either way, a leak
+moves it one way every epoch.
+
+  creep.py METRICS_JSONL [--warmup N] [--tolerance-mib T] [--csv F]
+           [--png F] [--title T] [--check rss,counted,held,reserved]
+
+Prints one line per series; exits 1 when a checked series creeps.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+SERIES = (("rss", "host_rss"), ("counted", "host_counted"),
+          ("held", "mem_held"), ("reserved", "mem_reserved"))
+
+
+def per_epoch(path):
+    """The epochs' figures, and the first epoch with a validation (1-based;
+    0: none)."""
+    last_window, held, validated = {}, {}, []
+    for line in open(path):
+        r = json.loads(line)
+        if r.get("type") == "window":
+            last_window[r["epoch"]] = r
+        elif r.get("type") == "epoch":
+            held[r["epoch"]] = r["mem_held"]
+        elif r.get("type") == "validation":
+            validated.append(r["epoch"] + 1)
+    rows = []
+    for e in sorted(last_window):
+        w = last_window[e]
+        rows.append({"epoch": e + 1, "rss": w["host_rss"] / 2**20,
+                     "counted": w["host_counted"] / 2**20,
+                     "held": held.get(e, 0) / 2**20,
+                     "reserved": w["mem_reserved"] / 2**20})
+    return rows, min(validated, default=0)
+
+
+def slope(xs, ys):
+    """Least-squares slope of ys over xs and its standard error."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    resid = sum((y - my - b * (x - mx)) ** 2 for x, y in zip(xs, ys))
+    se = math.sqrt(resid / (n - 2) / sxx) if n > 2 else float("inf")
+    return b, se
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("metrics")
+    ap.add_argument("--warmup", type=int, default=-1,
+                    help="epochs left out of the fit (default: 10%%, at least 3 "
+                    "and the first validation's epoch: its buffers are a step, "
+                    "not a creep)")
+    ap.add_argument("--tolerance-mib", type=float, default=1.0)
+    ap.add_argument("--csv")
+    ap.add_argument("--png")
+    ap.add_argument("--title", default="")
+    ap.add_argument("--check", default="rss,counted,held,reserved")
+    a = ap.parse_args()
+    rows, first_validation = per_epoch(a.metrics)
+    warmup = (a.warmup if a.warmup >= 0
+              else max(3, len(rows) // 10, first_validation))
+    fit = rows[warmup:]
+    if len(fit) < 5:
+        sys.exit(f"creep: {len(rows)} epochs, {warmup} of warm-up: too few to fit")
+    if a.csv:
+        with open(a.csv, "w") as f:
+            f.write("epoch,rss_mib,counted_mib,held_mib,reserved_mib\n")
+            for r in rows:
+                f.write(f"{r['epoch']},{r['rss']:.3f},{r['counted']:.3f},"
+                        f"{r['held']:.3f},{r['reserved']:.3f}\n")
+    if a.png and a.csv:
+        from gnuplot_png import draw
+        draw(a.png, f"set title '{a.title}'\nset xlabel 'epoch'\n"
+             "set ylabel 'MiB'\nset key outside right\n"
+             f"plot '{a.csv}' every ::1 using 1:2 with lines title 'RSS', "
+             "'' every ::1 using 1:3 with lines title 'counted', "
+             "'' every ::1 using 1:4 with lines title 'held', "
+             "'' every ::1 using 1:5 with lines title 'reserved'\n")
+    checked = set(a.check.split(","))
+    creeping = []
+    xs = [r["epoch"] for r in fit]
+    print(f"creep: {len(rows)} epochs, fit over epochs {xs[0]}-{xs[-1]} "
+          f"(warm-up {warmup}); tolerance {a.tolerance_mib} MiB over them")
+    for name, _ in SERIES:
+        ys = [r[name] for r in fit]
+        b, se = slope(xs, ys)
+        drift = b * (xs[-1] - xs[0])
+        creeps = abs(b) > 3 * se and abs(drift) > a.tolerance_mib
+        print(f"  {name:8s} {ys[0]:10.2f} -> {ys[-1]:10.2f} MiB (min {min(ys):.2f}, "
+              f"max {max(ys):.2f}); slope {b * 1024:+9.2f} KiB/epoch "
+              f"(standard error {se * 1024:.2f}); {drift:+.2f} MiB over the fit"
+              + ("  CREEPS" if creeps else ""))
+        if creeps and name in checked:
+            creeping.append(name)
+    if creeping:
+        sys.exit(f"creep: {', '.join(creeping)} grow epoch after epoch")
+
+
+if __name__ == "__main__":
+    main()
