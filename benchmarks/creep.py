@@ -6,9 +6,13 @@ set: host_rss, host_counted; the largest rank's mem_reserved) and the
 epoch record's mem_held, in MiB; then the least-squares slope of each over
 the epochs after a warm-up, with its standard error. A series creeps when
 its slope is both more than 3 standard errors from 0 and, over the epochs
-measured, more than --tolerance-mib: noise (glibc's arenas, the order the
-reader threads finish in) moves RSS by a few pages either way, a leak
-moves it one way every epoch.
+measured, more than --tolerance-mib: noise moves RSS either way, a leak
+one way every epoch. RSS's noise is not independent from epoch to epoch:
+glibc's arenas hold a level for tens of epochs and then move by a MiB or
+two (the brain-mask task over 200 epochs: 225 MiB, 223 from epoch 65 to
+128, 225 again), so with 20 epochs or more in the fit the slope is taken
+over 10 batch means (consecutive blocks' averages), whose standard error
+sees those levels, instead of over single epochs, whose does not.
 
   creep.py METRICS_JSONL [--warmup N] [--tolerance-mib T] [--csv F]
            [--png F] [--title T] [--check rss,counted,held,reserved]
@@ -61,6 +65,17 @@ def slope(xs, ys):
     return b, se
 
 
+def fitted_slope(xs, ys):
+    """slope() over 10 batch means when there are 20 points or more."""
+    if len(xs) < 20:
+        return slope(xs, ys)
+    k = 10
+    edges = [round(i * len(xs) / k) for i in range(k + 1)]
+    bx = [sum(xs[a:b]) / (b - a) for a, b in zip(edges, edges[1:])]
+    by = [sum(ys[a:b]) / (b - a) for a, b in zip(edges, edges[1:])]
+    return slope(bx, by)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("metrics")
@@ -98,10 +113,11 @@ def main():
     creeping = []
     xs = [r["epoch"] for r in fit]
     print(f"creep: {len(rows)} epochs, fit over epochs {xs[0]}-{xs[-1]} "
-          f"(warm-up {warmup}); tolerance {a.tolerance_mib} MiB over them")
+          f"(warm-up {warmup}{', 10 batch means' if len(xs) >= 20 else ''}); "
+          f"tolerance {a.tolerance_mib} MiB over them")
     for name, _ in SERIES:
         ys = [r[name] for r in fit]
-        b, se = slope(xs, ys)
+        b, se = fitted_slope(xs, ys)
         drift = b * (xs[-1] - xs[0])
         creeps = abs(b) > 3 * se and abs(drift) > a.tolerance_mib
         print(f"  {name:8s} {ys[0]:10.2f} -> {ys[-1]:10.2f} MiB (min {min(ys):.2f}, "

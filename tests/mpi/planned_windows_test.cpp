@@ -12,6 +12,8 @@
 
 #include <mpi.h>
 
+#include <array>
+
 #include "mpi_support.h"
 
 namespace memtrain {
@@ -70,21 +72,31 @@ void expect_windows_fit_just_above_the_plan(TrainConfig c) {
   }
 }
 
-TEST(PlannedWindows, UNetFitsJustAboveItsPlan) {
-  SharedDir dir("pw_unet");
+// A config of `model` on 2 x world + 1 volumes of D x H x W, one patch of
+// that size each (a file in `dir`).
+TrainConfig volume_config(
+    const SharedDir& dir, ModelName model, std::array<int64_t, 3> dhw) {
   SyntheticSpec spec;
   spec.kind = "volumes";
   spec.samples = 2 * world_size() + 1;
   spec.channels = 1;
-  spec.depth = spec.height = spec.width = 32;
+  spec.depth = dhw[0];
+  spec.height = dhw[1];
+  spec.width = dhw[2];
   spec.classes = 3;
   make_shared_synthetic(dir, "v.h5", spec);
   TrainConfig c = base_config(dir.file("v.h5"));
-  c.model.name = ModelName::kUnet3d;
-  c.data.patch_size = {32, 32, 32};
+  c.model.name = model;
+  c.data.patch_size = dhw;
   c.data.patches_per_volume = 1;
   c.training.lr = 0.01;
-  expect_windows_fit_just_above_the_plan(c);
+  return c;
+}
+
+TEST(PlannedWindows, UNetFitsJustAboveItsPlan) {
+  SharedDir dir("pw_unet");
+  expect_windows_fit_just_above_the_plan(
+      volume_config(dir, ModelName::kUnet3d, {32, 32, 32}));
 }
 
 TEST(PlannedWindows, SeResNeXtFitsJustAboveItsPlan) {
@@ -104,20 +116,9 @@ TEST(PlannedWindows, SeResNeXtFitsJustAboveItsPlan) {
 
 TEST(PlannedWindows, SwinUnetrFitsJustAboveItsPlan) {
   SharedDir dir("pw_swin");
-  SyntheticSpec spec;
-  spec.kind = "volumes";
-  spec.samples = 2 * world_size() + 1;
-  spec.channels = 1;
-  spec.depth = 64;  // one axis of 64: instance norm at 1/32 of the patch
-  spec.height = spec.width = 32;
-  spec.classes = 3;
-  make_shared_synthetic(dir, "v.h5", spec);
-  TrainConfig c = base_config(dir.file("v.h5"));
-  c.model.name = ModelName::kSwinUnetr;
+  // One axis of 64: instance norm at 1/32 of the patch has 2 voxels.
+  TrainConfig c = volume_config(dir, ModelName::kSwinUnetr, {64, 32, 32});
   c.model.feature_size = 12;
-  c.data.patch_size = {64, 32, 32};
-  c.data.patches_per_volume = 1;
-  c.training.lr = 0.01;
   expect_windows_fit_just_above_the_plan(c);
 }
 
