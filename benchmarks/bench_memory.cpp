@@ -89,6 +89,14 @@ struct Row {
   int64_t rss = 0;
   int64_t outside = 0;
   double rss_ratio = 0;
+  // The resident set at the boundary of the largest ratio, part by part
+  // (metrics.jsonl's host_holders): counted, file-backed pages, glibc's
+  // blocks nobody counts, glibc's free bytes, the rest (thread stacks,
+  // untouched padding, what glibc's figures miss).
+  int64_t worst_rss = 0, worst_counted = 0, worst_files = 0;
+  int64_t worst_glibc_used = 0, worst_glibc_free = 0;
+  // The same parts of the outside before the run.
+  int64_t start_files = 0, start_glibc_used = 0;
   double window_ms = 0;
   double samples_per_s = 0;
 };
@@ -127,6 +135,8 @@ Result run(
   const TrainSummary s = t.run();
   Result r;
   r.row.outside = start.rss - start.counted;
+  r.row.start_files = start.rss_file;
+  r.row.start_glibc_used = start.malloc_used - start.counted_host;
   r.row.model = to_string(c.model.name);
   if (c.model.name == ModelName::kClip)
     r.row.model += ":" + c.model.variant;
@@ -147,10 +157,16 @@ Result run(
     r.row.host = std::max(r.row.host, w.host_peak);
     r.row.reserved = std::max(r.row.reserved, w.mem_peak_reserved);
     r.row.rss = std::max(r.row.rss, w.host_rss);
-    r.row.rss_ratio = std::max(
-        r.row.rss_ratio,
-        static_cast<double>(w.host_rss) /
-            static_cast<double>(w.host_counted + r.row.outside));
+    const double ratio = static_cast<double>(w.host_rss) /
+                         static_cast<double>(w.host_counted + r.row.outside);
+    if (ratio > r.row.rss_ratio) {
+      r.row.rss_ratio = ratio;
+      r.row.worst_rss = w.host_rss;
+      r.row.worst_counted = w.host_counted;
+      r.row.worst_files = w.host_rss_file;
+      r.row.worst_glibc_used = w.host_malloc_used - w.host_counted_host;
+      r.row.worst_glibc_free = w.host_malloc_free;
+    }
     if (static_cast<int64_t>(i) >= warmup)
       secs += w.seconds;
   }
@@ -291,7 +307,9 @@ int main(int argc, char** argv) {
     out << "model,checkpointing,amp,micro_batch,checkpointed_segments,"
            "peak_bytes,reserved_bytes,host_bytes,window_ms,samples_per_s,"
            "peak_vs_off,time_vs_off,fits,rss_bytes,outside_bytes,"
-           "rss_vs_counted_outside\n";
+           "rss_vs_counted_outside,worst_rss_bytes,worst_counted_bytes,"
+           "worst_file_bytes,worst_glibc_uncounted_bytes,"
+           "worst_glibc_free_bytes\n";
     std::stringstream model_list(models);
     for (std::string model; std::getline(model_list, model, ',');) {
       std::vector<int64_t> micros;
@@ -391,7 +409,30 @@ int main(int argc, char** argv) {
                 << row.reserved << "," << row.host << "," << row.window_ms
                 << "," << row.samples_per_s << "," << peak_x << "," << time_x
                 << "," << fit << "," << row.rss << "," << row.outside << ","
-                << row.rss_ratio << "\n";
+                << row.rss_ratio << "," << row.worst_rss << ","
+                << row.worst_counted << "," << row.worst_files << ","
+                << row.worst_glibc_used << "," << row.worst_glibc_free << "\n";
+            const auto mib = [](int64_t b) {
+              return static_cast<double>(b) / kMiB;
+            };
+            std::printf(
+                "    at its worst boundary: RSS %.1f MiB = counted %.1f + "
+                "file-backed %.1f + glibc's uncounted blocks %.1f + glibc's "
+                "free %.1f + the rest %.1f\n",
+                mib(row.worst_rss),
+                mib(row.worst_counted),
+                mib(row.worst_files),
+                mib(row.worst_glibc_used),
+                mib(row.worst_glibc_free),
+                mib(row.worst_rss - row.worst_counted - row.worst_files -
+                    row.worst_glibc_used - row.worst_glibc_free));
+            std::printf(
+                "    outside before the run %.1f MiB: file-backed %.1f, "
+                "glibc's uncounted blocks %.1f, the rest %.1f\n",
+                mib(row.outside),
+                mib(row.start_files),
+                mib(row.start_glibc_used),
+                mib(row.outside - row.start_files - row.start_glibc_used));
           }
         }
       }

@@ -5,16 +5,16 @@ Per epoch, the last window's figures (the rank with the largest resident
 set: host_rss, host_counted; the largest rank's mem_reserved) and the
 epoch record's mem_held, in MiB; then the least-squares slope of each over
 the epochs after a warm-up, with its standard error. A series creeps when
-its slope is both more than 3 standard errors from 0 and, over the epochs
+its slope is both more than 3 standard errors above 0 and, over the epochs
 measured, more than --tolerance-mib: noise moves RSS either way, a leak
-one way every epoch. RSS's noise is not independent from epoch to epoch:
+up every epoch (a series that falls does not creep). RSS's noise is not independent from epoch to epoch:
 glibc's arenas hold a level for tens of epochs and then move by a MiB or
 two (the brain-mask task over 200 epochs: 225 MiB, 223 from epoch 65 to
 128, 225 again), so with 20 epochs or more in the fit the slope is taken
 over 10 batch means (consecutive blocks' averages), whose standard error
 sees those levels, instead of over single epochs, whose does not.
 
-  creep.py METRICS_JSONL [--warmup N] [--tolerance-mib T] [--csv F]
+  creep.py METRICS_JSONL|CSV [--warmup N] [--tolerance-mib T] [--csv F]
            [--png F] [--title T] [--check rss,counted,held,reserved]
 
 Prints one line per series; exits 1 when a checked series creeps.
@@ -54,6 +54,15 @@ def per_epoch(path):
     return rows, min(validated, default=0)
 
 
+def from_csv(path):
+    """The rows of a CSV this script wrote (--csv), to fit them again."""
+    import csv
+    return [{"epoch": int(r["epoch"]), "rss": float(r["rss_mib"]),
+             "counted": float(r["counted_mib"]), "held": float(r["held_mib"]),
+             "reserved": float(r["reserved_mib"])}
+            for r in csv.DictReader(open(path))], 0
+
+
 def slope(xs, ys):
     """Least-squares slope of ys over xs and its standard error."""
     n = len(xs)
@@ -89,7 +98,8 @@ def main():
     ap.add_argument("--title", default="")
     ap.add_argument("--check", default="rss,counted,held,reserved")
     a = ap.parse_args()
-    rows, first_validation = per_epoch(a.metrics)
+    rows, first_validation = (from_csv(a.metrics) if a.metrics.endswith(".csv")
+                              else per_epoch(a.metrics))
     warmup = (a.warmup if a.warmup >= 0
               else max(3, len(rows) // 10, first_validation))
     fit = rows[warmup:]
@@ -119,7 +129,7 @@ def main():
         ys = [r[name] for r in fit]
         b, se = fitted_slope(xs, ys)
         drift = b * (xs[-1] - xs[0])
-        creeps = abs(b) > 3 * se and abs(drift) > a.tolerance_mib
+        creeps = b > 3 * se and drift > a.tolerance_mib
         print(f"  {name:8s} {ys[0]:10.2f} -> {ys[-1]:10.2f} MiB (min {min(ys):.2f}, "
               f"max {max(ys):.2f}); slope {b * 1024:+9.2f} KiB/epoch "
               f"(standard error {se * 1024:.2f}); {drift:+.2f} MiB over the fit"

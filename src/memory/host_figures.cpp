@@ -42,6 +42,17 @@ HostFigures read_host_figures() {
     }
     std::fclose(in);
   }
+  if (std::FILE* in = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    while (std::fgets(line, sizeof(line), in)) {
+      if (std::sscanf(line, "VmHWM: %llu kB", &kib) == 1) {
+        f.rss_peak = static_cast<int64_t>(kib) * 1024;
+        break;
+      }
+    }
+    std::fclose(in);
+  }
   const struct mallinfo2 mi = ::mallinfo2();
   f.malloc_used = static_cast<int64_t>(mi.uordblks + mi.hblkhd);
   f.malloc_free = static_cast<int64_t>(mi.fordblks);

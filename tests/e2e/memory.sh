@@ -7,7 +7,8 @@
 #   micro x steps x ranks equal to the effective batch;
 # - checkpointing all vs off: equal weights, at most 60% of the peak;
 # - an injected leak (test hook) produces the warning;
-# - bf16 autocast trains.
+# - bf16 autocast trains;
+# - a run under memory.host_budget peaks within 5% of it.
 source "$(dirname "$0")/common.sh"
 
 "$MEMTRAIN" make-data --kind features --out train.h5 --samples 1024 --features 64
@@ -124,4 +125,26 @@ a, b = sum(w[:5]) / 5, sum(w[-5:]) / 5
 print(f'bf16: loss {a:.4f} -> {b:.4f}')
 assert b < 0.6 * a
 "
+
+# 6. A host budget is the whole process's: one rank of a U-Net with a
+#    V100's budget on the CPU device and memory.host_budget=340MiB peaks
+#    within 5% of it (VmHWM of every boundary): the CPU device's cap comes
+#    down to what the other holders leave after a warm-up probe.
+"$MEMTRAIN" make-data --kind volumes --out vol.h5 --samples 8 --channels 1 --depth 32 \
+  --height 32 --width 32 --classes 3 --noise 0.7 --chunk 16 >/dev/null
+"$MEMTRAIN" train --data.train=vol.h5 --data.val= --model.name=unet3d \
+  --model.feature_size=8 --model.depth=3 --model.norm=instance --data.patch_size=16 \
+  --data.patches_per_volume=16 --training.effective_batch_size=128 --data.batch_size=auto \
+  --training.gradient_checkpointing=auto --memory.budget=v100-16gb \
+  --memory.host_budget=340MiB --training.epochs=1 --output.dir=host >host.log 2>&1 ||
+  { tail -20 host.log; fail "the run under memory.host_budget=340MiB"; }
+grep "^host plan" host.log
+"$PY" - <<'PYEOF' || fail "the run passed its host budget by more than 5%"
+import json
+w = [json.loads(l) for l in open("host/metrics.jsonl") if '"window"' in l]
+peak = max(x["host_rss_peak"] for x in w)
+budget = json.load(open("host/memory_plan.json"))["host_budget_bytes"]
+print(f"host budget {budget / 2**20:.0f} MiB: peak RSS {peak / 2**20:.1f} MiB ({peak / budget:.3f})")
+assert peak <= 1.05 * budget
+PYEOF
 echo "e2e memory: ok"

@@ -11,6 +11,9 @@ struct HostFigures {
   int64_t rss = 0;       // resident set (/proc/self/statm)
   int64_t rss_file = 0;  // of it, file-backed and shared pages: the
                          // libraries' code and data, shared memory
+  int64_t rss_peak = 0;  // the largest resident set so far (VmHWM; the
+                         // kernel syncs it with per-thread counters, so it
+                         // can trail rss by a few pages)
   // What memtrain counts in host memory: on the CPU device the accounting
   // allocator's device domain (reserved, its cache included) and host
   // domain (allocated); 0 where it is not installed (CUDA).

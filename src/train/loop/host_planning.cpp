@@ -196,8 +196,9 @@ int64_t host_deficit(const RunState& run, int64_t micro, int64_t offloaded) {
   return std::max<int64_t>(0, grown + offloaded - run.host_left);
 }
 
-void plan_host(RunState& run) {
-  collectively(run, [&run] {
+bool plan_host(RunState& run, bool may_replan) {
+  bool replan = false;
+  collectively(run, [&run, &replan, may_replan] {
     memory::HostPlan plan = new_plan(run);
     plan.holders = other_holders(run, run.plan.micro_batch);
     if (run.plan.offload) {
@@ -214,13 +215,35 @@ void plan_host(RunState& run) {
     // peak itself would leave no slack for the window's own bytes.
     const int64_t slack = static_cast<int64_t>(
         run.cfg.memory.headroom * static_cast<double>(run.budget.bytes));
-    fit_cpu_device(
-        run,
-        plan,
-        std::max(run.plan.predicted_peak + slack, memory::stats().reserved));
+    const int64_t needed =
+        std::max(run.plan.predicted_peak + slack, memory::stats().reserved);
+    // The probes load kernels and fill caches: the outside grows while
+    // planning (30 MiB measured for a U-Net). When the plan no longer
+    // fits what the other holders leave the CPU device now, its cap comes
+    // down to that and planning runs again under it, once.
+    const int64_t left = plan.budget - plan.charged();
+    if (may_replan && !run.placement.is_cuda() && run.budget.limited() &&
+        needed > left && left > 0) {
+      run.plan.note += detail::concat(
+          "; planned again under a cap of ",
+          mib(left),
+          ": the plan's peak with its slack (",
+          mib(needed),
+          ") passed what the host plan's other holders left after the "
+          "probes");
+      run.budget.bytes = left + run.budget.outside;
+      memory::set_cap(run.budget.allocator_cap());
+      run.host_charged_micro = run.plan.micro_batch;
+      run.host_left = 0;
+      replan = true;
+      return memory::HostPlan{};  // no refusal
+    }
+    fit_cpu_device(run, plan, needed);
     run.host_plan = plan;
     return plan;
   });
+  // Planning is collective: every rank plans again when one must.
+  return all_ranks_ok(run.comm, !replan);
 }
 
 }  // namespace memtrain

@@ -145,6 +145,31 @@ class LocalBatchNorm {
 
 }  // namespace
 
+void warm_up_host_plan(RunState& run) {
+  if (!run.budget.limited() || run.placement.is_cuda() ||
+      run.host_plan.budget <= 0)
+    return;
+  std::string error;
+  const RngState rng = run.placement.rng_state();
+  try {
+    const LocalBatchNorm local(*run.model);
+    // 2 samples where the share has them: LibTorch 1.13 convolves one 3D
+    // sample without oneDNN, whose kernels and caches are the growth.
+    // An out-of-memory is caught: it warmed up too.
+    probe(run, std::min<int64_t>(2, run.shape.rank_share), Tier{});
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  run.placement.set_rng_state(rng);
+  run.loader->take_wait_seconds();
+  if (!all_ranks_ok(run.comm, error.empty())) {
+    if (error.empty())
+      throw PeerError("the host plan's warm-up failed on another rank");
+    throw Error(error);
+  }
+  fit_host_before_planning(run);
+}
+
 void plan_run(RunState& run) {
   PlanRequest req;
   req.rank_share = run.shape.rank_share;

@@ -133,8 +133,14 @@ void Trainer::prepare() {
   Impl& m = *impl_;
   if (m.prepared)
     return;
+  warm_up_host_plan(*m.run);
   plan_run(*m.run);
-  plan_host(*m.run);
+  if (!plan_host(*m.run, /*may_replan=*/true)) {
+    const std::string first = m.run->plan.note;
+    plan_run(*m.run);
+    m.run->plan.note = first + "; " + m.run->plan.note;
+    plan_host(*m.run, /*may_replan=*/false);
+  }
   m.counters.val_micro = m.run->cfg.data.val_batch_size > 0
                              ? m.run->cfg.data.val_batch_size
                              : m.run->plan.micro_batch;

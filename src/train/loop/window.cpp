@@ -192,6 +192,7 @@ Boundary exchange(
   mine.malloc_free = host.malloc_free;
   mine.malloc_used = host.malloc_used;
   mine.counted_host = host.counted_host;
+  mine.rss_peak = host.rss_peak;
   at::Tensor extras = floats_to_device(
       run.placement,
       WindowTotals::pack(
@@ -309,6 +310,7 @@ void note_totals(const WindowTotals& t, WindowResult& r) {
   r.host_malloc_used = most.malloc_used;
   r.host_counted_host = most.counted_host;
   r.host_pool_reserved = most.host_reserved;
+  r.host_rss_peak = t.max_of(&RankWindowMemory::rss_peak).value;
   const auto retries = t.max_of(&RankWindowMemory::oom_retries);
   r.oom_retries_max = retries.value;
   r.oom_retries_rank = retries.rank;

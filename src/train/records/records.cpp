@@ -134,6 +134,7 @@ nlohmann::json window_record(
       {"host_rss", r.host_rss},
       {"host_rss_rank", r.rss_rank},
       {"host_rss_file", r.host_rss_file},
+      {"host_rss_peak", r.host_rss_peak},
       {"host_counted", r.host_counted},
       {"host_malloc_free", r.host_malloc_free},
       {"host_holders", host_holders(r)},

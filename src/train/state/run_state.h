@@ -187,8 +187,11 @@ void release_cache_if_due(const RunState& run, bool before_validation);
 // against its host budget (memory.host_budget) once planning has chosen the
 // micro-batch and tier; sets run.host_plan. A plan over its budget throws
 // memtrain::Error on every rank, the refused rank's with each holder's
-// arithmetic.
-void plan_host(RunState& run);
+// arithmetic. With `may_replan`, on the CPU device, a plan whose peak no
+// longer fits what the other holders leave after the probes (they grew
+// the outside) lowers the cap to that instead and returns false on every
+// rank: plan_run() again, then plan_host(run, false).
+bool plan_host(RunState& run, bool may_replan);
 // Collective. Before planning: charges the holders, the loader's at the
 // fixed micro-batch or 1; on the CPU device, whose memory is host memory,
 // lowers memory.budget's cap to what they leave, so that the device
@@ -204,6 +207,14 @@ int64_t fit_host_before_planning(RunState& run);
 int64_t host_deficit(const RunState& run, int64_t micro, int64_t offloaded);
 
 // --- planning (planning.cpp) -------------------------------------------------
+
+// Collective. On the CPU device under a host plan: one probe (micro-batch
+// 2, no checkpointing), then fit_host_before_planning() again, so that the
+// kernels the probes load and the caches they fill are in the outside the
+// cap is fitted to before planning (they grew it by 30 MiB for a U-Net,
+// and the first probes ran over the host budget by as much). Nothing
+// elsewhere.
+void warm_up_host_plan(RunState& run);
 
 // Collective. Plans the micro-batch and checkpointed segments (see
 // memory/planner.h), agrees on them across ranks, sets run.plan and

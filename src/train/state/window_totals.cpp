@@ -8,7 +8,7 @@ namespace memtrain {
 namespace {
 
 constexpr int64_t kHeader = 3;    // loss sum, samples, stop requests
-constexpr int64_t kPerRank = 25;  // 12 byte counts x (hi, lo) + retries
+constexpr int64_t kPerRank = 27;  // 13 byte counts x (hi, lo) + retries
 constexpr int64_t kLow = int64_t{1} << 24;
 
 void put_bytes(float* slot, int64_t v) {
@@ -51,6 +51,7 @@ std::vector<float> WindowTotals::pack(
   put_bytes(s + 19, mine.malloc_free);
   put_bytes(s + 21, mine.malloc_used);
   put_bytes(s + 23, mine.counted_host);
+  put_bytes(s + 25, mine.rss_peak);
   return v;
 }
 
@@ -76,6 +77,7 @@ WindowTotals WindowTotals::unpack(const std::vector<float>& summed, int world) {
     m.malloc_free = get_bytes(s + 19);
     m.malloc_used = get_bytes(s + 21);
     m.counted_host = get_bytes(s + 23);
+    m.rss_peak = get_bytes(s + 25);
     t.ranks.push_back(m);
   }
   return t;

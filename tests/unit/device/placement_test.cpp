@@ -143,6 +143,7 @@ TEST(WindowTotals, EveryRanksFiguresSurviveTheFloatSum) {
     with_host[r].malloc_free = 8192 * r + 1;
     with_host[r].malloc_used = (int64_t{5} << 30) + 3 * r;
     with_host[r].counted_host = (int64_t{2} << 20) + 5 * r;
+    with_host[r].rss_peak = (int64_t{7} << 30) + 9 * r;
   }
   for (int r = 0; r < world; ++r) {
     auto mine = WindowTotals::pack(4, r == 2, with_host[r], r, world);
@@ -164,6 +165,7 @@ TEST(WindowTotals, EveryRanksFiguresSurviveTheFloatSum) {
     EXPECT_EQ(t.ranks[r].malloc_free, with_host[r].malloc_free);
     EXPECT_EQ(t.ranks[r].malloc_used, with_host[r].malloc_used);
     EXPECT_EQ(t.ranks[r].counted_host, with_host[r].counted_host);
+    EXPECT_EQ(t.ranks[r].rss_peak, with_host[r].rss_peak);
   }
   EXPECT_EQ(t.max_of(&RankWindowMemory::rss).rank, 1);
   const auto peak = t.max_of(&RankWindowMemory::peak);

@@ -60,6 +60,8 @@ struct WindowResult {
   int64_t host_malloc_used = 0;
   int64_t host_counted_host = 0;   // the host domain's part of host_counted
   int64_t host_pool_reserved = 0;  // that rank's offload pool
+  // The largest resident set any rank has had since it started (VmHWM).
+  int64_t host_rss_peak = 0;
   int64_t oom_retries_max = 0;
   int oom_retries_rank = 0;
   int64_t oom_retries_total = 0;

@@ -28,6 +28,7 @@ struct RankWindowMemory {
   int64_t malloc_free = 0;
   int64_t malloc_used = 0;
   int64_t counted_host = 0;
+  int64_t rss_peak = 0;
 };
 
 struct WindowTotals {
