@@ -17,7 +17,9 @@ sees those levels, instead of over single epochs, whose does not.
   creep.py METRICS_JSONL|CSV [--warmup N] [--tolerance-mib T] [--csv F]
            [--png F] [--title T] [--check rss,counted,held,reserved]
 
-Prints one line per series; exits 1 when a checked series creeps.
+Prints one line per series; exits 3 when a checked series creeps (1 or
+2 for anything else that went wrong: too few epochs, a bad file or
+argument).
 """
 
 import argparse
@@ -55,12 +57,18 @@ def per_epoch(path):
 
 
 def from_csv(path):
-    """The rows of a CSV this script wrote (--csv), to fit them again."""
+    """The rows of a CSV this script wrote (--csv), to fit them again, and
+    the warm-up it wrote in its header (as the first validation's epoch)."""
     import csv
-    return [{"epoch": int(r["epoch"]), "rss": float(r["rss_mib"]),
+    lines = open(path).read().splitlines()
+    warmup = 0
+    if lines and "warmup=" in lines[0]:
+        warmup = int(lines[0].split("warmup=")[1])
+    rows = [{"epoch": int(r["epoch"]), "rss": float(r["rss_mib"]),
              "counted": float(r["counted_mib"]), "held": float(r["held_mib"]),
              "reserved": float(r["reserved_mib"])}
-            for r in csv.DictReader(open(path))], 0
+            for r in csv.DictReader(lines)]
+    return rows, warmup
 
 
 def slope(xs, ys):
@@ -107,7 +115,8 @@ def main():
         sys.exit(f"creep: {len(rows)} epochs, {warmup} of warm-up: too few to fit")
     if a.csv:
         with open(a.csv, "w") as f:
-            f.write("epoch,rss_mib,counted_mib,held_mib,reserved_mib\n")
+            # The warm-up in the header: a re-fit of this file uses it.
+            f.write(f"epoch,rss_mib,counted_mib,held_mib,reserved_mib,warmup={warmup}\n")
             for r in rows:
                 f.write(f"{r['epoch']},{r['rss']:.3f},{r['counted']:.3f},"
                         f"{r['held']:.3f},{r['reserved']:.3f}\n")
@@ -137,7 +146,9 @@ def main():
         if creeps and name in checked:
             creeping.append(name)
     if creeping:
-        sys.exit(f"creep: {', '.join(creeping)} grow epoch after epoch")
+        print(f"creep: {', '.join(creeping)} grow epoch after epoch",
+              file=sys.stderr)
+        sys.exit(3)
 
 
 if __name__ == "__main__":
