@@ -224,17 +224,8 @@ bool plan_host(RunState& run, bool may_replan) {
     const int64_t left = plan.budget - plan.charged();
     if (may_replan && !run.placement.is_cuda() && run.budget.limited() &&
         needed > left && left > 0) {
-      run.plan.note += detail::concat(
-          "; planned again under a cap of ",
-          mib(left),
-          ": the plan's peak with its slack (",
-          mib(needed),
-          ") passed what the host plan's other holders left after the "
-          "probes");
       run.budget.bytes = left + run.budget.outside;
       memory::set_cap(run.budget.allocator_cap());
-      run.host_charged_micro = run.plan.micro_batch;
-      run.host_left = 0;
       replan = true;
       return memory::HostPlan{};  // no refusal
     }
@@ -242,8 +233,16 @@ bool plan_host(RunState& run, bool may_replan) {
     run.host_plan = plan;
     return plan;
   });
-  // Planning is collective: every rank plans again when one must.
-  return all_ranks_ok(run.comm, !replan);
+  // Planning is collective: every rank plans again when one must. The
+  // caps now leave out the loader's buffers at the plan's micro-batch and
+  // its offload pool (a rank that fitted lowered its cap to what they
+  // leave, or kept a lower one): the probes' host_deficit counts from
+  // there, on every rank alike.
+  if (all_ranks_ok(run.comm, !replan))
+    return true;
+  run.host_charged_micro = run.plan.micro_batch;
+  run.host_left = run.plan.offload ? run.plan.predicted_host_bytes : 0;
+  return false;
 }
 
 }  // namespace memtrain

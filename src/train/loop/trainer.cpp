@@ -138,7 +138,11 @@ void Trainer::prepare() {
   if (!plan_host(*m.run, /*may_replan=*/true)) {
     const std::string first = m.run->plan.note;
     plan_run(*m.run);
-    m.run->plan.note = first + "; " + m.run->plan.note;
+    m.run->plan.note = first +
+                       "; planned again under a lower cap: on a rank the "
+                       "plan's peak with its slack passed what the host "
+                       "plan's other holders left after the probes; " +
+                       m.run->plan.note;
     plan_host(*m.run, /*may_replan=*/false);
   }
   m.counters.val_micro = m.run->cfg.data.val_batch_size > 0

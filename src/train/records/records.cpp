@@ -137,12 +137,16 @@ nlohmann::json window_record(
       {"host_rss_peak", r.host_rss_peak},
       {"host_counted", r.host_counted},
       {"host_malloc_free", r.host_malloc_free},
-      {"host_holders", host_holders(r)},
       {"oom_retries", r.oom_retries_max},
       {"oom_retries_rank", r.oom_retries_rank},
       {"oom_retries_total", r.oom_retries_total},
       {"cache_releases", r.cache_releases},
       {"cache_release_s", s.cache_release_seconds}};
+  // Where memtrain counts host memory (the CPU device's accounting
+  // allocator): on CUDA nothing is counted and the pool is page-locked
+  // outside glibc, so the parts would not add up.
+  if (r.host_counted > 0)
+    j["host_holders"] = host_holders(r);
   j["skipped_steps"] = run.scaler->enabled() ? run.scaler->skipped_steps()
                                              : counters.nonfinite_skips;
   if (run.scaler->enabled())
