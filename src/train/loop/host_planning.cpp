@@ -218,7 +218,7 @@ bool plan_host(RunState& run, bool may_replan) {
     const int64_t needed =
         std::max(run.plan.predicted_peak + slack, memory::stats().reserved);
     // The probes load kernels and fill caches: the outside grows while
-    // planning (30 MiB measured for a U-Net). When the plan no longer
+    // planning (37 MiB measured for a small U-Net). When the plan no longer
     // fits what the other holders leave the CPU device now, its cap comes
     // down to that and planning runs again under it, once.
     const int64_t left = plan.budget - plan.charged();
