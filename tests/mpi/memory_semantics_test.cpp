@@ -171,7 +171,9 @@ TEST(MemorySemantics, AutoFitRespectsBudgetAndEffectiveBatch) {
 // checkpointing auto takes the deeper one -- every segment selective
 // between none and selective, whole segments below selective -- and with
 // a budget below the deepest tier it refuses, naming that tier's peak.
-TEST(MemorySemantics, AutoCheckpointingTakesEachTierBetweenPeaks) {
+// At one rank (tests/CMakeLists.txt, *_OneRank): the tiers' peaks are
+// each rank's own.
+TEST(MemorySemantics, AutoCheckpointingTakesEachTierBetweenPeaks_OneRank) {
   SharedDir dir("tiers");
   SyntheticSpec spec;
   spec.kind = "volumes";

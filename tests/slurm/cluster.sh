@@ -100,13 +100,16 @@ else
   # collide): the nodes' scratch, the same path with each node's contents.
   tmp_line="TmpFS=$MT_SCRATCH"
 fi
+# cred_expire: a job credential's lifetime, which is also how long a
+# requeued job waits before it starts again (120 s by default, man
+# slurm.conf): 20 s, so that the preemption test's requeue starts soon.
 cat >"$dir/slurm.conf" <<CONF
 ClusterName=memtrain-test
 SlurmctldHost=$host($ctl_addr)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$dir/munge/munge.socket
+AuthInfo=socket=$dir/munge/munge.socket,cred_expire=20
 CredType=cred/munge
 SlurmctldPort=16817
 SlurmdPort=16818

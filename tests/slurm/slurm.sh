@@ -89,7 +89,7 @@ data:
 model:
   hidden: 128
 training:
-  epochs: 10
+  epochs: 3
 output:
   dir: $WORK/pre
   progress_every_s: 1000
@@ -159,9 +159,15 @@ took=$((SECONDS - start))
 grep -qE "srun: error: .*task [01]: Killed" "killed-$job.out" ||
   { tail -20 "killed-$job.out"; fail "killed rank: srun named no killed task"; }
 echo "killed rank: job $job ended (sbatch exit $rc) ${took} s after SIGKILL: $(grep -m1 'srun: error' "killed-$job.out")"
+# The resume trains 20 windows past the newest checkpoint (the rest of
+# the run's 3 epochs would prove nothing more).
+newest=$(ls killed/checkpoints | sed -n 's/^ckpt-0*\([0-9][0-9]*\)\.safetensors$/\1/p' | sort -n | tail -1)
+[ -n "$newest" ] || { ls -la killed/checkpoints; fail "killed rank: no checkpoint on disk"; }
 "$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train --config killed.yaml --resume=auto \
-  --training.checkpoint_every=20 >killed-resume.log 2>&1 || { tail -20 killed-resume.log; fail "resume after the killed rank"; }
-grep -q "resumed from" killed-resume.log || fail "killed rank: did not resume from its checkpoint"
+  --training.checkpoint_every=20 --training.max_windows=$((newest + 20)) \
+  >killed-resume.log 2>&1 || { tail -20 killed-resume.log; fail "resume after the killed rank"; }
+grep -q "resumed from .*ckpt-0*$newest.safetensors at step $newest" killed-resume.log ||
+  { grep "resumed from" killed-resume.log; fail "killed rank: did not resume from its newest checkpoint (step $newest)"; }
 echo "killed rank: --resume auto finished, $(grep -o 'resumed from [^ ,]*' killed-resume.log)"
 
 # 4. scaling.sbatch at the smallest size.
