@@ -324,7 +324,7 @@ void assign(
     case Key::Type::kInt: {
       int64_t v = 0;
       if (k.check.or_auto && node.Scalar() == "auto") {
-        *k.i(cfg) = kAuto;
+        *k.i(cfg) = k.check.auto_is;
         break;
       }
       try {
@@ -404,7 +404,7 @@ std::string value_text(const Key& k, TrainConfig& cfg) {
   std::ostringstream out;
   switch (k.type) {
     case Key::Type::kInt:
-      if (k.check.or_auto && *k.i(cfg) == kAuto) {
+      if (k.check.or_auto && *k.i(cfg) == k.check.auto_is) {
         out << "auto";
       } else {
         out << *k.i(cfg);

@@ -26,27 +26,28 @@ struct Check {
   bool max_open = false;
   bool or_auto = false;
   bool may_be_empty = false;
+  int64_t auto_is = kAuto;  // or_auto: the value that stands for `auto`
 };
 // [lo, hi]
 constexpr Check In(double lo, double hi) {
-  return {lo, hi, false, false, false, false};
+  return {lo, hi, false, false, false, false, kAuto};
 }
 // (lo, hi]
 constexpr Check Above(double lo, double hi) {
-  return {lo, hi, true, false, false, false};
+  return {lo, hi, true, false, false, false, kAuto};
 }
 // [lo, hi)
 constexpr Check Below(double lo, double hi) {
-  return {lo, hi, false, true, false, false};
+  return {lo, hi, false, true, false, false, kAuto};
 }
-// `auto` (kAuto) or [lo, hi]
-constexpr Check AutoOr(double lo, double hi) {
-  return {lo, hi, false, false, true, false};
+// `auto` (kAuto, or `as` where kAuto is a value of [lo, hi]) or [lo, hi]
+constexpr Check AutoOr(double lo, double hi, int64_t as = kAuto) {
+  return {lo, hi, false, false, true, false, as};
 }
 // A string that may be "" (none, skip, the defaults); other string keys
 // refuse "" (`--memory.budget=` is a typo, not "none").
 constexpr Check MayBeEmpty() {
-  return {-kInf, kInf, false, false, false, true};
+  return {-kInf, kInf, false, false, false, true, kAuto};
 }
 constexpr Check Any() {
   return {};

@@ -35,10 +35,24 @@ struct Prefetcher::Request {
 
 Prefetcher::Prefetcher(
     const SampleSource& source, int64_t depth, int64_t threads, bool pinned)
-    : source_(source), depth_(depth), pinned_(pinned) {
-  if (depth_ > 0) {
-    for (int64_t i = 0; i < std::max<int64_t>(1, threads); ++i)
-      threads_.emplace_back([this] { worker(); });
+    : source_(source),
+      depth_(0),
+      reader_threads_(std::max<int64_t>(1, threads)),
+      pinned_(pinned) {
+  set_depth(depth);
+}
+
+void Prefetcher::set_depth(int64_t depth) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drop_queue_locked();
+    depth_ = depth;
+  }
+  work_cv_.notify_all();
+  for (int64_t i = static_cast<int64_t>(threads_.size());
+       depth > 0 && i < reader_threads_;
+       ++i) {
+    threads_.emplace_back([this] { worker(); });
   }
 }
 
@@ -52,8 +66,8 @@ Prefetcher::~Prefetcher() {
     t.join();
 }
 
-int64_t Prefetcher::host_bytes_bound(
-    int64_t n, int64_t* per_batch, int64_t* buffers) const {
+int64_t Prefetcher::host_bytes_bound_at(
+    int64_t n, int64_t depth, int64_t* per_batch, int64_t* buffers) const {
   Batch one;
   {
     memory::HostScope host;
@@ -72,8 +86,7 @@ int64_t Prefetcher::host_bytes_bound(
     }
     bytes += b;
   }
-  const int64_t count =
-      depth_ > 0 ? 2 * depth_ + 3 + static_cast<int64_t>(threads_.size()) : 3;
+  const int64_t count = depth > 0 ? 2 * depth + 3 + reader_threads_ : 3;
   if (per_batch != nullptr)
     *per_batch = bytes;
   if (buffers != nullptr)

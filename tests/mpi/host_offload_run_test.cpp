@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <iostream>
 
 #include "mpi_support.h"
 
@@ -165,6 +166,127 @@ TEST(HostPlan, ARunOverItsHostBudgetIsRefusedAtStartOnEveryRank) {
   EXPECT_NE(what.find("give the job more memory"), std::string::npos) << what;
   c.memory.host_budget = "auto";
   EXPECT_NO_THROW(train(c, MPI_COMM_WORLD));
+}
+
+// Note [Host plan]: data.prefetch=auto reads 2 micro-batches ahead where
+// the host budget has room for their buffers, 1 or none where it has less
+// (the device domain's plan first), and what a rank trains on does not
+// change. Rows of 512 KiB in micro-batches of 64 make one batch 32 MiB
+// (`per`): 2 read ahead hold 9 of them (2 x 2 + 3 + 2 reader threads), 1
+// holds 7, none 3. Budgets that leave 8 and 5 batches for the loader are a
+// batch away from either depth, far above how much the other holders'
+// measured bytes move between two runs.
+TEST(HostPlan, PrefetchAutoReadsAsDeepAsTheHostBudgetLeaves) {
+  SharedDir dir("prefetch_auto");
+  const int64_t micro = 64;
+  make_features(dir, "f.h5", 2 * micro * world_size(), 131072);
+  TrainConfig c = base_config(dir.file("f.h5"));
+  c.data.batch_size = micro;
+  c.training.effective_batch_size = micro * world_size();
+  c.training.lr = 0.01;
+  c.memory.budget = "none";
+  c.data.read_threads = 2;
+  ASSERT_EQ(c.data.prefetch, kPrefetchAuto) << "the default";
+  struct Run {
+    int64_t depth = 0;
+    memory::HostPlan plan;
+    std::vector<double> losses;
+  };
+  const auto run_at = [&](const std::string& host_budget) {
+    TrainConfig x = c;
+    x.memory.host_budget = host_budget;
+    MpiCommunicator comm(MPI_COMM_WORLD);
+    Trainer::Options opts;
+    opts.write_outputs = false;
+    Trainer t(x, comm, opts);
+    t.prepare();
+    Run r;
+    r.plan = t.host_plan();
+    const std::string banner = t.describe();
+    const size_t at = banner.find("; prefetch ");
+    EXPECT_NE(at, std::string::npos) << banner;
+    r.depth = std::stoll(banner.substr(at + 11));
+    EXPECT_NE(banner.find(" batches (auto) on "), std::string::npos) << banner;
+    for (const WindowResult& w : t.run().window_results)
+      r.losses.push_back(w.loss);
+    return r;
+  };
+  const auto holder = [](const memory::HostPlan& p, const char* name) {
+    for (const memory::HostHolder& h : p.holders) {
+      if (h.name == name)
+        return h;
+    }
+    ADD_FAILURE() << "no holder " << name;
+    return memory::HostHolder{};
+  };
+  const Run roomy = run_at("4GiB");
+  EXPECT_EQ(roomy.depth, 2);
+  const memory::HostHolder two = holder(roomy.plan, "prefetch");
+  EXPECT_NE(two.how.find("data.prefetch=auto, 2 read ahead"), std::string::npos)
+      << two.how;
+  const int64_t per = two.bytes / 9;
+  ASSERT_GE(per, int64_t{32} << 20) << two.how;
+  ASSERT_EQ(roomy.losses.size(), 2u);
+  // The budget less what depth 2's buffers hold more than 8 and 5 batches.
+  const int64_t others = roomy.plan.charged() - two.bytes;
+  const Run one = run_at(std::to_string(others + 8 * per));
+  EXPECT_EQ(one.depth, 1);
+  const memory::HostHolder p1 = holder(one.plan, "prefetch");
+  EXPECT_EQ(p1.bytes, 7 * per);
+  EXPECT_NE(p1.how.find("(2 would need "), std::string::npos) << p1.how;
+  EXPECT_LE(one.plan.charged(), one.plan.budget);
+  const Run none = run_at(std::to_string(others + 5 * per));
+  EXPECT_EQ(none.depth, 0);
+  EXPECT_EQ(holder(none.plan, "prefetch").bytes, 3 * per);
+  EXPECT_EQ(one.losses, roomy.losses);
+  EXPECT_EQ(none.losses, roomy.losses);
+}
+
+// Note [Host plan]: contrastive validation scores the whole validation set
+// as one batch, n x n on the host. Its holder bounds what the validation
+// held at most, measured by the accounting allocator (val_host_peak), and
+// is within 5% of it; most of it is the scoring, 12 bytes a pair.
+TEST(HostPlan, PairValidationIsChargedAsItsMeasuredPeak) {
+  SharedDir dir("pair_val");
+  for (const char* split : {"train", "val"}) {
+    SyntheticSpec spec;
+    spec.kind = "pairs";
+    spec.samples = split[0] == 't' ? 32 * world_size() : 600;
+    spec.features = 12;
+    spec.split = split;
+    spec.seed = 3;
+    make_shared_synthetic(dir, std::string(split) + ".h5", spec);
+  }
+  TrainConfig c = base_config(dir.file("train.h5"));
+  c.data.val = dir.file("val.h5");
+  c.model.name = ModelName::kDualEncoder;
+  c.model.embed_dim = 8;
+  c.data.batch_size = 16;
+  c.training.effective_batch_size = 32 * world_size();
+  c.training.lr = 0.01;
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  Trainer::Options opts;
+  opts.write_outputs = false;
+  Trainer t(c, comm, opts);
+  t.prepare();
+  int64_t charged = 0;
+  for (const memory::HostHolder& h : t.host_plan().holders) {
+    if (h.name == "validation") {
+      charged = h.bytes;
+      EXPECT_NE(h.how.find("600 x 600 scoring"), std::string::npos) << h.how;
+    }
+  }
+  ASSERT_GT(charged, 12 * 600 * 600);
+  const TrainSummary s = t.run();
+  ASSERT_EQ(s.validations.size(), 1u);
+  const int64_t peak = s.validations.front().host_peak;
+  if (comm.rank() == 0) {
+    std::cout << "[          ] 600 pairs, d 8, " << world_size()
+              << " rank(s): charged " << charged << " B, measured peak " << peak
+              << " B\n";
+  }
+  EXPECT_LE(peak, charged);
+  EXPECT_GE(peak, charged * 95 / 100) << "charged " << charged;
 }
 
 }  // namespace

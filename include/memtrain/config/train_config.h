@@ -22,6 +22,9 @@ using Range2 = std::array<double, 2>;
 using Strings = std::vector<std::string>;
 
 constexpr int64_t kAuto = 0;  // "auto" for integer keys that allow it
+// data.prefetch's auto, where 0 is a depth: the deepest the host budget
+// fits, up to 2 (Note [Host plan]).
+constexpr int64_t kPrefetchAuto = -1;
 
 // data.val_classes: the classes held out for validation episodes, as a
 // list of class ids, or (ids empty) a fraction of the classes drawn from

@@ -61,7 +61,25 @@ class Prefetcher {
   int64_t host_bytes_bound(
       int64_t n,
       int64_t* per_batch = nullptr,
+      int64_t* buffers = nullptr) const {
+    return host_bytes_bound_at(n, depth_, per_batch, buffers);
+  }
+  // The same at a depth of `depth` (the host plan's choice of one).
+  int64_t host_bytes_bound_at(
+      int64_t n,
+      int64_t depth,
+      int64_t* per_batch = nullptr,
       int64_t* buffers = nullptr) const;
+
+  // Micro-batches read ahead.
+  int64_t depth() const {
+    return depth_;
+  }
+  // Reads `depth` ahead from now on (data.prefetch=auto: the host plan's
+  // choice, once the micro-batch is known): drops what was expected, and
+  // starts the readers the first time it is above 0. On the training
+  // thread, between loads.
+  void set_depth(int64_t depth);
 
   // Seconds spent blocked inside load() since the last call.
   double take_wait_seconds();
@@ -85,7 +103,8 @@ class Prefetcher {
   Batch read_now(int64_t epoch, const std::vector<int64_t>& ids);
 
   const SampleSource& source_;
-  const int64_t depth_;
+  int64_t depth_;  // written by set_depth, between loads
+  const int64_t reader_threads_;
   const bool pinned_;
   std::mutex mu_;
   std::condition_variable work_cv_;

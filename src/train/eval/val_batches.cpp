@@ -28,13 +28,30 @@ OomRetry validation_oom_retry(const RunState& run, const std::string& least) {
   return how;
 }
 
+namespace {
+
+// The validation rows' loader: read in place, on the calling thread.
+Prefetcher val_loader(const RowSource& source) {
+  return Prefetcher(source, /*depth=*/0, /*threads=*/0);
+}
+
+}  // namespace
+
+int64_t val_batches_host_bytes(const RunState& run) {
+  const RowSource source(*run.val_data, run.images.val, &run.val_finite);
+  const int64_t micro = run.cfg.data.val_batch_size > 0
+                            ? run.cfg.data.val_batch_size
+                            : run.plan.micro_batch;
+  return val_loader(source).host_bytes_bound(micro);
+}
+
 int64_t for_each_val_batch(
     RunState& run,
     RunCounters& counters,
     const std::vector<int64_t>& rows,
     const std::function<void(const Batch&, size_t)>& fn) {
   const RowSource source(*run.val_data, run.images.val, &run.val_finite);
-  Prefetcher loader(source, /*depth=*/0, /*threads=*/0);
+  Prefetcher loader = val_loader(source);
   const OomRetry how = validation_oom_retry(run, "batch 1");
   int64_t retries = 0;
   for (size_t s = 0; s < rows.size();) {

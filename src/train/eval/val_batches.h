@@ -25,5 +25,9 @@ int64_t for_each_val_batch(
     RunCounters& counters,
     const std::vector<int64_t>& rows,
     const std::function<void(const Batch&, size_t)>& fn);
+// The most for_each_val_batch's host buffers hold at once (Note [Host
+// plan]), for batches of the validation batch size the run will take
+// (data.val_batch_size, else the plan's micro-batch).
+int64_t val_batches_host_bytes(const RunState& run);
 
 }  // namespace memtrain

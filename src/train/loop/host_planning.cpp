@@ -19,6 +19,74 @@ std::string mib(int64_t bytes) {
   return format_bytes(static_cast<double>(bytes));
 }
 
+// The training loader's buffers at its depth, for micro-batches of
+// `micro`; `why` says how data.prefetch=auto chose the depth.
+memory::HostHolder prefetch_holder(
+    const RunState& run, int64_t micro, const std::string& why) {
+  int64_t per = 0, count = 0;
+  const int64_t bytes = run.loader->host_bytes_bound(micro, &per, &count);
+  const int64_t depth = run.loader->depth();
+  const bool is_auto = run.cfg.data.prefetch == kPrefetchAuto;
+  return {
+      "prefetch",
+      bytes,
+      detail::concat(
+          count,
+          " buffers of a micro-batch of ",
+          micro,
+          " (",
+          mib(per),
+          "): ",
+          is_auto ? "data.prefetch=auto, " : "data.prefetch=",
+          depth,
+          " read ahead",
+          why,
+          depth > 0 ? ", one in use, a free list of prefetch + 2, one per "
+                      "reader thread"
+                    : ", one in use, two free"),
+      is_auto ? "data.read_threads" : "data.prefetch, data.read_threads"};
+}
+
+// data.prefetch=auto: the deepest read-ahead up to `most` whose buffers
+// at micro-batches of `micro` fit in what `plan`'s holders and the device
+// domain's `device` bytes (the CPU device's; 0 on CUDA) leave of the
+// budget; the loader is set to it and its holder in `plan` updated.
+// Before planning up to 1, after it up to 2: the device domain's plan
+// comes first, and the read-ahead takes what it leaves, down to none.
+void choose_prefetch_depth(
+    RunState& run,
+    memory::HostPlan& plan,
+    int64_t micro,
+    int64_t device,
+    int64_t most) {
+  if (!run.loader || run.cfg.data.prefetch != kPrefetchAuto)
+    return;
+  const int64_t now = run.loader->host_bytes_bound(micro);
+  const int64_t left = plan.budget - plan.charged() - device + now;
+  int64_t depth = most;
+  while (depth > 0 && run.loader->host_bytes_bound_at(micro, depth) > left)
+    --depth;
+  std::string why;
+  if (depth < most) {
+    why = detail::concat(
+        " (",
+        depth + 1,
+        " would need ",
+        mib(run.loader->host_bytes_bound_at(micro, depth + 1)),
+        "; the budget leaves ",
+        mib(std::max<int64_t>(0, left)),
+        " after the other holders",
+        device > 0 ? detail::concat(" and the device domain's ", mib(device))
+                   : std::string(),
+        ")");
+  }
+  run.loader->set_depth(depth);
+  for (memory::HostHolder& h : plan.holders) {
+    if (h.name == "prefetch")
+      h = prefetch_holder(run, micro, why);
+  }
+}
+
 // Every holder but the CPU device and the offload pool, for micro-batches
 // of `micro`.
 std::vector<memory::HostHolder> other_holders(
@@ -38,24 +106,8 @@ std::vector<memory::HostHolder> other_holders(
            mib(now.rss_file),
            " file-backed), their heaps, glibc's retention"),
        ""});
-  if (run.loader) {
-    int64_t per = 0, count = 0;
-    const int64_t bytes = run.loader->host_bytes_bound(micro, &per, &count);
-    out.push_back(
-        {"prefetch",
-         bytes,
-         detail::concat(
-             count,
-             " buffers of a micro-batch of ",
-             micro,
-             " (",
-             mib(per),
-             "): data.prefetch=",
-             run.cfg.data.prefetch,
-             " read ahead, one in use, a free list of prefetch + 2, one "
-             "per reader thread"),
-         "data.prefetch, data.read_threads"});
-  }
+  if (run.loader)
+    out.push_back(prefetch_holder(run, micro, ""));
   int64_t caches = run.train_data->info().chunk_cache_bytes;
   if (run.val_data)
     caches += run.val_data->info().chunk_cache_bytes;
@@ -178,7 +230,15 @@ int64_t fit_host_before_planning(RunState& run) {
             ? 1
             : std::min<int64_t>(run.cfg.data.batch_size, run.shape.rank_share);
     plan.holders = other_holders(run, micro);
-    fit_cpu_device(run, plan, memory::stats().reserved);
+    // data.prefetch=auto plans at 1 read ahead where it fits: the probes'
+    // and the warm-up's reads run on a reader thread, as the windows' will
+    // (reading on the training thread fragments its heap: a U-Net's peak
+    // resident set 36 MiB higher, tests/e2e/memory.sh part 6 at
+    // data.prefetch=0); plan_host chooses the depth.
+    const int64_t reserved = memory::stats().reserved;
+    choose_prefetch_depth(
+        run, plan, micro, run.placement.is_cuda() ? 0 : reserved, 1);
+    fit_cpu_device(run, plan, reserved);
     left = plan.budget - plan.charged();
     run.host_charged_micro = micro;
     run.host_left = left;
@@ -229,6 +289,14 @@ bool plan_host(RunState& run, bool may_replan) {
       replan = true;
       return memory::HostPlan{};  // no refusal
     }
+    const int64_t device =
+        run.placement.is_cuda()
+            ? 0
+            : std::max(
+                  needed,
+                  run.budget.limited() ? int64_t{0}
+                                       : memory::stats().peak_reserved);
+    choose_prefetch_depth(run, plan, run.plan.micro_batch, device, 2);
     fit_cpu_device(run, plan, needed);
     run.host_plan = plan;
     return plan;

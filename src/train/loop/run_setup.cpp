@@ -137,7 +137,8 @@ void build_model(RunState& run) {
       WindowTotals::size(run.comm.size()));
   run.loader = std::make_unique<Prefetcher>(
       *run.source,
-      cfg.data.prefetch,
+      // auto: none until the host plan chooses (host_planning.cpp).
+      cfg.data.prefetch == kPrefetchAuto ? 0 : cfg.data.prefetch,
       cfg.data.read_threads,
       run.placement.pinned_host_buffers());
 }

@@ -388,8 +388,10 @@ void Trainer::Impl::end_epoch(
     broadcast_buffers(r.comm, r.buffers);  // validate rank 0's statistics
     counters.monitor.note_peak();          // the last window's step
     memory::reset_peak();
+    const int64_t host_before = memory::stats().host_allocated;
     ValResult v = validate(r, counters, options.write_outputs ? e.index : -1);
     v.device_peak = memory::stats().peak_allocated;
+    v.host_peak = memory::stats().host_peak - host_before;
     counters.monitor.note_peak();
     counters.monitor.begin_window();  // the next window starts afresh
     v.epoch = e.index;
@@ -489,8 +491,11 @@ std::string Trainer::evaluate(std::string* line) {
   prepare();  // the validation batch, as in training
   memory::DeviceScope device;
   const auto start = Clock::now();
+  memory::reset_peak();
+  const int64_t host_before = memory::stats().host_allocated;
   ValResult v = validate(r, m.counters);
   v.device_peak = memory::stats().peak_allocated;
+  v.host_peak = memory::stats().host_peak - host_before;
   v.seconds = seconds_since(start);
   nlohmann::json unused;
   std::string text;  // ", val loss ..., val accuracy ..."
@@ -521,6 +526,10 @@ int64_t Trainer::checkpointed_segments() const {
 
 const MemoryPlan& Trainer::memory_plan() const {
   return impl_->run->plan;
+}
+
+const memory::HostPlan& Trainer::host_plan() const {
+  return impl_->run->host_plan;
 }
 
 memory::HostPoolStats Trainer::host_pool_stats() const {

@@ -169,6 +169,7 @@ nlohmann::json validation_record(
   rec["val_loss"] = v.loss;
   rec["val_samples"] = v.samples;
   rec["val_device_peak"] = v.device_peak;
+  rec["val_host_peak"] = v.host_peak;
   rec["val_oom_retries"] = v.oom_retries;
   rec["val_batch"] = v.batch;
   rec["val_seconds"] = v.seconds;
@@ -177,6 +178,7 @@ nlohmann::json validation_record(
       {"epoch", v.epoch},
       {"val_loss", v.loss},
       {"val_device_peak", v.device_peak},
+      {"val_host_peak", v.host_peak},
       {"val_seconds", v.seconds},
       {"val_oom_retries", v.oom_retries}};
   std::ostringstream out;
@@ -306,6 +308,7 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
       {"host_budget_bytes", run.host_plan.budget},
       {"host_budget", run.host_plan.budget_note},
       {"host_holders", host_holders},
+      {"prefetch_depth", run.loader ? run.loader->depth() : 0},
       {"host_pool_cap_bytes",
        run.host_pool ? run.host_pool->stats().budget : 0},
       {"predicted_host_bytes", plan.predicted_host_bytes},
@@ -343,9 +346,10 @@ std::string describe_run(const RunState& m) {
       out << ", context features " << ti.context_features;
   }
   m.task->describe_data(m, out);
-  out << "; prefetch " << m.cfg.data.prefetch << " batches on "
-      << (m.cfg.data.prefetch > 0 ? m.cfg.data.read_threads : 0)
-      << " reader thread(s)";
+  const int64_t depth = m.loader ? m.loader->depth() : 0;
+  out << "; prefetch " << depth << " batches"
+      << (m.cfg.data.prefetch == kPrefetchAuto ? " (auto)" : "") << " on "
+      << (depth > 0 ? m.cfg.data.read_threads : 0) << " reader thread(s)";
   if (m.val_data) {
     out << "; val '" << m.val_data->info().path << "' "
         << m.val_data->info().num_samples;

@@ -143,6 +143,9 @@ class PairTask : public Task {
   ValResult validate(
       RunState& run, RunCounters& counters, const std::string&) override;
 
+  std::vector<memory::HostHolder> host_holders(
+      const RunState& run) const override;
+
   std::string describe_outputs(const RunState& run) const override {
     return std::to_string(dual_->embed_dim()) +
            "-wide embeddings, contrastive accumulation " +
@@ -234,6 +237,45 @@ at::Tensor PairTask::exact_window(
     row += m;
   }
   return loss;
+}
+
+// What validate() holds in host memory at most (Note [Host plan]): this
+// rank's r rows' embeddings (r x 2 x d floats) throughout; while they are
+// computed, the batches' buffers; then the whole set's n x 2 x d and its
+// scoring, n x n: in contrastive_losses the logits, the pair-id and
+// identity masks and the masked copy (4 + 1 + 1 + 1 + 1 + 4 bytes a pair),
+// and a few vectors of n.
+std::vector<memory::HostHolder> PairTask::host_holders(
+    const RunState& run) const {
+  if (!run.val_data)
+    return {};
+  const int64_t n = run.val_data->info().num_samples;
+  const int64_t r = static_cast<int64_t>(val_rows_of_rank(run).rows.size());
+  const int64_t d = dual_->embed_dim();
+  const int64_t mine = r * 2 * d * 4;
+  const int64_t batches = val_batches_host_bytes(run);
+  const int64_t scoring = n * 2 * d * 4 + 12 * n * n + 32 * n;
+  memory::HostHolder h;
+  h.name = "validation";
+  h.bytes = mine + std::max(batches, scoring);
+  h.how = detail::concat(
+      "the validation set as one contrastive batch: ",
+      n,
+      " pairs' ",
+      d,
+      "-wide embeddings (",
+      format_bytes(static_cast<double>(n * 2 * d * 4)),
+      ", this rank's ",
+      r,
+      " kept throughout) and their ",
+      n,
+      " x ",
+      n,
+      " scoring at 12 bytes a pair (",
+      format_bytes(static_cast<double>(12 * n * n)),
+      ")");
+  h.lower = "data.val (fewer pairs: the scoring grows with their square)";
+  return {h};
 }
 
 // Every row embedded (one batch at a time on the device, embeddings kept in

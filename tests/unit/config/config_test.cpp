@@ -230,6 +230,24 @@ TEST(TrainConfig, ResolvedYamlRoundTrips) {
   EXPECT_EQ(back.data.train, "/x y/z.h5");
 }
 
+// data.prefetch's auto is not one of its depths (0 is one): it reads as
+// kPrefetchAuto and writes back as auto; 0 stays 0.
+TEST(TrainConfig, PrefetchAutoIsNotADepth) {
+  EXPECT_EQ(TrainConfig::load("", {}).data.prefetch, kPrefetchAuto);
+  for (const auto& [text, depth] : std::vector<std::pair<std::string, int64_t>>{
+           {"auto", kPrefetchAuto}, {"0", 0}, {"3", 3}}) {
+    const TrainConfig c = TrainConfig::load("", {"data.prefetch=" + text});
+    EXPECT_EQ(c.data.prefetch, depth) << text;
+    EXPECT_NE(c.to_yaml().find("prefetch: " + text + "\n"), std::string::npos)
+        << c.to_yaml();
+  }
+  EXPECT_NE(
+      error_of("data:\n  prefetch: -1\n")
+          .find("auto or an integer in [0, 1024]"),
+      std::string::npos)
+      << error_of("data:\n  prefetch: -1\n");
+}
+
 // A choice is parsed once, where it is set, into its enum; every spelling
 // reads back as itself (YAML, messages), in `--help`'s order.
 TEST(TrainConfig, ChoicesAreEnumsThatKeepTheirSpelling) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "memtrain/config/train_config.h"
+#include "memtrain/memory/host_plan.h"
 #include "memtrain/memory/host_pool.h"
 #include "memtrain/memory/planner.h"
 #include "memtrain/train/state/results.h"
@@ -99,6 +100,9 @@ class Trainer {
   bool selective_recompute() const;
   // The memory plan (after prepare()): micro-batch, tier, every probe.
   const MemoryPlan& memory_plan() const;
+  // The host plan (Note [Host plan]): this rank's host budget and its
+  // holders, after prepare().
+  const memory::HostPlan& host_plan() const;
   // The host offload pool's counters (Note [Host offload]); zeros when the
   // checkpointing mode does not offload.
   memory::HostPoolStats host_pool_stats() const;

@@ -110,6 +110,9 @@ struct ValResult {
   int64_t oom_retries = 0;  // validation batch halvings on this rank
   int64_t batch = 0;  // this rank's validation batch (sw_batch) at the end
   int64_t device_peak = 0;  // device-domain peak bytes of the validation
+  // Host-domain peak bytes of the validation above what the host domain
+  // held when it started (what the host plan's validation holder bounds).
+  int64_t host_peak = 0;
   double seconds = 0.0;
   // The task's metrics besides the loss, in its order.
   std::vector<ValMetric> metrics;
