@@ -43,10 +43,19 @@ Prefetcher::Prefetcher(
 }
 
 void Prefetcher::set_depth(int64_t depth) {
+  std::vector<FreeBuffer> stale;
   {
     std::lock_guard<std::mutex> lock(mu_);
     drop_queue_locked();
     depth_ = depth;
+    // The free list starts again: it may hold buffers of the sizes the
+    // planner's probes read (take_buffer reuses only an exact size) and
+    // more than depth + 2 of them, which the host plan does not charge.
+    stale.swap(free_);
+  }
+  for (FreeBuffer& f : stale) {
+    if (f.copied)
+      f.copied();  // no copy out of a buffer is in flight when it is freed
   }
   work_cv_.notify_all();
   for (int64_t i = static_cast<int64_t>(threads_.size());

@@ -102,14 +102,15 @@ else
 fi
 # cred_expire: a job credential's lifetime, which is also how long a
 # requeued job waits before it starts again (120 s by default, man
-# slurm.conf): 20 s, so that the preemption test's requeue starts soon.
+# slurm.conf): 30 s, so that the preemption test's requeue starts soon
+# and a step launched on a loaded machine still finds its credential valid.
 cat >"$dir/slurm.conf" <<CONF
 ClusterName=memtrain-test
 SlurmctldHost=$host($ctl_addr)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$dir/munge/munge.socket,cred_expire=20
+AuthInfo=socket=$dir/munge/munge.socket,cred_expire=30
 CredType=cred/munge
 SlurmctldPort=16817
 SlurmdPort=16818

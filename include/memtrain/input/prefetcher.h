@@ -76,9 +76,9 @@ class Prefetcher {
     return depth_;
   }
   // Reads `depth` ahead from now on (data.prefetch=auto: the host plan's
-  // choice, once the micro-batch is known): drops what was expected, and
-  // starts the readers the first time it is above 0. On the training
-  // thread, between loads.
+  // choice, once the micro-batch is known): drops what was expected and the
+  // free list, and starts the readers the first time it is above 0. On the
+  // training thread, between loads.
   void set_depth(int64_t depth);
 
   // Seconds spent blocked inside load() since the last call.

@@ -164,6 +164,16 @@ int64_t host_budget_of(RunState& run) {
 
 namespace {
 
+// The least the CPU device's holder will charge when the device domain
+// must hold `needed` (fit_cpu_device; 0 on CUDA, whose device memory is not
+// host memory).
+int64_t cpu_device_need(const RunState& run, int64_t needed) {
+  if (run.placement.is_cuda())
+    return 0;
+  return run.budget.limited() ? needed
+                              : std::max(needed, memory::stats().peak_reserved);
+}
+
 // The CPU device's holder (CPU runs only; its memory is host memory),
 // fitted into what `plan`'s other holders leave: its cap comes down to
 // that, when it is higher and `needed` (what the device domain must hold:
@@ -236,8 +246,7 @@ int64_t fit_host_before_planning(RunState& run) {
     // resident set 36 MiB higher, tests/e2e/memory.sh part 6 at
     // data.prefetch=0); plan_host chooses the depth.
     const int64_t reserved = memory::stats().reserved;
-    choose_prefetch_depth(
-        run, plan, micro, run.placement.is_cuda() ? 0 : reserved, 1);
+    choose_prefetch_depth(run, plan, micro, cpu_device_need(run, reserved), 1);
     fit_cpu_device(run, plan, reserved);
     left = plan.budget - plan.charged();
     run.host_charged_micro = micro;
@@ -289,14 +298,8 @@ bool plan_host(RunState& run, bool may_replan) {
       replan = true;
       return memory::HostPlan{};  // no refusal
     }
-    const int64_t device =
-        run.placement.is_cuda()
-            ? 0
-            : std::max(
-                  needed,
-                  run.budget.limited() ? int64_t{0}
-                                       : memory::stats().peak_reserved);
-    choose_prefetch_depth(run, plan, run.plan.micro_batch, device, 2);
+    choose_prefetch_depth(
+        run, plan, run.plan.micro_batch, cpu_device_need(run, needed), 2);
     fit_cpu_device(run, plan, needed);
     run.host_plan = plan;
     return plan;
