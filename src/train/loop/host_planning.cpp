@@ -51,8 +51,8 @@ memory::HostHolder prefetch_holder(
 // at micro-batches of `micro` fit in what `plan`'s holders and the device
 // domain's `device` bytes (the CPU device's; 0 on CUDA) leave of the
 // budget; the loader is set to it and its holder in `plan` updated.
-// Before planning up to 1, after it up to 2: the device domain's plan
-// comes first, and the read-ahead takes what it leaves, down to none.
+// Before planning up to 1 (taken ahead of the device domain's plan, Note
+// [Host plan]), after it up to 2, from what the plan leaves, down to none.
 void choose_prefetch_depth(
     RunState& run,
     memory::HostPlan& plan,
@@ -185,7 +185,7 @@ void fit_cpu_device(RunState& run, memory::HostPlan& plan, int64_t needed) {
   if (!run.budget.limited()) {
     plan.holders.push_back(
         {"CPU device",
-         std::max(needed, memory::stats().peak_reserved),
+         cpu_device_need(run, needed),
          "memory.budget=none: the device domain's peak so far, not "
          "bounded",
          "memory.budget"});
