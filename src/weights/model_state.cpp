@@ -291,14 +291,12 @@ int64_t rename_tensors(
   return changed;
 }
 
-LoadReport load_weights_file(
-    torch::nn::Module& model,
+TorchWeights read_weights_file(
     const std::string& path,
-    bool strict,
     const std::string& what,
-    const std::vector<std::string>& rename) {
+    const std::vector<std::string>& rename,
+    int64_t* renamed) {
   TorchWeights file;
-  int64_t renamed = 0;
   try {
     MT_CHECK(
         std::ifstream(path, std::ios::binary).good(),
@@ -309,10 +307,21 @@ LoadReport load_weights_file(
       file = load_torch_weights(path);
     else
       file.tensors = load_safetensors(path);
-    renamed = rename_tensors(file.tensors, rename);
+    *renamed = rename_tensors(file.tensors, rename);
   } catch (const Error& e) {
     throw Error(what + ": " + e.what());
   }
+  return file;
+}
+
+LoadReport load_weights_file(
+    torch::nn::Module& model,
+    const std::string& path,
+    bool strict,
+    const std::string& what,
+    const std::vector<std::string>& rename) {
+  int64_t renamed = 0;
+  const TorchWeights file = read_weights_file(path, what, rename, &renamed);
   std::string head;
   for (const auto& c : model.named_children())
     head = c.key();  // the last registered module: the head

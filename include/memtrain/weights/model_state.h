@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "memtrain/weights/safetensors.h"
+#include "memtrain/weights/torch_file.h"
 
 namespace memtrain {
 
@@ -88,9 +89,16 @@ int64_t rename_tensors(
     NamedTensors& tensors, const std::vector<std::string>& rules);
 
 // Reads `path` (safetensors, or a torch.save file: torch_file.h) and
-// load_state()s it, after renaming its tensors by `rename`
-// (rename_tensors). A file that cannot be read is a memtrain::Error naming
-// `what` and the file.
+// renames its tensors by `rename` (rename_tensors; *renamed: how many). A
+// file that cannot be read is a memtrain::Error naming `what` and the file.
+TorchWeights read_weights_file(
+    const std::string& path,
+    const std::string& what,
+    const std::vector<std::string>& rename,
+    int64_t* renamed);
+
+// Reads `path` and renames its tensors by `rename` (read_weights_file),
+// then load_state()s them.
 LoadReport load_weights_file(
     torch::nn::Module& model,
     const std::string& path,

@@ -1,0 +1,206 @@
+// Meta's DINOv3 ViT (model/blocks/dinov3_vit.h): its sizes, its RoPE, its
+// names and its features' shapes. Its values against timm's and Meta's own
+// code: tests/e2e/dinov3_timm.sh.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "memtrain/model/blocks/dinov3_vit.h"
+#include "memtrain/util/error.h"
+#include "memtrain/weights/model_state.h"
+
+namespace memtrain {
+namespace {
+
+TEST(Dinov3, SizesAreMetasAndOthersAreRefusedNamed) {
+  const Dinov3Spec s = dinov3_spec("vits16");
+  EXPECT_EQ(s.dim, 384);
+  EXPECT_EQ(s.depth, 12);
+  EXPECT_EQ(s.heads, 6);
+  EXPECT_EQ(s.layers, (std::vector<int64_t>{2, 5, 8, 11}));
+  const Dinov3Spec b = dinov3_spec("vitb16");
+  EXPECT_EQ(b.dim, 768);
+  EXPECT_EQ(b.heads, 12);
+  EXPECT_EQ(b.layers, (std::vector<int64_t>{2, 5, 8, 11}));
+  EXPECT_EQ(dinov3_spec("tiny").layers, (std::vector<int64_t>{0, 1, 2, 3}));
+  try {
+    dinov3_spec("vitl16");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("'vitl16' is not a DINOv3 size memtrain "
+                                   "has (vits16, vitb16, tiny"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Dinov3, PeriodsAreBaseToTheFourJOverE) {
+  const Dinov3Rope rope(64, 100.0);
+  const torch::Tensor p = rope.periods();
+  ASSERT_EQ(p.sizes(), torch::IntArrayRef({16}));
+  EXPECT_EQ(p.scalar_type(), torch::kFloat32);
+  for (int64_t j = 0; j < 16; ++j)
+    EXPECT_NEAR(
+        p[j].item<float>(),
+        std::pow(100.0, j / 16.0),
+        1e-5 * p[j].item<float>());
+  EXPECT_NEAR(p[1].item<float>(), 1.3335215f, 1e-6);
+  EXPECT_NEAR(p[15].item<float>(), 74.98942f, 1e-4);
+}
+
+TEST(Dinov3, RopeAnglesArePatchCentresInMinusOneToOnePerAxis) {
+  const Dinov3Rope rope(8, 100.0);  // F = 2 periods: 1 and 10
+  const auto [sin, cos] = rope.sincos(2, 1);
+  ASSERT_EQ(sin.sizes(), torch::IntArrayRef({2, 8}));
+  // Row 0 of 2 sits at y = -0.5, row 1 at 0.5; one column at x = 0.
+  // theta = [y/1, y/10, x/1, x/10] * 2 pi, twice.
+  const double pi = M_PI;
+  const std::vector<double> y{-0.5, 0.5};
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t half = 0; half < 2; ++half) {
+      EXPECT_NEAR(
+          sin[r][4 * half + 0].item<float>(), std::sin(2 * pi * y[r]), 1e-6);
+      EXPECT_NEAR(
+          sin[r][4 * half + 1].item<float>(),
+          std::sin(2 * pi * y[r] / 10),
+          1e-6);
+      EXPECT_NEAR(
+          cos[r][4 * half + 1].item<float>(),
+          std::cos(2 * pi * y[r] / 10),
+          1e-6);
+      EXPECT_EQ(sin[r][4 * half + 2].item<float>(), 0.0f);
+      EXPECT_EQ(cos[r][4 * half + 3].item<float>(), 1.0f);
+    }
+  }
+}
+
+TEST(Dinov3, RopeRotatesHalvesAndLeavesThePrefixTokens) {
+  // sin 1, cos 0: the rotation is rotate_half, [a, b] -> [-b, a].
+  const torch::Tensor x = torch::arange(12, torch::kFloat32).view({1, 1, 2, 6});
+  const torch::Tensor out =
+      dinov3_rope_apply(x, torch::ones({1, 6}), torch::zeros({1, 6}));
+  EXPECT_TRUE(torch::equal(out[0][0][0], x[0][0][0]));  // the prefix row
+  EXPECT_TRUE(torch::equal(
+      out[0][0][1], torch::tensor({-9.f, -10.f, -11.f, 6.f, 7.f, 8.f})));
+}
+
+TEST(Dinov3, RopeScoresDependOnTheOffsetOnly) {
+  // A row of 4 patches: q at 0 against k at 1 scores as q at 2 against k
+  // at 3 (the rotation pairs dimension i with i + E/2 at one angle).
+  torch::manual_seed(1);
+  const Dinov3Rope rope(16, 100.0);
+  const auto [sin, cos] = rope.sincos(1, 4);
+  const torch::Tensor q = torch::randn({16}).expand({4, 16}).contiguous();
+  const torch::Tensor k = torch::randn({16}).expand({4, 16}).contiguous();
+  const torch::Tensor rq = dinov3_rope_apply(q, sin, cos);
+  const torch::Tensor rk = dinov3_rope_apply(k, sin, cos);
+  const float a = (rq[0] * rk[1]).sum().item<float>();
+  const float b = (rq[2] * rk[3]).sum().item<float>();
+  const float c = (rq[0] * rk[2]).sum().item<float>();
+  EXPECT_NEAR(a, b, 1e-5);
+  EXPECT_GT(std::abs(a - c), 1e-3);  // another offset, another score
+  // A rotation: the norms stay.
+  EXPECT_NEAR(rq[3].norm().item<float>(), q[3].norm().item<float>(), 1e-5);
+}
+
+TEST(Dinov3, StateIsMetasStateDictLessTheMaskToken) {
+  Dinov3Vit m(dinov3_spec("tiny"));
+  std::vector<std::string> names;
+  for (const auto& [name, t] : state_tensors(m))
+    names.push_back(name);
+  const std::vector<std::string> head{
+      "cls_token",
+      "storage_tokens",
+      "patch_embed.proj.weight",
+      "patch_embed.proj.bias",
+      "rope_embed.periods",
+      "blocks.0.norm1.weight",
+      "blocks.0.norm1.bias",
+      "blocks.0.attn.qkv.weight",
+      "blocks.0.attn.qkv.bias",
+      "blocks.0.attn.qkv.bias_mask",
+      "blocks.0.attn.proj.weight",
+      "blocks.0.attn.proj.bias",
+      "blocks.0.ls1.gamma",
+      "blocks.0.norm2.weight",
+      "blocks.0.norm2.bias",
+      "blocks.0.mlp.fc1.weight",
+      "blocks.0.mlp.fc1.bias",
+      "blocks.0.mlp.fc2.weight",
+      "blocks.0.mlp.fc2.bias",
+      "blocks.0.ls2.gamma",
+      "blocks.1.norm1.weight"};
+  ASSERT_EQ(names.size(), 5u + 4 * 15 + 2);
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 21), head);
+  EXPECT_EQ(names[names.size() - 2], "norm.weight");
+  EXPECT_EQ(names.back(), "norm.bias");
+  // bias_mask [1, 0, 1] as Meta's init_weights sets it.
+  const torch::Tensor mask = state_tensors(m)[9].second;
+  EXPECT_EQ(mask.sum().item<float>(), 128.0f);
+  EXPECT_EQ(mask.narrow(0, 64, 64).abs().sum().item<float>(), 0.0f);
+}
+
+TEST(Dinov3, ParameterCountsAreMetas) {
+  // Meta's ViT-S/16 and ViT-B/16 less mask_token (384 and 768).
+  auto count = [](const std::string& v) {
+    Dinov3Vit m(dinov3_spec(v));
+    int64_t n = 0;
+    for (const auto& p : m.parameters())
+      n += p.numel();
+    return n;
+  };
+  EXPECT_EQ(count("vits16"), 21600768);
+  EXPECT_EQ(count("vitb16"), 85668864);
+}
+
+TEST(Dinov3, FeaturesAreMapsOfThePatchGridAndTheKeyBiasIsMasked) {
+  torch::manual_seed(2);
+  Dinov3Vit m(dinov3_spec("tiny"));
+  torch::NoGradGuard no_grad;
+  for (auto& p : m.parameters())
+    p.add_(0.05 * torch::randn_like(p));
+  const torch::Tensor x = torch::randn({2, 3, 64, 80});
+  const Dinov3Features f = m.forward_features(x, {1, 3});
+  ASSERT_EQ(f.maps.size(), 2u);
+  EXPECT_EQ(f.maps[1].sizes(), torch::IntArrayRef({2, 64, 4, 5}));
+  EXPECT_EQ(f.cls[0].sizes(), torch::IntArrayRef({2, 64}));
+  // The key part of the qkv bias never counts.
+  for (const auto& [name, t] : state_tensors(m))
+    if (name.find("qkv.bias") != std::string::npos &&
+        name.find("mask") == std::string::npos)
+      t.narrow(0, 64, 64).add_(torch::randn({64}));
+  const Dinov3Features g = m.forward_features(x, {1, 3});
+  EXPECT_TRUE(torch::allclose(f.maps[1], g.maps[1], 0, 1e-6));
+  EXPECT_TRUE(torch::allclose(f.cls[1], g.cls[1], 0, 1e-6));
+  // The value part does.
+  for (const auto& [name, t] : state_tensors(m))
+    if (name == "blocks.0.attn.qkv.bias")
+      t.narrow(0, 128, 64).add_(1.0);
+  const Dinov3Features h = m.forward_features(x, {1});
+  EXPECT_FALSE(torch::allclose(f.maps[0], h.maps[0], 0, 1e-3));
+}
+
+TEST(Dinov3, AnImageNotOfWholePatchesIsRefused) {
+  Dinov3Vit m(dinov3_spec("tiny"));
+  torch::NoGradGuard no_grad;
+  try {
+    m.forward_features(torch::zeros({1, 3, 250, 256}), {0});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "an image of 250x256 is not a multiple of the 16-pixel patch"),
+        std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(m.forward_features(torch::zeros({1, 3, 32, 32}), {2, 1}), Error);
+  EXPECT_THROW(m.forward_features(torch::zeros({1, 3, 32, 32}), {4}), Error);
+}
+
+}  // namespace
+}  // namespace memtrain
