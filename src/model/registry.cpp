@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "memtrain/model/nets/clip.h"
+#include "memtrain/model/nets/dinov3_seg.h"
 #include "memtrain/model/nets/dual_encoder.h"
 #include "memtrain/model/nets/mlp.h"
 #include "memtrain/model/nets/resnet.h"
@@ -54,7 +55,13 @@ std::string vit_words(const ModelConfig& c, const BannerFacts&) {
          std::to_string(c.depth) + ", patches " + std::to_string(c.image_patch);
 }
 std::string clip_words(const ModelConfig& c, const BannerFacts&) {
-  return c.variant + ", open_clip's ViT and text transformer";
+  return clip_spec(c.variant).variant +
+         ", open_clip's ViT and text transformer";
+}
+std::string dinov3_words(const ModelConfig& c, const BannerFacts&) {
+  return dinov3_variant(c) +
+         ", Meta's DINOv3 ViT (frozen) on slices across axis " +
+         std::to_string(c.slice_axis) + ", a trained head";
 }
 
 // --- the rows, in ModelName's order
@@ -135,6 +142,16 @@ std::vector<ModelRow> make_rows() {
       "model.norm=group is unet3d's (set model.norm=none)";
   r.make = make_vit;
   r.words = vit_words;
+  rows.push_back(r);
+
+  r = ModelRow{};  // Meta's DINOv3 ViT, frozen, on slices (nets/dinov3_seg.h)
+  r.name = ModelName::kDinov3;
+  r.trains_on = kOnVolumes;
+  r.refuses_group_norm =
+      "normalises with its frozen backbone's layer norms only (Meta's "
+      "DINOv3); model.norm=group is unet3d's (set model.norm=none)";
+  r.make = make_dinov3;
+  r.words = dinov3_words;
   rows.push_back(r);
 
   for (size_t i = 0; i < rows.size(); ++i) {

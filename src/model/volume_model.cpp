@@ -29,13 +29,18 @@ void check_volume_model(const TrainConfig& cfg, const DatasetInfo& ti) {
       " channel(s); set it to ",
       ti.sample_shape[0],
       " or 0 (from the data)");
-  // The U-Net halves the patch depth-1 times, SwinUNETR 5 times: check the
-  // training patch and the validation window now, not after an epoch.
-  const bool swin = cfg.model.name == ModelName::kSwinUnetr;
-  const int64_t div =
-      swin ? kSwinUnetrDivisor : unet3d_divisor(cfg.model.depth);
   const std::array<int64_t, 3> window = validation_roi(cfg);
+  // The U-Net halves the patch depth-1 times, SwinUNETR 5 times, DINOv3
+  // cuts the slices across model.slice_axis into 16-pixel patches: check
+  // the training patch and the validation window now, not after an epoch.
+  const bool swin = cfg.model.name == ModelName::kSwinUnetr;
+  const bool dino = cfg.model.name == ModelName::kDinov3;
+  const int64_t div = swin   ? kSwinUnetrDivisor
+                      : dino ? 16
+                             : unet3d_divisor(cfg.model.depth);
   for (int i = 0; i < 3; ++i) {
+    if (dino && i == cfg.model.slice_axis)
+      continue;
     MT_CHECK(
         cfg.data.patch_size[i] % div == 0 && window[i] % div == 0,
         "data.patch_size=[",
@@ -52,11 +57,15 @@ void check_volume_model(const TrainConfig& cfg, const DatasetInfo& ti) {
         window[2],
         "] must be multiples of ",
         div,
-        " on every axis: ",
-        swin ? "swin_unetr halves them 5 times (MONAI's SwinUNETR)"
-             : "model.depth=" + std::to_string(cfg.model.depth) +
-                   " halves them " + std::to_string(cfg.model.depth - 1) +
-                   " time(s)");
+        dino ? " on the two axes other than model.slice_axis=" +
+                   std::to_string(cfg.model.slice_axis) +
+                   ": dinov3 cuts each slice into 16 x 16 patches"
+             : std::string(" on every axis: ") +
+                   (swin ? "swin_unetr halves them 5 times (MONAI's SwinUNETR)"
+                         : "model.depth=" + std::to_string(cfg.model.depth) +
+                               " halves them " +
+                               std::to_string(cfg.model.depth - 1) +
+                               " time(s)"));
   }
   // MONAI's SwinUNETR instance-normalises its 1/32 grid: one voxel there
   // has no statistics (MONAI refuses it; LibTorch would give zeros).
@@ -80,8 +89,8 @@ void check_volume_model(const TrainConfig& cfg, const DatasetInfo& ti) {
 
 void check_cpu_bf16_convolutions(const TrainConfig& cfg, bool on_cpu) {
   if (!MEMTRAIN_TORCH_AT_LEAST(2, 0) || !on_cpu ||
-      cfg.training.amp != Amp::kBf16)
-    return;
+      cfg.training.amp != Amp::kBf16 || cfg.model.name == ModelName::kDinov3)
+    return;  // (DINOv3 has no 3D convolution)
   const bool swin = cfg.model.name == ModelName::kSwinUnetr;
   const int64_t levels = swin ? 6 : cfg.model.depth;
   const int64_t depth = cfg.data.patch_size[0];

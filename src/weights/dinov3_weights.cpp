@@ -1,10 +1,12 @@
 #include "memtrain/weights/dinov3_weights.h"
 
+#include <algorithm>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
 
+#include "memtrain/model/nets/dinov3_seg.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -250,6 +252,26 @@ std::vector<std::string> Dinov3Load::lines(const std::string& what) const {
   return out;
 }
 
+namespace {
+
+Dinov3Load load_dinov3_file(
+    Dinov3Vit& backbone,
+    TorchWeights file,
+    int64_t renamed,
+    const std::string& path,
+    bool strict,
+    const std::string& what) {
+  Dinov3Load r;
+  const NamedTensors tensors = dinov3_state(
+      std::move(file.tensors), backbone, what, path, &r.naming, &r.changes);
+  r.report = load_state(backbone, tensors, path, strict, what, "");
+  r.report.entry = file.entry;
+  r.report.renamed = renamed;
+  return r;
+}
+
+}  // namespace
+
 Dinov3Load load_dinov3_weights(
     Dinov3Vit& backbone,
     const std::string& path,
@@ -258,13 +280,41 @@ Dinov3Load load_dinov3_weights(
     const std::vector<std::string>& rename) {
   int64_t renamed = 0;
   TorchWeights file = read_weights_file(path, what, rename, &renamed);
-  Dinov3Load r;
-  const NamedTensors tensors = dinov3_state(
-      std::move(file.tensors), backbone, what, path, &r.naming, &r.changes);
-  r.report = load_state(backbone, tensors, path, strict, what, "");
-  r.report.entry = file.entry;
-  r.report.renamed = renamed;
-  return r;
+  return load_dinov3_file(
+      backbone, std::move(file), renamed, path, strict, what);
+}
+
+LoadReport load_pretrained_weights(
+    torch::nn::Module& model,
+    const std::string& path,
+    bool strict,
+    const std::string& what,
+    const std::vector<std::string>& rename,
+    std::vector<std::string>* lines) {
+  auto* seg = dynamic_cast<Dinov3Segmenter*>(&model);
+  LoadReport r;
+  if (seg == nullptr) {
+    r = load_weights_file(model, path, strict, what, rename);
+    *lines = r.lines(what);
+    return r;
+  }
+  int64_t renamed = 0;
+  TorchWeights file = read_weights_file(path, what, rename, &renamed);
+  const bool whole =
+      std::any_of(file.tensors.begin(), file.tensors.end(), [](const auto& t) {
+        return t.first.rfind("backbone.", 0) == 0;
+      });
+  if (whole) {
+    r = load_state(model, file.tensors, path, strict, what, "head");
+    r.entry = file.entry;
+    r.renamed = renamed;
+    *lines = r.lines(what);
+    return r;
+  }
+  const Dinov3Load d = load_dinov3_file(
+      seg->backbone(), std::move(file), renamed, path, strict, what);
+  *lines = d.lines(what);
+  return d.report;
 }
 
 }  // namespace memtrain

@@ -65,7 +65,7 @@ MEMTRAIN_CHOICE(ModelName,
     (kMlp, "mlp"), (kCnn, "cnn"), (kResnet50, "resnet50"),
     (kSeresnext50, "seresnext50_32x4d"), (kUnet3d, "unet3d"),
     (kDualEncoder, "dual_encoder"), (kSwinUnetr, "swin_unetr"), (kClip, "clip"),
-    (kVit, "vit"))
+    (kVit, "vit"), (kDinov3, "dinov3"))
 // model.norm
 MEMTRAIN_CHOICE(Norm,
     (kNone, "none"), (kGroup, "group"), (kInstance, "instance"))

@@ -64,4 +64,17 @@ Dinov3Load load_dinov3_weights(
     const std::string& what,
     const std::vector<std::string>& rename = {});
 
+// model.pretrained (`what`) into `model`: for model.name=dinov3 a file of a
+// DINOv3 backbone (Meta's or timm's names) goes into its backbone through
+// the table above, and a file of the whole model (memtrain's own
+// model.safetensors: "backbone." and "head." names) into the whole model;
+// for any other model load_weights_file. *lines: the load's report.
+LoadReport load_pretrained_weights(
+    torch::nn::Module& model,
+    const std::string& path,
+    bool strict,
+    const std::string& what,
+    const std::vector<std::string>& rename,
+    std::vector<std::string>* lines);
+
 }  // namespace memtrain

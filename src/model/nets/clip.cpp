@@ -31,7 +31,8 @@ namespace nn = torch::nn;
 // model.seed. tests/e2e/clip_open_clip.sh builds open_clip's model with
 // memtrain's weights and compares names, shapes, order and logits.
 
-ClipSpec clip_spec(const std::string& variant) {
+ClipSpec clip_spec(const std::string& asked) {
+  const std::string variant = asked == "auto" ? "ViT-B-32" : asked;
   const std::string quick = "-quickgelu";
   std::string base = variant;
   ClipSpec s;

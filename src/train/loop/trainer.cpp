@@ -21,6 +21,7 @@
 #include "memtrain/util/clock.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
+#include "memtrain/weights/dinov3_weights.h"
 #include "memtrain/weights/model_state.h"
 #include "train/loop/validate.h"
 #include "train/records/records.h"
@@ -460,15 +461,16 @@ std::vector<std::string> Trainer::load_pretrained() {
     m.pretrained_done = true;
     return {};
   }
-  const LoadReport r = load_weights_file(
+  std::vector<std::string> lines;
+  const LoadReport r = load_pretrained_weights(
       *m.run->model,
       cfg.pretrained,
       cfg.pretrained_strict,
       "model.pretrained",
-      cfg.pretrained_rename);
+      cfg.pretrained_rename,
+      &lines);
   m.pretrained_done = true;
   m.pretrained = pretrained_record(r, cfg.pretrained_strict);
-  const auto lines = r.lines("model.pretrained");
   for (const auto& l : lines)
     log_event(l);
   return lines;

@@ -54,7 +54,7 @@ TEST(InferenceModel, TrainedOnChecksTheConfigAgainstDataTrain) {
   EXPECT_NE(
       error_of([&] { trained_on(mlp, "predict"); })
           .find("predict: model.name=mlp; predict segments volumes with a "
-                "unet3d or swin_unetr config"),
+                "unet3d, swin_unetr or dinov3 config"),
       std::string::npos);
   TrainConfig channels = volume_config(dir);
   channels.model.in_channels = 3;

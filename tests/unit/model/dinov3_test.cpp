@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "memtrain/config/train_config.h"
 #include "memtrain/model/blocks/dinov3_vit.h"
+#include "memtrain/model/nets/dinov3_seg.h"
+#include "memtrain/model/registry.h"
 #include "memtrain/util/error.h"
 #include "memtrain/weights/model_state.h"
 
@@ -200,6 +203,74 @@ TEST(Dinov3, AnImageNotOfWholePatchesIsRefused) {
   }
   EXPECT_THROW(m.forward_features(torch::zeros({1, 3, 32, 32}), {2, 1}), Error);
   EXPECT_THROW(m.forward_features(torch::zeros({1, 3, 32, 32}), {4}), Error);
+}
+
+void copy_state(torch::nn::Module& to, const torch::nn::Module& from) {
+  torch::NoGradGuard no_grad;
+  const NamedTensors a = state_tensors(to), b = state_tensors(from);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i].second.copy_(b[i].second);
+}
+
+std::shared_ptr<Classifier> segmenter(
+    std::vector<int64_t> shape, int64_t axis, int64_t chunk) {
+  ModelConfig cfg;
+  cfg.name = ModelName::kDinov3;
+  cfg.variant = "tiny";
+  cfg.slice_axis = axis;
+  cfg.slice_chunk = chunk;
+  ModelInput in;
+  in.kind = SampleKind::kVolumes;
+  in.sample_shape = std::move(shape);
+  in.num_classes = 3;
+  return make_model(cfg, in);
+}
+
+TEST(Dinov3Segmenter, SlicesAcrossTheAxisAndStacksTheLogitsBack) {
+  torch::manual_seed(4);
+  auto m = segmenter({1, 5, 32, 48}, 0, 0);
+  const torch::Tensor x = torch::randn({2, 1, 5, 32, 48});
+  const torch::Tensor y = m->forward(x);
+  ASSERT_EQ(y.sizes(), torch::IntArrayRef({2, 3, 5, 32, 48}));
+  // Slice 3 of volume 1 alone gives the same logits: slices are
+  // independent and go back where they came from.
+  const torch::Tensor one = m->forward(x.narrow(0, 1, 1).narrow(2, 3, 1));
+  EXPECT_TRUE(
+      torch::allclose(one[0].select(1, 0), y[1].select(1, 3), 1e-5, 1e-5));
+  // Chunks of 3 slices give the logits of all 10 at once (to rounding:
+  // the matrix products see other batch sizes).
+  auto chunked = segmenter({1, 5, 32, 48}, 0, 3);
+  copy_state(*chunked, *m);
+  EXPECT_TRUE(torch::allclose(chunked->forward(x), y, 1e-5, 1e-6));
+  // Across H and across W: the other two sides are the slice.
+  auto across_h = segmenter({1, 32, 5, 48}, 1, 0);
+  const torch::Tensor xh = x.permute({0, 1, 3, 2, 4}).contiguous();
+  copy_state(*across_h, *m);
+  EXPECT_TRUE(torch::allclose(
+      across_h->forward(xh), y.permute({0, 1, 3, 2, 4}), 1e-5, 1e-5));
+}
+
+TEST(Dinov3Segmenter, OnlyTheHeadTrains) {
+  auto m = segmenter({1, 2, 16, 16}, 0, 0);
+  int64_t trained = 0, frozen = 0;
+  for (const auto& p : m->named_parameters()) {
+    if (p.value().requires_grad()) {
+      EXPECT_EQ(p.key().rfind("head.", 0), 0u) << p.key();
+      trained += p.value().numel();
+    } else {
+      EXPECT_EQ(p.key().rfind("backbone.", 0), 0u) << p.key();
+      frozen += p.value().numel();
+    }
+  }
+  EXPECT_EQ(trained, 4 * 64 * 3 + 3);  // a 1x1 conv from 4 layers of 64
+  m->train();
+  m->forward(torch::randn({1, 1, 2, 16, 16})).sum().backward();
+  for (const auto& p : m->named_parameters())
+    EXPECT_EQ(p.value().grad().defined(), p.value().requires_grad()) << p.key();
+  EXPECT_GT(frozen, 0);
+  // A volume of 2 channels is refused, named.
+  EXPECT_THROW(segmenter({2, 2, 16, 16}, 0, 0), Error);
 }
 
 }  // namespace

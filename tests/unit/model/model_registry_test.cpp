@@ -26,7 +26,7 @@ TEST(ModelRegistry, OneRowPerModelName) {
 TEST(ModelRegistry, TraitsGiveTheListsMessagesPrint) {
   EXPECT_EQ(models_with(&ModelRow::conv2d), "cnn, resnet50, seresnext50_32x4d");
   EXPECT_EQ(models_with(&ModelRow::batch_norm), "resnet50, seresnext50_32x4d");
-  EXPECT_EQ(models_on(kOnVolumes), "unet3d or swin_unetr");
+  EXPECT_EQ(models_on(kOnVolumes), "unet3d, swin_unetr or dinov3");
   EXPECT_EQ(models_on(kOnPairs | kOnTokenPairs), "dual_encoder or clip");
   EXPECT_TRUE(trains_on(ModelName::kSeresnext50, kOnImages));
   EXPECT_FALSE(trains_on(ModelName::kSeresnext50, kOnFeatures));
@@ -55,7 +55,8 @@ TEST(ModelRegistry, AModelOnDataItCannotTrainOnIsRefused) {
         std::string(e.what()),
         "model.name=unet3d cannot train on features (f.h5); use "
         "model.name=mlp (mlp: /features, cnn, resnet50, "
-        "seresnext50_32x4d or vit: /images, unet3d or swin_unetr: /volumes, "
+        "seresnext50_32x4d or vit: /images, unet3d, swin_unetr or dinov3: "
+        "/volumes, "
         "dual_encoder: pairs of /features_a or /images with /features_b, "
         "clip: pairs of /images and /tokens)");
   }

@@ -32,7 +32,8 @@ struct ClipSpec {
   Activation act = Activation::kGelu;
 };
 
-// ViT-B-32, ViT-B-16, tiny, each optionally with -quickgelu. Throws
+// ViT-B-32 (also "auto"), ViT-B-16, tiny, each optionally with -quickgelu.
+// Throws
 // memtrain::Error naming model.variant and the choices.
 ClipSpec clip_spec(const std::string& variant);
 

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# model.name=dinov3 trains its head on the slices of volumes (issue 54,
+# point 4; nets/dinov3_seg.h), with the tiny DINOv3 (4 blocks of 64):
+# 1. Its backbone from timm's own file (model.pretrained, timm's names with
+#    q/v biases: tests/peers/dinov3_reference.py) at 2 ranks: the load is
+#    reported as timm's, the loss falls, validation gives per-volume Dice;
+#    model.safetensors' backbone is the file's (converted), bit for bit,
+#    and only its head moved from initial.safetensors.
+# 2. model.slice_chunk=3 trains the window losses of all slices at once
+#    (within 1e-6: the matrix products see other batch sizes), and slicing
+#    across W (slice_axis 2) trains too; each window all-reduces exactly
+#    the head's gradient and the window's totals: 5 classes send exactly
+#    the 4 x 64 x 2 + 2 floats of their larger head more than 3.
+# 3. Refusals, exit 2, one line: a DINOv3 size memtrain lacks, slices not
+#    of whole 16-pixel patches, a file of another size (named by its first
+#    shape that differs and the size it looks like), a NaN bias_mask.
+# Python: the torch venv (torch 2.11, timm: launch/install_peers.sh).
+source "$(dirname "$0")/common.sh"
+OPY=${MEMTRAIN_TORCH_VENV:-/opt/memtrain/torch-venv}/bin/python
+"$OPY" -c 'import timm, safetensors, torch' >/dev/null 2>&1 ||
+  fail "no timm in $OPY: run bash launch/install_peers.sh (it installs timm into the torch venv)"
+REF=("$OPY" "$PEER_SCRIPTS/dinov3_reference.py")
+
+for split in train val; do
+  "$MEMTRAIN" make-data --kind volumes --out $split.h5 --samples 4 --channels 1 \
+    --depth 16 --height 32 --width 32 --classes 3 --noise 0.5 --split $split \
+    --chunk 4 >/dev/null || fail "make-data $split"
+done
+mkdir -p tiny small
+"${REF[@]}" make tiny tiny 7 || fail "timm side (tiny)"
+common=(--data.train=train.h5 --data.val=val.h5 --model.name=dinov3 --model.variant=tiny
+  --data.patch_size=[4,32,32] --data.batch_size=2 --training.effective_batch_size=4
+  --data.patches_per_volume=2 --training.optimizer=adamw --training.lr=0.01
+  --validation.every_epochs=3)
+train() {  # NP NAME ARGS...
+  local np=$1 name=$2
+  shift 2
+  local rc=0
+  timeout 300 "$MPIEXEC" --oversubscribe -np "$np" "$MEMTRAIN" train "${common[@]}" \
+    --output.dir="$name" "$@" >"$name.log" 2>&1 || rc=$?
+  [ "$rc" = 0 ] || { tail -30 "$name.log"; fail "$name: exit status $rc"; }
+}
+
+# 1. timm's file, 2 ranks.
+train 2 timm --model.pretrained=tiny/timm.pth --training.epochs=6 --output.save_initial=true
+grep -q "timm's DINOv3 names (q and v biases" timm.log || { cat timm.log; fail "the load is not reported as timm's"; }
+"$OPY" - timm tiny/timm.pth <<'EOF' || fail "timm: see above"
+import json, sys, torch, safetensors.torch as st
+out, src = sys.argv[1], sys.argv[2]
+rows = [json.loads(l) for l in open(f"{out}/metrics.jsonl")]
+wins = [r for r in rows if r["type"] == "window"]
+vals = [r for r in rows if r["type"] == "validation"]
+assert len({w["allreduce_bytes"] for w in wins}) == 1 and all(w["allreduce_calls"] == 1 for w in wins)
+first, last = wins[0]["loss"], wins[-1]["loss"]
+assert last < 0.8 * first, f"the loss did not fall: {first} -> {last}"
+assert vals and all("val_dice" in v for v in vals), vals
+fin, ini = st.load_file(f"{out}/model.safetensors"), st.load_file(f"{out}/initial.safetensors")
+timm = torch.load(src)
+assert torch.equal(fin["backbone.cls_token"], timm["cls_token"])
+assert torch.equal(fin["backbone.storage_tokens"], timm["reg_token"])
+assert torch.equal(fin["backbone.blocks.2.ls1.gamma"], timm["blocks.2.gamma_1"])
+q = fin["backbone.blocks.1.attn.qkv.bias"]
+assert torch.equal(q[:64], timm["blocks.1.attn.q_bias"]) and torch.equal(q[128:], timm["blocks.1.attn.v_bias"])
+moved = [k for k in fin if not torch.equal(fin[k], ini[k])]
+assert moved and all(k.startswith("head.") for k in moved), moved
+print(f"timm: {len(wins)} windows, loss {first:.4f} -> {last:.4f}, {wins[0]['allreduce_bytes']} bytes "
+      f"all-reduced a window, val_dice {vals[-1]['val_dice']:.3f}; moved: {moved}")
+EOF
+
+# 2. Chunks of slices, and slices across W.
+train 1 all --training.max_windows=3 --data.prefetch=0
+train 1 chunk --training.max_windows=3 --data.prefetch=0 --model.slice_chunk=3
+"$PY" - <<'EOF' || fail "slice_chunk=3 trains other losses than all slices at once"
+import json
+def losses(d):
+    return [json.loads(l)["loss"] for l in open(f"{d}/metrics.jsonl") if '"window"' in l]
+a, b = losses("all"), losses("chunk")
+assert len(a) == 3 and all(abs(x - y) <= 1e-6 * abs(x) for x, y in zip(a, b)), (a, b)
+EOF
+train 2 across_w --training.max_windows=2 --model.slice_axis=2 --data.patch_size=[16,32,4] \
+  --model.num_classes=5
+# The all-reduce is the head's gradient and the window's totals, nothing
+# of the backbone: 5 classes all-reduce exactly the 4 x 64 x 2 + 2 more
+# floats of their head, and what is not the head's gradient is the same
+# few hundred bytes (WindowTotals at 2 ranks) in both runs.
+"$PY" - <<'EOF' || fail "the all-reduce is not the head's gradient"
+import json
+def sent(d):
+    return {json.loads(l)["allreduce_bytes"] for l in open(f"{d}/metrics.jsonl") if '"window"' in l}
+a, b = sent("timm"), sent("across_w")
+assert len(a) == len(b) == 1, (a, b)
+a, b = a.pop(), b.pop()
+head3, head5 = 4 * 64 * 3 + 3, 4 * 64 * 5 + 5
+assert b - a == 4 * (head5 - head3), (a, b)
+rest = a - 4 * head3
+assert rest == b - 4 * head5 and 0 < rest < 1024, rest
+print(f"all-reduced a window: {a} bytes (head 3 classes: {4 * head3}), {b} bytes "
+      f"(5 classes: {4 * head5}); the rest {rest} bytes")
+EOF
+
+# 3. Refusals.
+refused() {  # NAME PATTERN ARGS...
+  local name=$1 pattern=$2 rc=0
+  shift 2
+  "$MEMTRAIN" train "${common[@]}" --output.dir="r_$name" --training.max_windows=1 "$@" \
+    >"r_$name.log" 2>&1 || rc=$?
+  [ "$rc" = 2 ] || { cat "r_$name.log"; fail "$name: exit status $rc, not 2"; }
+  grep -qF -- "$pattern" "r_$name.log" || { cat "r_$name.log"; fail "$name: no '$pattern'"; }
+}
+refused size "'vitl16' is not a DINOv3 size memtrain has" --model.variant=vitl16
+refused patches "must be multiples of 16" --data.patch_size=[4,24,32]
+refused other "cls_token [1, 1, 64] in the file, [1, 1, 384] in vits16 - this looks like tiny" \
+  --model.variant=vits16 --model.pretrained=tiny/meta.pth
+refused nan "blocks.1.attn.qkv.bias_mask holds NaN" --model.pretrained=tiny/meta_nan_mask.pth
+echo "dinov3_train: passed"
