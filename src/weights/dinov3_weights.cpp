@@ -6,7 +6,6 @@
 #include <set>
 #include <sstream>
 
-#include "memtrain/model/nets/dinov3_seg.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -204,24 +203,12 @@ NamedTensors dinov3_state(
         "rope_embed.periods made: computed in float32, as timm does");
   }
 
-  // Refusals that name the file's own tensors, before any shape check.
-  for (const auto& [name, t] : out) {
-    if (!t.is_floating_point() || torch::isfinite(t).all().item<bool>())
-      continue;
-    if (ends_with(name, ".bias_mask"))
-      throw Error(
-          where + name +
-          " holds NaN: Meta's model creates its bias masks full of NaN and "
-          "init_weights() sets them; this file was saved before that. Take "
-          "the released weights, or call model.init_weights() before "
-          "torch.save");
-    throw Error(where + name + " is not finite (NaN or inf)");
-  }
   // A file of another size: the first tensor whose shape differs.
   std::map<std::string, at::Tensor> converted;
   for (const auto& [name, t] : out)
     converted.emplace(name, t);
-  for (const auto& [name, t] : state_tensors(backbone)) {
+  const NamedTensors mine = state_tensors(backbone);
+  for (const auto& [name, t] : mine) {
     const auto it = converted.find(name);
     if (it == converted.end() || it->second.sizes() == t.sizes())
       continue;
@@ -235,11 +222,23 @@ NamedTensors dinov3_state(
              : " - this looks like " + looks) +
         "; set model.variant to the file's size");
   }
-  if (!looks.empty() && looks != spec.variant && depth != spec.depth)
+  // A non-finite tensor the backbone would take.
+  for (const auto& [name, ignored] : mine) {
+    const auto it = converted.find(name);
+    if (it == converted.end() || !it->second.is_floating_point() ||
+        torch::isfinite(it->second).all().item<bool>())
+      continue;
+    if (ends_with(name, ".bias_mask"))
+      throw Error(
+          where + name +
+          " holds NaN: Meta's model creates its bias masks full of NaN and "
+          "init_weights() sets them; this file was saved before that. Take "
+          "the released weights, or call model.init_weights() before "
+          "torch.save");
     throw Error(
-        where + "the file has " + std::to_string(depth) + " blocks, " +
-        spec.variant + " has " + std::to_string(spec.depth) +
-        " - this looks like " + looks + "; set model.variant to it");
+        where + name + " is not finite (NaN or inf)" +
+        (timm && ends_with(name, ".qkv.bias") ? " (from q_bias, v_bias)" : ""));
+  }
   return out;
 }
 
@@ -291,28 +290,35 @@ LoadReport load_pretrained_weights(
     const std::string& what,
     const std::vector<std::string>& rename,
     std::vector<std::string>* lines) {
-  auto* seg = dynamic_cast<Dinov3Segmenter*>(&model);
+  const auto* child = model.named_children().find("backbone");
+  auto* vit = child ? dynamic_cast<Dinov3Vit*>(child->get()) : nullptr;
   LoadReport r;
-  if (seg == nullptr) {
+  if (vit == nullptr) {
     r = load_weights_file(model, path, strict, what, rename);
     *lines = r.lines(what);
     return r;
   }
   int64_t renamed = 0;
   TorchWeights file = read_weights_file(path, what, rename, &renamed);
-  const bool whole =
-      std::any_of(file.tensors.begin(), file.tensors.end(), [](const auto& t) {
-        return t.first.rfind("backbone.", 0) == 0;
-      });
-  if (whole) {
+  auto any_starts = [&](const std::string& prefix) {
+    return std::any_of(
+        file.tensors.begin(), file.tensors.end(), [&](const auto& t) {
+          return t.first.rfind(prefix, 0) == 0;
+        });
+  };
+  if (any_starts("backbone.") && any_starts("head.")) {  // a whole model
     r = load_state(model, file.tensors, path, strict, what, "head");
     r.entry = file.entry;
     r.renamed = renamed;
     *lines = r.lines(what);
     return r;
   }
-  const Dinov3Load d = load_dinov3_file(
-      seg->backbone(), std::move(file), renamed, path, strict, what);
+  // A backbone, its names maybe under "backbone." (a framework's).
+  for (auto& [name, t] : file.tensors)
+    if (name.rfind("backbone.", 0) == 0)
+      name = name.substr(9);
+  const Dinov3Load d =
+      load_dinov3_file(*vit, std::move(file), renamed, path, strict, what);
   *lines = d.lines(what);
   return d.report;
 }

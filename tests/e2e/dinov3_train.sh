@@ -5,7 +5,8 @@
 #    q/v biases: tests/peers/dinov3_reference.py) at 2 ranks: the load is
 #    reported as timm's, the loss falls, validation gives per-volume Dice;
 #    model.safetensors' backbone is the file's (converted), bit for bit,
-#    and only its head moved from initial.safetensors.
+#    and only its head moved from initial.safetensors. Meta's file, and
+#    the run's own model.safetensors (backbone and head) load too.
 # 2. model.slice_chunk=3 trains the window losses of all slices at once
 #    (within 1e-6: the matrix products see other batch sizes), and slicing
 #    across W (slice_axis 2) trains too; each window all-reduces exactly
@@ -96,6 +97,20 @@ rest = a - 4 * head3
 assert rest == b - 4 * head5 and 0 < rest < 1024, rest
 print(f"all-reduced a window: {a} bytes (head 3 classes: {4 * head3}), {b} bytes "
       f"(5 classes: {4 * head5}); the rest {rest} bytes")
+EOF
+
+# Meta's file, and memtrain's own whole model (backbone and head), as
+# model.pretrained.
+train 1 meta --training.max_windows=1 --model.pretrained=tiny/meta.pth
+grep -q "Meta's DINOv3 names" meta.log || { cat meta.log; fail "meta.pth not read as Meta's"; }
+grep -q "mask_token dropped" meta.log || { cat meta.log; fail "meta.pth: mask_token not reported dropped"; }
+train 1 whole --training.max_windows=1 --model.pretrained=timm/model.safetensors \
+  --output.save_initial=true
+grep -q "69 of 69 tensors loaded" whole.log || { cat whole.log; fail "the whole model did not load by name"; }
+"$OPY" - <<'EOF' || fail "the whole model's head was not loaded"
+import torch, safetensors.torch as st
+a, b = st.load_file("timm/model.safetensors"), st.load_file("whole/initial.safetensors")
+assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
 EOF
 
 # 3. Refusals.

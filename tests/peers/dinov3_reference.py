@@ -8,7 +8,8 @@ make OUT VARIANT SEED
       timm_noqkvb.pth                the model without q/v biases
       meta.pth                       the _qkvb state dict in Meta's names
                                      (storage_tokens, mask_token, ls1.gamma,
-                                     qkv.bias with a zero key part, bias_mask,
+                                     qkv.bias with a random key part that
+                                     bias_mask removes, bias_mask,
                                      rope_embed.periods); timm's own converter
                                      (eva.checkpoint_filter_fn) must turn it
                                      back into timm.pth exactly
@@ -79,7 +80,9 @@ def to_meta(tsd, m):
         out[p + "norm1.weight"] = tsd[p + "norm1.weight"]
         out[p + "norm1.bias"] = tsd[p + "norm1.bias"]
         out[p + "attn.qkv.weight"] = tsd[p + "attn.qkv.weight"]
-        out[p + "attn.qkv.bias"] = torch.cat([q, torch.zeros(d), v])
+        # A key part that is not zero: Meta's mask must remove it (timm's
+        # converter drops it).
+        out[p + "attn.qkv.bias"] = torch.cat([q, torch.randn(d), v])
         out[p + "attn.qkv.bias_mask"] = torch.cat([torch.ones(d), torch.zeros(d), torch.ones(d)])
         out[p + "attn.proj.weight"] = tsd[p + "attn.proj.weight"]
         out[p + "attn.proj.bias"] = tsd[p + "attn.proj.bias"]

@@ -39,12 +39,13 @@ struct Dinov3Load {
 };
 
 // The tensors of a DINOv3 state dict in memtrain's names, for `backbone`.
-// Throws memtrain::Error, naming `what` and `path`, for: a file of neither
-// naming (its first names), a SwiGLU checkpoint (ViT-S+/H+/7B: not
-// supported yet), a file of another size (the first tensor whose shape
-// differs, with the size the file looks like), a non-finite bias_mask or
-// mask_token or any other non-finite tensor (named), half of a q/v bias
-// pair.
+// Throws memtrain::Error, naming `what` and `path`, for, in this order: a
+// file of neither naming (its first names), a SwiGLU checkpoint
+// (ViT-S+/H+/7B: not supported yet), a non-finite mask_token, half of a
+// q/v bias pair, a file of another size (the first tensor whose shape
+// differs, with the size the file looks like), a non-finite tensor the
+// backbone takes (a NaN bias_mask: Meta's module before init_weights).
+// These hold whatever model.pretrained_strict says.
 NamedTensors dinov3_state(
     NamedTensors file,
     const Dinov3Vit& backbone,
@@ -64,11 +65,12 @@ Dinov3Load load_dinov3_weights(
     const std::string& what,
     const std::vector<std::string>& rename = {});
 
-// model.pretrained (`what`) into `model`: for model.name=dinov3 a file of a
-// DINOv3 backbone (Meta's or timm's names) goes into its backbone through
-// the table above, and a file of the whole model (memtrain's own
-// model.safetensors: "backbone." and "head." names) into the whole model;
-// for any other model load_weights_file. *lines: the load's report.
+// model.pretrained (`what`) into `model`. A model with a DINOv3 backbone
+// (a child "backbone" that is a Dinov3Vit: model.name=dinov3) takes a file
+// of the whole model (memtrain's own model.safetensors: "backbone." and
+// "head." names) by name, and a file of a backbone (Meta's or timm's
+// names, also under "backbone.") into its backbone through the table
+// above; any other model: load_weights_file. *lines: the load's report.
 LoadReport load_pretrained_weights(
     torch::nn::Module& model,
     const std::string& path,

@@ -179,11 +179,14 @@ Dinov3Features Dinov3Vit::forward_features(
   const int64_t prefix = 1 + spec_.storage_tokens;
   const torch::Tensor patches =
       proj_->forward(images).flatten(2).transpose(1, 2);
+  // As torch.cat promotes: float32 tokens keep float32 patches (autocast's
+  // bfloat16 convolution) from rounding them.
+  const auto dt =
+      at::promote_types(patches.scalar_type(), cls_token_.scalar_type());
   torch::Tensor x = torch::cat(
-      {cls_token_.expand({b, 1, d}).to(patches.scalar_type()),
-       storage_tokens_.expand({b, spec_.storage_tokens, d})
-           .to(patches.scalar_type()),
-       patches},
+      {cls_token_.expand({b, 1, d}).to(dt),
+       storage_tokens_.expand({b, spec_.storage_tokens, d}).to(dt),
+       patches.to(dt)},
       1);
   const auto [sin, cos] = rope_->sincos(h, w);
   Dinov3Features out;

@@ -249,6 +249,11 @@ TEST(Dinov3Segmenter, SlicesAcrossTheAxisAndStacksTheLogitsBack) {
   copy_state(*across_h, *m);
   EXPECT_TRUE(torch::allclose(
       across_h->forward(xh), y.permute({0, 1, 3, 2, 4}), 1e-5, 1e-5));
+  auto across_w = segmenter({1, 32, 48, 5}, 2, 0);
+  const torch::Tensor xw = x.permute({0, 1, 3, 4, 2}).contiguous();
+  copy_state(*across_w, *m);
+  EXPECT_TRUE(torch::allclose(
+      across_w->forward(xw), y.permute({0, 1, 3, 4, 2}), 1e-5, 1e-5));
 }
 
 TEST(Dinov3Segmenter, OnlyTheHeadTrains) {
