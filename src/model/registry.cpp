@@ -59,7 +59,7 @@ std::string clip_words(const ModelConfig& c, const BannerFacts&) {
          ", open_clip's ViT and text transformer";
 }
 std::string dinov3_words(const ModelConfig& c, const BannerFacts&) {
-  return dinov3_variant(c) +
+  return dinov3_spec(c.variant).variant +
          ", Meta's DINOv3 ViT (frozen) on slices across axis " +
          std::to_string(c.slice_axis) + ", a trained head";
 }

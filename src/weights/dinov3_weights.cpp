@@ -3,23 +3,15 @@
 #include <algorithm>
 #include <map>
 #include <regex>
-#include <set>
-#include <sstream>
 
 #include "memtrain/util/error.h"
+#include "weights/names.h"
 
 namespace memtrain {
 namespace {
 
 std::string shape_of(const at::Tensor& t) {
-  std::ostringstream s;
-  s << t.sizes();
-  return s.str();
-}
-
-bool ends_with(const std::string& s, const std::string& end) {
-  return s.size() >= end.size() &&
-         s.compare(s.size() - end.size(), end.size(), end) == 0;
+  return shape_text(t.sizes().vec());
 }
 
 bool has(const std::map<std::string, at::Tensor>& m, const std::string& k) {
@@ -66,20 +58,17 @@ NamedTensors dinov3_state(
   const bool meta = has(by_name, "storage_tokens");
   const bool timm = has(by_name, "reg_token");
   if (meta == timm) {
-    std::vector<std::string> first;
-    for (size_t i = 0; i < file.size() && i < 6; ++i)
-      first.push_back(file[i].first);
-    std::string names;
-    for (const auto& n : first)
-      names += (names.empty() ? "" : ", ") + n;
+    std::vector<std::string> names;
+    for (const auto& [name, t] : file)
+      names.push_back(name);
     throw Error(
         where +
         (meta ? "holds both storage_tokens (Meta's name) and reg_token "
                 "(timm's): not one DINOv3 ViT state dict"
               : "not a DINOv3 ViT state dict (no storage_tokens, as Meta "
                 "names its 4 register tokens, nor reg_token, as timm does); "
-                "its first names: " +
-                    names));
+                "its names: " +
+                    first_few(names)));
   }
   for (const auto& [name, t] : file) {
     static const std::regex swiglu("\\.mlp\\.(w1|w2|w3|w12|fc1_g|fc1_x)\\.");

@@ -3,11 +3,11 @@
 #include <fstream>
 #include <map>
 #include <regex>
-#include <sstream>
 
 #include "memtrain/dist/communicator.h"
 #include "memtrain/util/error.h"
 #include "memtrain/weights/torch_file.h"
+#include "weights/names.h"
 
 namespace memtrain {
 namespace {
@@ -24,30 +24,6 @@ void collect(
   }
   for (const auto& c : m.named_children())
     collect(*c.value(), prefix + c.key() + ".", out);
-}
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    out << (i ? ", " : "") << s[i];
-  out << "]";
-  return out.str();
-}
-
-// "a, b, c, ... (12 more)": the first `few` items.
-std::string first_few(const std::vector<std::string>& items, size_t few = 6) {
-  std::string out;
-  for (size_t i = 0; i < items.size() && i < few; ++i)
-    out += (i ? ", " : "") + items[i];
-  if (items.size() > few)
-    out += ", ... (" + std::to_string(items.size() - few) + " more)";
-  return out;
-}
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() &&
-         s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 bool matches_prefix(const std::string& name, const std::string& p) {

@@ -14,8 +14,9 @@
 //   (the rest: the same names in all three)
 //
 // On loading: mask_token is dropped (Meta adds only 0 * mask_token to the
-// class token); Meta's periods load as stored (bfloat16 in Meta's released
-// files: converted exactly to the float32 buffer), timm's files get them
+// class token); Meta's periods load as stored (bfloat16, as timm says
+// Meta's released files hold them: converted exactly to the float32
+// buffer), timm's files get them
 // computed in float32 as timm does; timm's q and v biases become the qkv
 // bias with a zero key part, and no biases (timm without _qkvb) a zero
 // bias; timm's files get the mask [1, 0, 1], the one Meta's init_weights

@@ -16,7 +16,8 @@ const std::vector<std::string>& dinov3_variants() {
   return v;
 }
 
-Dinov3Spec dinov3_spec(const std::string& variant) {
+Dinov3Spec dinov3_spec(const std::string& asked) {
+  const std::string variant = asked == "auto" ? "vits16" : asked;
   Dinov3Spec s;
   s.variant = variant;
   if (variant == "vits16") {

@@ -83,15 +83,11 @@ torch::Tensor Dinov3Segmenter::forward(torch::Tensor x) {
   return logits.reshape({n, slices, k, a, b}).movedim(2, 1).movedim(2, axis);
 }
 
-std::string dinov3_variant(const ModelConfig& cfg) {
-  return cfg.variant == "auto" ? "vits16" : cfg.variant;
-}
-
 std::shared_ptr<Classifier> make_dinov3(
     const ModelConfig& cfg, const ModelInput& input) {
   const auto& shape = input.sample_shape;  // [C, D, H, W]
   MT_CHECK(shape.size() == 4, "model.name=dinov3 trains on /volumes");
-  const Dinov3Spec spec = dinov3_spec(dinov3_variant(cfg));
+  const Dinov3Spec spec = dinov3_spec(cfg.variant);
   return std::make_shared<Dinov3Segmenter>(
       spec, shape[0], input.num_classes, cfg.slice_axis, cfg.slice_chunk);
 }

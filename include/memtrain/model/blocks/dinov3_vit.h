@@ -52,7 +52,8 @@ struct Dinov3Spec {
 
 // The variants, in the order the refusal names them.
 const std::vector<std::string>& dinov3_variants();
-// Throws memtrain::Error naming `variant` and the variants there are.
+// The spec of `variant` ("auto": vits16). Throws memtrain::Error naming
+// `variant` and the variants there are.
 Dinov3Spec dinov3_spec(const std::string& variant);
 
 // The patch features of chosen blocks: each block's output through the

@@ -53,7 +53,4 @@ class Dinov3Segmenter : public Classifier {
 std::shared_ptr<Classifier> make_dinov3(
     const ModelConfig& cfg, const ModelInput& input);
 
-// model.variant for model.name=dinov3: "auto" is vits16.
-std::string dinov3_variant(const ModelConfig& cfg);
-
 }  // namespace memtrain
