@@ -92,12 +92,13 @@ at::Tensor InferenceModel::predict_volume(
   return volume_probs(
       volume,
       m.on.num_classes,
-      [&m](const at::Tensor& windows) {
+      [&m](const at::Tensor& windows, const at::Tensor& context) {
         return autocast_forward(
-            *m.model, m.cfg.training, m.placement, windows, at::Tensor());
+            *m.model, m.cfg.training, m.placement, windows, context);
       },
       m.cfg.validation,
       validation_roi(m.cfg),
+      context_view(m.cfg.model),
       &m.sw_batch,
       rank,
       where,

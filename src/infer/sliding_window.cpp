@@ -196,17 +196,30 @@ at::Tensor sliding_window_probs(
     at::Tensor probs;  // (B, K, rd, rh, rw), weighted
     {
       at::Tensor gathered;  // (B, C, rd, rh, rw), host
+      at::Tensor contexts;  // their context crops, host
       {
         memory::HostScope host;
         gathered = torch::empty({full, channels, roi[0], roi[1], roi[2]});
-        for (int64_t i = 0; i < full; ++i)
-          gathered[i].copy_(patch(vol, windows[b0 + std::min(i, batch - 1)]));
+        if (opt.context.on())
+          contexts = torch::empty_like(gathered);
+        for (int64_t i = 0; i < full; ++i) {
+          const Window& w = windows[b0 + std::min(i, batch - 1)];
+          gathered[i].copy_(patch(vol, w));
+          if (opt.context.on())
+            contexts[i].copy_(
+                cut_context(vol, {w.z, w.y, w.x}, roi, opt.context));
+        }
       }
       memory::DeviceScope device;
       at::Tensor x = placement.to_device(gathered);
       gathered = at::Tensor();
-      at::Tensor logits = predict(x);
+      at::Tensor c;
+      if (contexts.defined())
+        c = placement.to_device(contexts);
+      contexts = at::Tensor();
+      at::Tensor logits = predict(x, c);
       x = at::Tensor();
+      c = at::Tensor();
       MT_CHECK(
           logits.dim() == 5 && logits.size(0) == full &&
               logits.size(1) == num_classes && logits.size(2) == roi[0] &&
@@ -266,6 +279,7 @@ at::Tensor volume_probs(
     const PatchPredictor& predict,
     const ValidationConfig& cfg,
     const std::array<int64_t, 3>& roi,
+    const ContextView& context,
     int64_t* sw_batch,
     int rank,
     const std::string& where,
@@ -299,6 +313,7 @@ at::Tensor volume_probs(
     opt.sigma_scale = cfg.sigma_scale;
     opt.padding = cfg.padding;
     opt.offload_cpu = cfg.offload == Offload::kCpu;
+    opt.context = context;
     probs = sliding_window_probs(volume, num_classes, predict, opt, placement);
   });
   return probs;

@@ -144,6 +144,8 @@ Batch PatchSource::allocate(int64_t n, bool pinned) const {
   Batch b;
   b.x = host_empty({n, c, p[0], p[1], p[2]}, at::kFloat, pinned);
   b.y = host_empty({n, p[0], p[1], p[2]}, at::kLong, pinned);
+  if (context_.on())
+    b.context = host_empty({n, c, p[0], p[1], p[2]}, at::kFloat, pinned);
   return b;
 }
 
@@ -157,6 +159,16 @@ void PatchSource::read(
   for (size_t k = 0; k < ids.size(); ++k) {
     const PatchRef r = sampler_.at(epoch, ids[k]);
     data_.read_patch(r.volume, r.corner, p, x + k * numel, y + k * voxels);
+    if (context_.on()) {
+      const Box box = context_box(r.corner, p, context_);
+      const int64_t c = data_.info().sample_shape[0];
+      const at::Tensor crop =
+          at::empty({c, box.size[0], box.size[1], box.size[2]}, at::kFloat);
+      data_.read_patch(
+          r.volume, box.corner, box.size, crop.data_ptr<float>(), nullptr);
+      into.context[static_cast<int64_t>(k)].copy_(
+          resize_context(crop, p, context_));
+    }
     std::vector<int64_t> dims;
     for (int64_t a = 0; a < 3; ++a) {
       if (r.flip[a])
@@ -170,6 +182,10 @@ void PatchSource::read(
         xdims.push_back(a + 1);  // after the channel axis
       xs.copy_(xs.flip(xdims));
       ys.copy_(ys.flip(dims));
+      if (context_.on()) {
+        at::Tensor cs = into.context[static_cast<int64_t>(k)];
+        cs.copy_(cs.flip(xdims));
+      }
     }
   }
   if (finite_ != nullptr) {
@@ -185,6 +201,22 @@ void PatchSource::read(
                  std::to_string(r.corner[1]) + ", " +
                  std::to_string(r.corner[2]) + ")";
         });
+    if (context_.on()) {  // the crop reaches voxels the patch does not
+      finite_->check(
+          data_.info().path,
+          layout::path(layout::kVolumes),
+          into.context,
+          epoch,
+          [&](int64_t k) {
+            const PatchRef r = sampler_.at(epoch, ids[k]);
+            return "volume " + std::to_string(r.volume) +
+                   "'s context crop (model.context.scale) around the "
+                   "patch at (" +
+                   std::to_string(r.corner[0]) + ", " +
+                   std::to_string(r.corner[1]) + ", " +
+                   std::to_string(r.corner[2]) + ")";
+          });
+    }
   }
 }
 

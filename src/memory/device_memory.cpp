@@ -1,6 +1,8 @@
 #include "memtrain/memory/device_memory.h"
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 
 #include "memory_backend.h"
 #include "memtrain/util/error.h"
@@ -10,7 +12,24 @@ namespace {
 
 std::atomic<MemoryBackend*> g_backend{nullptr};
 
+// The peaks a PeakScope restarted, which stats() still reports (Note [Peak
+// scopes]).
+std::mutex g_carried_mu;
+Stats g_carried;  // peak_allocated, peak_reserved, host_peak
+bool g_in_scope = false;
+
 }  // namespace
+
+// Note [Peak scopes]
+// ~~~~~~~~~~~~~~~~~~
+// The window record's mem_peak is the device's peak since the window
+// began (Monitor::begin_window resets it). A model that reports the peaks
+// of its own phases (the frozen backbone's extraction, the context's)
+// needs a peak of its own inside that window without losing the window's:
+// a PeakScope notes the peaks so far, restarts them, and on leaving folds
+// what it noted back in, kept here and merged into every stats() until the
+// next reset_peak(). So the window's peak is the same with or without the
+// scopes, and each scope's peak() is its own phase's.
 
 void activate_backend(MemoryBackend* backend) {
   MemoryBackend* expected = nullptr;
@@ -41,12 +60,44 @@ std::string backend_name() {
 
 Stats stats() {
   MemoryBackend* b = g_backend.load();
-  return b ? b->stats() : Stats{};
+  Stats s = b ? b->stats() : Stats{};
+  std::lock_guard<std::mutex> lock(g_carried_mu);
+  s.peak_allocated = std::max(s.peak_allocated, g_carried.peak_allocated);
+  s.peak_reserved = std::max(s.peak_reserved, g_carried.peak_reserved);
+  s.host_peak = std::max(s.host_peak, g_carried.host_peak);
+  return s;
 }
 
 void reset_peak() {
+  {
+    std::lock_guard<std::mutex> lock(g_carried_mu);
+    g_carried = Stats{};
+  }
   if (MemoryBackend* b = g_backend.load())
     b->reset_peak();
+}
+
+PeakScope::PeakScope() {
+  MemoryBackend* b = g_backend.load();
+  const Stats now = stats();
+  std::lock_guard<std::mutex> lock(g_carried_mu);
+  MT_INTERNAL_ASSERT(!g_in_scope, "PeakScopes do not nest");
+  g_in_scope = true;
+  g_carried.peak_allocated = now.peak_allocated;
+  g_carried.peak_reserved = now.peak_reserved;
+  g_carried.host_peak = now.host_peak;
+  if (b != nullptr)
+    b->reset_peak();
+}
+
+PeakScope::~PeakScope() {
+  std::lock_guard<std::mutex> lock(g_carried_mu);
+  g_in_scope = false;
+}
+
+int64_t PeakScope::peak() const {
+  MemoryBackend* b = g_backend.load();
+  return b ? b->stats().peak_allocated : 0;
 }
 
 int64_t release_cache() {

@@ -200,6 +200,23 @@ constexpr int64_t kCheaperTiersTried = 2;
 
 }  // namespace
 
+int64_t largest_chunk(int64_t units, const std::function<bool(int64_t)>& fits) {
+  int64_t good = 1, bad = 0;  // bad 0: nothing failed yet
+  while (good < units) {
+    const int64_t next = std::min(2 * good, units);
+    if (!fits(next)) {
+      bad = next;
+      break;
+    }
+    good = next;
+  }
+  while (bad > 0 && bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    (fits(mid) ? good : bad) = mid;
+  }
+  return good;
+}
+
 MemoryPlan plan_memory(const PlanRequest& req, const ProbeFn& fn) {
   MT_INTERNAL_ASSERT(req.rank_share >= 1 && req.num_segments >= 0);
   MemoryPlan plan;

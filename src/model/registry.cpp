@@ -61,7 +61,12 @@ std::string clip_words(const ModelConfig& c, const BannerFacts&) {
 std::string dinov3_words(const ModelConfig& c, const BannerFacts&) {
   return dinov3_spec(c.variant).variant +
          ", Meta's DINOv3 ViT (frozen) on slices across axis " +
-         std::to_string(c.slice_axis) + ", a trained head";
+         std::to_string(c.slice_axis) +
+         (c.context.scale > 0
+              ? detail::concat(
+                    ", context x", c.context.scale, " (", c.context.fusion, ")")
+              : std::string()) +
+         ", a trained head";
 }
 
 // --- the rows, in ModelName's order
@@ -150,6 +155,7 @@ std::vector<ModelRow> make_rows() {
   r.refuses_group_norm =
       "normalises with its frozen backbone's layer norms only (Meta's "
       "DINOv3); model.norm=group is unet3d's (set model.norm=none)";
+  r.context_crops = true;
   r.make = make_dinov3;
   r.words = dinov3_words;
   rows.push_back(r);
@@ -293,6 +299,22 @@ void check_model_config(const TrainConfig& cfg) {
       "); model.name=",
       model.name,
       " has none: set model.channels_last=auto or off");
+  const double scale = model.context.scale;
+  MT_CHECK(
+      scale == 0.0 || row.context_crops,
+      "config: model.context.scale=",
+      scale,
+      " is for the models that take a context crop (",
+      models_with(&ModelRow::context_crops),
+      "); model.name=",
+      model.name,
+      " takes none: set model.context.scale=0");
+  MT_CHECK(
+      scale == 0.0 || scale > 1.0,
+      "config: model.context.scale=",
+      scale,
+      ": the context crop must be larger than the patch (> 1, e.g. 2), "
+      "or 0 for no context");
 }
 
 int64_t model_feature_size(const ModelConfig& m) {

@@ -34,3 +34,25 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
+
+# `memtrain train` on NP ranks with the script's array `common` (set it
+# first) and ARGS, into output.dir=NAME, its output in NAME.log; a failure
+# prints the log's tail.
+train_common() {  # NP NAME ARGS...
+  local np=$1 name=$2 rc=0
+  shift 2
+  timeout 300 "$MPIEXEC" --oversubscribe -np "$np" "$MEMTRAIN" train "${common[@]}" \
+    --output.dir="$name" "$@" >"$name.log" 2>&1 || rc=$?
+  [ "$rc" = 0 ] || { tail -30 "$name.log"; fail "$name: exit status $rc"; }
+}
+
+# `memtrain train` with `common` and ARGS must stop at once with exit
+# status 2 and a line holding PATTERN (a fixed string).
+refused_common() {  # NAME PATTERN ARGS...
+  local name=$1 pattern=$2 rc=0
+  shift 2
+  "$MEMTRAIN" train "${common[@]}" --output.dir="r_$name" --training.max_windows=1 "$@" \
+    >"r_$name.log" 2>&1 || rc=$?
+  [ "$rc" = 2 ] || { cat "r_$name.log"; fail "$name: exit status $rc, not 2"; }
+  grep -qF -- "$pattern" "r_$name.log" || { cat "r_$name.log"; fail "$name: no '$pattern'"; }
+}

@@ -12,7 +12,8 @@
 #    across W (slice_axis 2) trains too; each window all-reduces exactly
 #    the head's gradient and the window's totals: 5 classes send exactly
 #    the 4 x 64 x 2 + 2 floats of their larger head more than 3.
-# 3. Refusals, exit 2, one line: a DINOv3 size memtrain lacks, slices not
+# 3. model.slice_chunk auto under memory.budget: the planner's chunk.
+# 4. Refusals, exit 2, one line: a DINOv3 size memtrain lacks, slices not
 #    of whole 16-pixel patches, a file of another size (named by its first
 #    shape that differs and the size it looks like), a NaN bias_mask.
 # Python: the torch venv (torch 2.11, timm: launch/install_peers.sh).
@@ -33,17 +34,9 @@ common=(--data.train=train.h5 --data.val=val.h5 --model.name=dinov3 --model.vari
   --data.patch_size=[4,32,32] --data.batch_size=2 --training.effective_batch_size=4
   --data.patches_per_volume=2 --training.optimizer=adamw --training.lr=0.01
   --validation.every_epochs=3)
-train() {  # NP NAME ARGS...
-  local np=$1 name=$2
-  shift 2
-  local rc=0
-  timeout 300 "$MPIEXEC" --oversubscribe -np "$np" "$MEMTRAIN" train "${common[@]}" \
-    --output.dir="$name" "$@" >"$name.log" 2>&1 || rc=$?
-  [ "$rc" = 0 ] || { tail -30 "$name.log"; fail "$name: exit status $rc"; }
-}
 
 # 1. timm's file, 2 ranks.
-train 2 timm --model.pretrained=tiny/timm.pth --training.epochs=6 --output.save_initial=true
+train_common 2 timm --model.pretrained=tiny/timm.pth --training.epochs=6 --output.save_initial=true
 grep -q "timm's DINOv3 names (q and v biases" timm.log || { cat timm.log; fail "the load is not reported as timm's"; }
 "$OPY" - timm tiny/timm.pth <<'EOF' || fail "timm: see above"
 import json, sys, torch, safetensors.torch as st
@@ -69,8 +62,8 @@ print(f"timm: {len(wins)} windows, loss {first:.4f} -> {last:.4f}, {wins[0]['all
 EOF
 
 # 2. Chunks of slices, and slices across W.
-train 1 all --training.max_windows=3 --data.prefetch=0
-train 1 chunk --training.max_windows=3 --data.prefetch=0 --model.slice_chunk=3
+train_common 1 all --training.max_windows=3 --data.prefetch=0
+train_common 1 chunk --training.max_windows=3 --data.prefetch=0 --model.slice_chunk=3
 "$PY" - <<'EOF' || fail "slice_chunk=3 trains other losses than all slices at once"
 import json
 def losses(d):
@@ -78,7 +71,7 @@ def losses(d):
 a, b = losses("all"), losses("chunk")
 assert len(a) == 3 and all(abs(x - y) <= 1e-6 * abs(x) for x, y in zip(a, b)), (a, b)
 EOF
-train 2 across_w --training.max_windows=2 --model.slice_axis=2 --data.patch_size=[16,32,4] \
+train_common 2 across_w --training.max_windows=2 --model.slice_axis=2 --data.patch_size=[16,32,4] \
   --model.num_classes=5
 # The all-reduce is the head's gradient and the window's totals, nothing
 # of the backbone: 5 classes all-reduce exactly the 4 x 64 x 2 + 2 more
@@ -101,10 +94,10 @@ EOF
 
 # Meta's file, and memtrain's own whole model (backbone and head), as
 # model.pretrained.
-train 1 meta --training.max_windows=1 --model.pretrained=tiny/meta.pth
+train_common 1 meta --training.max_windows=1 --model.pretrained=tiny/meta.pth
 grep -q "Meta's DINOv3 names" meta.log || { cat meta.log; fail "meta.pth not read as Meta's"; }
 grep -q "mask_token dropped" meta.log || { cat meta.log; fail "meta.pth: mask_token not reported dropped"; }
-train 1 whole --training.max_windows=1 --model.pretrained=timm/model.safetensors \
+train_common 1 whole --training.max_windows=1 --model.pretrained=timm/model.safetensors \
   --output.save_initial=true
 grep -q "69 of 69 tensors loaded" whole.log || { cat whole.log; fail "the whole model did not load by name"; }
 "$OPY" - <<'EOF' || fail "the whole model's head was not loaded"
@@ -113,18 +106,44 @@ a, b = st.load_file("timm/model.safetensors"), st.load_file("whole/initial.safet
 assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
 EOF
 
-# 3. Refusals.
-refused() {  # NAME PATTERN ARGS...
-  local name=$1 pattern=$2 rc=0
-  shift 2
-  "$MEMTRAIN" train "${common[@]}" --output.dir="r_$name" --training.max_windows=1 "$@" \
-    >"r_$name.log" 2>&1 || rc=$?
-  [ "$rc" = 2 ] || { cat "r_$name.log"; fail "$name: exit status $rc, not 2"; }
-  grep -qF -- "$pattern" "r_$name.log" || { cat "r_$name.log"; fail "$name: no '$pattern'"; }
-}
-refused size "'vitl16' is not a DINOv3 size memtrain has" --model.variant=vitl16
-refused patches "must be multiples of 16" --data.patch_size=[4,24,32]
-refused other "cls_token [1, 1, 64] in the file, [1, 1, 384] in vits16 - this looks like tiny" \
+# 3. model.slice_chunk auto under memory.budget (Note [Planning the
+# extraction chunk]): vits16 (random weights: its extraction, not the
+# head, is the peak), micro-batches of 2 x 16 slices of 32x32. With 1 GiB
+# all 32 slices go in one call; with 104,500,000 bytes (usable 94,050,000)
+# fewer: the chosen chunk's probe fits and the next one's failed, the
+# windows' peaks stay within the usable budget, and the losses are the
+# one-call run's within 1e-6.
+dino_s=(--model.variant=vits16 --model.pretrained= --data.patch_size=[16,32,32]
+  --training.max_windows=2 --validation.every_epochs=100 --data.prefetch=0)
+train_common 1 roomy "${dino_s[@]}" --memory.budget=1GiB
+train_common 1 tight "${dino_s[@]}" --memory.budget=104500000
+grep -q "model.slice_chunk auto: [0-9]* of the micro-batch's 32 slices a backbone call" tight.log ||
+  { cat tight.log; fail "tight: the chunk is not in the plan's line"; }
+"$PY" - <<'EOF' || fail "model.slice_chunk auto: see above"
+import json
+def run(d):
+    plan = json.load(open(f"{d}/memory_plan.json"))
+    wins = [json.loads(l) for l in open(f"{d}/metrics.jsonl") if '"window"' in l]
+    return plan, wins
+(rp, rw), (tp, tw) = run("roomy"), run("tight")
+assert rp["extraction_units"] == tp["extraction_units"] == 32, (rp, tp)
+assert rp["extraction_chunk"] == 32, rp["extraction_chunk"]
+chunk = tp["extraction_chunk"]
+assert 1 < chunk < 32, chunk
+probes = {q["extraction_chunk"]: q for q in tp["probes"] if q["extraction_chunk"] > 0}
+assert probes[chunk]["fits"] and not probes[chunk + 1]["fits"], probes
+usable = tp["usable_bytes"]
+assert probes[chunk]["peak_bytes"] <= usable and all(w["mem_peak"] <= usable for w in tw), (usable, tw)
+assert len(rw) == len(tw) == 2
+assert all(abs(a["loss"] - b["loss"]) <= 1e-6 * abs(a["loss"]) for a, b in zip(rw, tw)), (rw, tw)
+print(f"slice_chunk auto: {chunk} of 32 slices a call under {usable} usable bytes "
+      f"(window peaks {[w['mem_peak'] for w in tw]}); 32 with 1 GiB")
+EOF
+
+# 4. Refusals.
+refused_common size "'vitl16' is not a DINOv3 size memtrain has" --model.variant=vitl16
+refused_common patches "must be multiples of 16" --data.patch_size=[4,24,32]
+refused_common other "cls_token [1, 1, 64] in the file, [1, 1, 384] in vits16 - this looks like tiny" \
   --model.variant=vits16 --model.pretrained=tiny/meta.pth
-refused nan "blocks.1.attn.qkv.bias_mask holds NaN" --model.pretrained=tiny/meta_nan_mask.pth
+refused_common nan "blocks.1.attn.qkv.bias_mask holds NaN" --model.pretrained=tiny/meta_nan_mask.pth
 echo "dinov3_train: passed"

@@ -45,10 +45,18 @@ struct FsctConfig {
 #include "memtrain/config/keys.def"
 };
 
+// model.context: dinov3's second extraction, on a larger crop around each
+// patch (input/context_crop.h); scale 0: none.
+struct ContextConfig {
+#define CONTEXT_KEY MEMTRAIN_FIELD
+#include "memtrain/config/keys.def"
+};
+
 struct ModelConfig {
 #define MODEL_KEY MEMTRAIN_FIELD
 #include "memtrain/config/keys.def"
-  FsctConfig fsct;  // model.fsct.*
+  FsctConfig fsct;        // model.fsct.*
+  ContextConfig context;  // model.context.*
 };
 
 // data.episodes: N-way K-shot episodes with Q queries per class; n_way 0

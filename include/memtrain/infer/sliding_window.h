@@ -15,6 +15,7 @@
 #include "memtrain/config/choices.h"
 #include "memtrain/config/train_config.h"
 #include "memtrain/data/sampling/case_padding.h"
+#include "memtrain/input/context_crop.h"
 
 namespace memtrain {
 
@@ -28,11 +29,15 @@ struct SlidingWindowOptions {
   double sigma_scale = 0.125;              // gaussian sigma = sigma_scale * roi
   Padding padding = Padding::kSymmetric;   // a volume smaller than the roi
   bool offload_cpu = true;                 // aggregation buffers in host memory
+  ContextView context;  // on: each window's context crop goes with it
 };
 
 // Called with a (B, C, rd, rh, rw) float32 tensor of patches that is already
-// device memory; returns logits (B, K, rd, rh, rw) (any floating dtype).
-using PatchPredictor = std::function<at::Tensor(const at::Tensor&)>;
+// device memory, and with their context crops (the same shape, device
+// memory; undefined unless SlidingWindowOptions::context is on); returns
+// logits (B, K, rd, rh, rw) (any floating dtype).
+using PatchPredictor =
+    std::function<at::Tensor(const at::Tensor& x, const at::Tensor& context)>;
 
 // Window starts along one axis of `size` voxels (size >= roi): 0, step,
 // 2 step, ... with step = max(1, floor(roi * (1 - overlap))), the last one
@@ -68,15 +73,17 @@ at::Tensor sliding_window_probs(
 // The whole-volume probabilities (K, D, H, W), host memory, of `volume`
 // ((C, D, H, W) float32, host memory) by sliding window on `placement`'s
 // device (validation.overlap, blend and offload from `cfg`, windows of
-// `roi`, *sw_batch at a time). On running out of device memory it halves
-// *sw_batch and runs the volume again, adding to *retries; `where` names
-// the volume in messages. Validation and `memtrain predict` use it.
+// `roi`, *sw_batch at a time, each with its `context` crop when on). On running
+// out of device memory it halves *sw_batch and runs the volume again, adding to
+// *retries; `where` names the volume in messages. Validation and `memtrain
+// predict` use it.
 at::Tensor volume_probs(
     const at::Tensor& volume,
     int64_t num_classes,
     const PatchPredictor& predict,
     const ValidationConfig& cfg,
     const std::array<int64_t, 3>& roi,
+    const ContextView& context,
     int64_t* sw_batch,
     int rank,
     const std::string& where,

@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "memtrain/data/sampling/patch_sampler.h"
+#include "memtrain/input/context_crop.h"
 #include "memtrain/input/image_augment.h"
 
 namespace memtrain {
@@ -21,9 +22,11 @@ namespace memtrain {
 class H5Dataset;
 
 struct Batch {
-  at::Tensor x;        // (n, F), (n, C, H, W) or (n, C, D, H, W) float32
-  at::Tensor y;        // (n,) or (n, D, H, W) int64; (n, T) float32 targets
-  at::Tensor context;  // (n, F2) float32, or undefined
+  at::Tensor x;  // (n, F), (n, C, H, W) or (n, C, D, H, W) float32
+  at::Tensor y;  // (n,) or (n, D, H, W) int64; (n, T) float32 targets
+  // (n, F2) float32 /context_features, (n, C, D, H, W) float32 context
+  // crops (model.context), or undefined
+  at::Tensor context;
   int64_t size() const;
 };
 
@@ -85,14 +88,18 @@ class RowSource : public SampleSource {
   const FiniteCheck* finite_;
 };
 
-// Volume patches: sample i of an epoch is sampler.at(epoch, i).
+// Volume patches: sample i of an epoch is sampler.at(epoch, i). With a
+// `context` view on, each patch's context crop too (input/context_crop.h:
+// its box read from the file, resized to the patch, flipped with it) into
+// Batch::context.
 class PatchSource : public SampleSource {
  public:
   PatchSource(
       const H5Dataset& data,
       const PatchSampler& sampler,
-      const FiniteCheck* finite = nullptr)
-      : data_(data), sampler_(sampler), finite_(finite) {}
+      const FiniteCheck* finite = nullptr,
+      ContextView context = {})
+      : data_(data), sampler_(sampler), finite_(finite), context_(context) {}
   void read(int64_t epoch, const std::vector<int64_t>& ids, Batch& into)
       const override;
   Batch allocate(int64_t n, bool pinned) const override;
@@ -101,6 +108,7 @@ class PatchSource : public SampleSource {
   const H5Dataset& data_;
   const PatchSampler& sampler_;
   const FiniteCheck* finite_;
+  ContextView context_;
 };
 
 }  // namespace memtrain

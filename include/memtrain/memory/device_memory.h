@@ -72,6 +72,20 @@ std::string write_snapshot(const std::string& dir);
 Stats stats();
 // Starts a new peak: peak_* become the current values.
 void reset_peak();
+
+// The peak of allocated device bytes while it lives, without changing what
+// stats() reports (Note [Peak scopes] in device_memory.cpp): the peaks
+// before it are kept and merged back. One at a time (they do not nest);
+// from the thread that computes.
+class PeakScope {
+ public:
+  PeakScope();
+  ~PeakScope();
+  PeakScope(const PeakScope&) = delete;
+  PeakScope& operator=(const PeakScope&) = delete;
+  // The most allocated since the scope began.
+  int64_t peak() const;
+};
 // Frees cached device blocks; returns the bytes given back. Counted in
 // stats().cache_releases when it freed anything.
 int64_t release_cache();

@@ -85,6 +85,7 @@ struct ProbeRecord {
   int64_t peak;
   double seconds_per_sample;
   int64_t host_bytes;
+  int64_t chunk = 0;  // the extraction chunk probed (0: not a chunk probe)
 };
 
 struct MemoryPlan {
@@ -104,9 +105,20 @@ struct MemoryPlan {
   int64_t predicted_peak = 0;
   std::vector<int64_t> window_micro_batches;
   bool fits = true;  // false: nothing fit; the OOM guard will have to act
+  // A frozen extraction's units per call the plan chose (Classifier::
+  // set_chunk; model.slice_chunk auto under a budget), of chunk_units of
+  // the micro-batch; 0: not planned.
+  int64_t chunk = 0;
+  int64_t chunk_units = 0;
   std::vector<ProbeRecord> probes;
   std::string note;  // how the choice was made, for the banner
 };
+
+// The largest n in [1, units] the search of Note [Planning the
+// extraction chunk] (train/loop/planning.cpp) finds: doubled from 1 while
+// fits(n), then bisected between the last that fit and the first that did
+// not; 1 when nothing larger fits (1 itself is not asked).
+int64_t largest_chunk(int64_t units, const std::function<bool(int64_t)>& fits);
 
 // Chooses as described in Note [Planning] (planner.cpp). Throws
 // memtrain::Error when an automatic micro-batch cannot fit even at 1 sample.

@@ -80,6 +80,26 @@ class Classifier : public torch::nn::Module {
     (void)lean;
   }
 
+  // A frozen extraction run in chunks (dinov3: the backbone over slices,
+  // model.slice_chunk): how many units a micro-batch of `micro` samples
+  // has (0: the model has no such extraction), and how many go in one
+  // call (0: all at once). The planner chooses it under a budget (Note
+  // [Planning the extraction chunk] in planning.cpp).
+  virtual int64_t chunk_units(int64_t micro) const {
+    (void)micro;
+    return 0;
+  }
+  virtual void set_chunk(int64_t units) {
+    (void)units;
+  }
+
+  // The device peaks of the model's own phases since the last call, by
+  // phase ("backbone", "context": dinov3's extractions), for the window
+  // record's mem_peak_<phase>; empty for models without any.
+  virtual std::vector<std::pair<std::string, int64_t>> take_phase_peaks() {
+    return {};
+  }
+
  protected:
   // The sequential structure forward() runs by default. Models that
   // override forward() need not implement them.

@@ -47,6 +47,9 @@ struct ModelRow {
   bool imagenet_images = false;
   // data.normalize=auto is clip on 3-channel images (open_clip's).
   bool clip_images = false;
+  // Takes a context crop with each volume patch (model.context applies;
+  // its forward(x, context), input/context_crop.h).
+  bool context_crops = false;
   int64_t feature_size = 0;  // model.feature_size=0 (auto) means this
   // The factory of a model of rows or volumes (make_model), or of pairs
   // (make_pair_encoder); the other is nullptr.

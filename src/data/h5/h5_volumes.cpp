@@ -354,12 +354,14 @@ void H5Dataset::read_patch(
         {1, hsize_t(c), hsize_t(size[0]), hsize_t(size[1]), hsize_t(size[2])},
         H5T_NATIVE_FLOAT,
         x);
-    h5::read_box(
-        impl_->labels.get(),
-        {hsize_t(v), hsize_t(lo[0]), hsize_t(lo[1]), hsize_t(lo[2])},
-        {1, hsize_t(size[0]), hsize_t(size[1]), hsize_t(size[2])},
-        H5T_NATIVE_INT64,
-        y);
+    if (y != nullptr) {
+      h5::read_box(
+          impl_->labels.get(),
+          {hsize_t(v), hsize_t(lo[0]), hsize_t(lo[1]), hsize_t(lo[2])},
+          {1, hsize_t(size[0]), hsize_t(size[1]), hsize_t(size[2])},
+          H5T_NATIVE_INT64,
+          y);
+    }
     impl_->apply_normalisation(x, c * voxels);
     return;
   }
@@ -369,22 +371,24 @@ void H5Dataset::read_patch(
       hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2]};
   const int64_t part = n[0] * n[1] * n[2];
   std::vector<float> xs(c * part);
-  std::vector<int64_t> ys(part);
+  std::vector<int64_t> ys(y != nullptr ? part : 0);
   h5::read_box(
       impl_->samples.get(),
       {hsize_t(v), 0, hsize_t(lo[0]), hsize_t(lo[1]), hsize_t(lo[2])},
       {1, hsize_t(c), hsize_t(n[0]), hsize_t(n[1]), hsize_t(n[2])},
       H5T_NATIVE_FLOAT,
       xs.data());
-  h5::read_box(
-      impl_->labels.get(),
-      {hsize_t(v), hsize_t(lo[0]), hsize_t(lo[1]), hsize_t(lo[2])},
-      {1, hsize_t(n[0]), hsize_t(n[1]), hsize_t(n[2])},
-      H5T_NATIVE_INT64,
-      ys.data());
+  if (y != nullptr) {
+    h5::read_box(
+        impl_->labels.get(),
+        {hsize_t(v), hsize_t(lo[0]), hsize_t(lo[1]), hsize_t(lo[2])},
+        {1, hsize_t(n[0]), hsize_t(n[1]), hsize_t(n[2])},
+        H5T_NATIVE_INT64,
+        ys.data());
+    std::fill_n(y, voxels, int64_t{0});
+  }
   impl_->apply_normalisation(xs.data(), c * part);
   std::fill_n(x, c * voxels, 0.0f);
-  std::fill_n(y, voxels, int64_t{0});
   const std::array<int64_t, 3> off = {
       lo[0] - corner[0], lo[1] - corner[1], lo[2] - corner[2]};
   for (int64_t ch = 0; ch < c; ++ch) {
@@ -394,7 +398,7 @@ void H5Dataset::read_patch(
         const int64_t dst =
             ((off[0] + z) * size[1] + off[1] + r) * size[2] + off[2];
         std::copy_n(xs.data() + ch * part + src, n[2], x + ch * voxels + dst);
-        if (ch == 0)
+        if (ch == 0 && y != nullptr)
           std::copy_n(ys.data() + src, n[2], y + dst);
       }
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "memtrain/memory/device_memory.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -10,26 +11,30 @@ namespace memtrain {
 namespace nn = torch::nn;
 
 Dinov3Segmenter::Dinov3Segmenter(
-    const Dinov3Spec& spec,
-    int64_t in_channels,
-    int64_t num_classes,
-    int64_t slice_axis,
-    int64_t slice_chunk)
-    : slice_axis_(slice_axis), slice_chunk_(slice_chunk) {
+    const Dinov3Spec& spec, const Dinov3SegOptions& opt)
+    : opt_(opt) {
   MT_CHECK(
-      in_channels == 1 || in_channels == 3,
+      opt.in_channels == 1 || opt.in_channels == 3,
       "model.name=dinov3: the volumes have ",
-      in_channels,
+      opt.in_channels,
       " channels; DINOv3 takes 3 (RGB) and memtrain repeats 1 to 3; "
       "convert the volumes to 1 or 3 channels");
-  MT_CHECK(slice_axis >= 0 && slice_axis < 3, "model.slice_axis ", slice_axis);
+  MT_CHECK(
+      opt.slice_axis >= 0 && opt.slice_axis < 3,
+      "model.slice_axis ",
+      opt.slice_axis);
   backbone_ = register_module("backbone", std::make_shared<Dinov3Vit>(spec));
   for (auto& p : backbone_->parameters())
     p.requires_grad_(false);
   backbone_->eval();
   const int64_t features = spec.dim * static_cast<int64_t>(spec.layers.size());
+  const bool context = opt.context_scale > 0.0;
+  if (context && opt.fusion == Fusion::kAdd)
+    fuse_ = register_parameter("fuse", torch::ones({2, features}));
+  const int64_t head_in =
+      context && opt.fusion == Fusion::kConcat ? 2 * features : features;
   head_ = register_module(
-      "head", nn::Conv2d(nn::Conv2dOptions(features, num_classes, 1)));
+      "head", nn::Conv2d(nn::Conv2dOptions(head_in, opt.num_classes, 1)));
 }
 
 void Dinov3Segmenter::train(bool on) {
@@ -37,20 +42,30 @@ void Dinov3Segmenter::train(bool on) {
   backbone_->eval();
 }
 
-torch::Tensor Dinov3Segmenter::forward(torch::Tensor x) {
-  MT_CHECK(x.dim() == 5, "model.name=dinov3: input ", x.sizes(), " is not 5-D");
+std::vector<std::pair<std::string, int64_t>>
+Dinov3Segmenter::take_phase_peaks() {
+  std::vector<std::pair<std::string, int64_t>> out;
+  if (peak_backbone_ >= 0)
+    out.emplace_back("backbone", peak_backbone_);
+  if (peak_context_ >= 0)
+    out.emplace_back("context", peak_context_);
+  peak_backbone_ = peak_context_ = -1;
+  return out;
+}
+
+torch::Tensor Dinov3Segmenter::extract(const torch::Tensor& x, int64_t* peak) {
+  memory::PeakScope scope;
   const int64_t n = x.size(0), c = x.size(1);
-  const int64_t axis = 2 + slice_axis_;
   // (N, C, D, H, W) -> (N, S, C, A, B) -> (N S, 3, A, B)
-  torch::Tensor s = x.movedim(axis, 1);
+  torch::Tensor s = x.movedim(2 + opt_.slice_axis, 1);
   const int64_t slices = s.size(1), a = s.size(3), b = s.size(4);
   s = s.reshape({n * slices, c, a, b});
   if (c == 1)
     s = s.expand({n * slices, 3, a, b});
   const Dinov3Spec& spec = backbone_->spec();
   const int64_t total = n * slices;
-  const int64_t chunk = slice_chunk_ > 0 ? slice_chunk_ : total;
-  torch::Tensor features;  // (N S, L D, a/16, b/16), no graph
+  const int64_t chunk = opt_.slice_chunk > 0 ? opt_.slice_chunk : total;
+  torch::Tensor features;  // (N S, L D, a/16, b/16)
   {
     torch::NoGradGuard no_grad;
     for (int64_t i = 0; i < total; i += chunk) {
@@ -71,25 +86,81 @@ torch::Tensor Dinov3Segmenter::forward(torch::Tensor x) {
       features.narrow(0, i, len).copy_(maps);
     }
   }
+  *peak = std::max(*peak, scope.peak());
+  return features;
+}
+
+torch::Tensor Dinov3Segmenter::segment_slices(
+    const torch::Tensor& features, const torch::Tensor& x) {
+  const int64_t axis = 2 + opt_.slice_axis;
+  const int64_t n = x.size(0), slices = x.size(axis);
+  std::vector<int64_t> plane;  // the slice's sides
+  for (int64_t d = 2; d < 5; ++d) {
+    if (d != axis)
+      plane.push_back(x.size(d));
+  }
   torch::Tensor logits = head_->forward(features);  // (N S, K, a/16, b/16)
   logits = nn::functional::interpolate(
       logits,
       nn::functional::InterpolateFuncOptions()
-          .size(std::vector<int64_t>{a, b})
+          .size(plane)
           .mode(torch::kBilinear)
           .align_corners(false));
   const int64_t k = logits.size(1);
   // (N, S, K, A, B) -> (N, K, S, A, B) -> S back at its axis.
-  return logits.reshape({n, slices, k, a, b}).movedim(2, 1).movedim(2, axis);
+  return logits.reshape({n, slices, k, plane[0], plane[1]})
+      .movedim(2, 1)
+      .movedim(2, axis);
+}
+
+torch::Tensor Dinov3Segmenter::forward(torch::Tensor x) {
+  MT_CHECK(x.dim() == 5, "model.name=dinov3: input ", x.sizes(), " is not 5-D");
+  MT_CHECK(
+      opt_.context_scale == 0.0,
+      "model.name=dinov3 with model.context.scale=",
+      opt_.context_scale,
+      " needs each patch's context crop as its second input");
+  return segment_slices(extract(x, &peak_backbone_), x);
+}
+
+torch::Tensor Dinov3Segmenter::forward(torch::Tensor x, torch::Tensor context) {
+  if (opt_.context_scale == 0.0 || !context.defined())
+    return forward(x);
+  MT_CHECK(
+      context.sizes() == x.sizes(),
+      "model.name=dinov3: the context crops ",
+      context.sizes(),
+      " are not the patches' shape ",
+      x.sizes());
+  torch::Tensor features = extract(x, &peak_backbone_);
+  {
+    // The context's maps live only until they are fused.
+    torch::Tensor around = extract(context, &peak_context_);
+    context = torch::Tensor();
+    if (opt_.fusion == Fusion::kConcat) {
+      features = torch::cat({features, around}, 1);
+    } else {
+      const torch::Tensor w = fuse_.to(features.scalar_type());
+      features = features * w[0].view({1, -1, 1, 1}) +
+                 around * w[1].view({1, -1, 1, 1});
+    }
+  }
+  return segment_slices(features, x);
 }
 
 std::shared_ptr<Classifier> make_dinov3(
     const ModelConfig& cfg, const ModelInput& input) {
   const auto& shape = input.sample_shape;  // [C, D, H, W]
   MT_CHECK(shape.size() == 4, "model.name=dinov3 trains on /volumes");
-  const Dinov3Spec spec = dinov3_spec(cfg.variant);
-  return std::make_shared<Dinov3Segmenter>(
-      spec, shape[0], input.num_classes, cfg.slice_axis, cfg.slice_chunk);
+  Dinov3SegOptions opt;
+  opt.in_channels = shape[0];
+  opt.slices = shape[1 + cfg.slice_axis];
+  opt.num_classes = input.num_classes;
+  opt.slice_axis = cfg.slice_axis;
+  opt.slice_chunk = cfg.slice_chunk;
+  opt.context_scale = cfg.context.scale;
+  opt.fusion = cfg.context.fusion;
+  return std::make_shared<Dinov3Segmenter>(dinov3_spec(cfg.variant), opt);
 }
 
 }  // namespace memtrain

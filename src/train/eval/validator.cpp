@@ -22,10 +22,12 @@ Validator::Validator(
     const std::array<int64_t, 3>& roi,
     int64_t num_classes,
     Communicator& comm,
-    const Placement& placement)
+    const Placement& placement,
+    ContextView context)
     : data_(data),
       cfg_(cfg),
       roi_(roi),
+      context_(context),
       num_classes_(num_classes),
       comm_(comm),
       placement_(placement),
@@ -104,7 +106,8 @@ int64_t case_host_bytes(
     int64_t channels,
     int64_t classes,
     const std::array<int64_t, 3>& roi,
-    const ValidationConfig& cfg) {
+    const ValidationConfig& cfg,
+    const ContextView& context) {
   int64_t v = 1, vp = 1, r = 1, windows = 1;
   for (size_t a = 0; a < 3; ++a) {
     const int64_t side = std::max(extent[a], roi[a]);
@@ -123,11 +126,21 @@ int64_t case_host_bytes(
   // the host (offload cpu), or the sum brought back at the end.
   const int64_t copy = padded ? 4 * c * vp : 0;
   // (The gathered windows go before the predictor runs; its
-  // probabilities come back to the host only with the sum there.)
+  // probabilities come back to the host only with the sum there.) With
+  // context crops, their batch beside the windows', and while one is cut
+  // its padded box, the resize's first pass (at most the box again) and
+  // its output (input/context_crop.cpp).
+  int64_t gather = 4 * b * c * r;
+  if (context.on()) {
+    const Box box = context_box({0, 0, 0}, roi, context);
+    gather += 4 * b * c * r +
+              4 * c * (2 * box.size[0] * box.size[1] * box.size[2] + 2 * r);
+  }
   const int64_t window =
       cfg.offload == Offload::kCpu
-          ? held + copy + 4 * r + 4 * b * std::max(c, k) * r + 4 * (k + 1) * vp
-          : held + copy + 4 * r + std::max(4 * b * c * r, 4 * k * vp);
+          ? held + copy + 4 * r + std::max(gather, 4 * b * k * r) +
+                4 * (k + 1) * vp
+          : held + copy + 4 * r + std::max(gather, 4 * k * vp);
   // The crop of a padded sum to the case (the padded copy still held).
   const int64_t crop = padded ? held + copy + 4 * k * (vp + v) : 0;
   // score(): the probabilities, their clamped log, and in
@@ -143,7 +156,12 @@ int64_t Validator::host_bytes(int64_t* largest_case) const {
   int64_t most = 0;
   for (int64_t v = comm_.rank(); v < info.num_samples; v += comm_.size()) {
     const int64_t bytes = case_host_bytes(
-        info.volume_shape(v), info.sample_shape[0], num_classes_, roi_, cfg_);
+        info.volume_shape(v),
+        info.sample_shape[0],
+        num_classes_,
+        roi_,
+        cfg_,
+        context_);
     if (bytes > most) {
       most = bytes;
       if (largest_case != nullptr)
@@ -183,6 +201,7 @@ VolumeValResult Validator::run(
         predict,
         cfg_,
         roi_,
+        context_,
         &sw_batch_,
         rank,
         "validation, " + info.volume_name(v),

@@ -1,5 +1,8 @@
 #include <torch/torch.h>
 
+#include <functional>
+#include <map>
+
 #include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/host_pool.h"
@@ -143,20 +146,16 @@ class LocalBatchNorm {
   BatchNormSync saved_;
 };
 
-}  // namespace
-
-void warm_up_host_plan(RunState& run) {
-  if (!run.budget.limited() || run.placement.is_cuda() ||
-      run.host_plan.budget <= 0)
-    return;
+// Runs `fn` (probes) on this rank's own terms -- local batch-norm, the
+// generators put back, the probes' reads not counted as data waits --
+// then takes every rank's word on it: an error on any rank stops all,
+// `what` naming what failed on another.
+void locally(RunState& run, const char* what, const std::function<void()>& fn) {
   std::string error;
   const RngState rng = run.placement.rng_state();
   try {
     const LocalBatchNorm local(*run.model);
-    // 2 samples where the share has them: LibTorch 1.13 convolves one 3D
-    // sample without oneDNN, whose kernels and caches are the growth.
-    // An out-of-memory is caught: it warmed up too.
-    probe(run, std::min<int64_t>(2, run.shape.rank_share), Tier{});
+    fn();
   } catch (const Error& e) {
     error = e.what();
   }
@@ -164,11 +163,99 @@ void warm_up_host_plan(RunState& run) {
   run.loader->take_wait_seconds();
   if (!all_ranks_ok(run.comm, error.empty())) {
     if (error.empty())
-      throw PeerError("the host plan's warm-up failed on another rank");
+      throw PeerError(detail::concat(what, " failed on another rank"));
     throw Error(error);
   }
+}
+
+// Note [Planning the extraction chunk]
+// A frozen extraction (dinov3's backbone over a micro-batch's slices)
+// keeps no activations: its transient grows with the units a call takes,
+// not with the micro-batch the head trains on, and more units a call only
+// run faster. So with a budget and model.slice_chunk auto, the micro-batch
+// and tier are planned with one unit a call (the least the extraction
+// holds); then, at the agreed micro-batch and tier, the chunk is doubled
+// from 1 while a probe fits and the micro-batch's units are not all in one
+// call, and bisected between the last that fit and the first that did
+// not. The ranks take the smallest, and its probe's peak, where above the
+// micro-batch's, becomes the predicted one (the host plan sizes the CPU
+// device from it). A window's smaller micro-batches have fewer units, so
+// the chunk fits them too. Not measured: validation runs the chunk on
+// validation.roi's slices, which may be wider than the patch's; and the
+// micro-batch comes first, so a budget it fills leaves small chunks (more
+// backbone calls, slower) -- a fixed data.batch_size trades back. Without
+// a budget, or with model.slice_chunk set, nothing is probed.
+using ChunkProbes = std::map<int64_t, ProbeResult>;
+
+int64_t plan_chunk(RunState& run, const Tier& tier, ChunkProbes& probes) {
+  const int64_t micro = run.plan.micro_batch;
+  if (!run.plan.fits)
+    return 1;
+  return largest_chunk(run.model->chunk_units(micro), [&](int64_t chunk) {
+    run.model->set_chunk(chunk);
+    const ProbeResult r = probe(run, micro, tier);
+    probes[chunk] = r;
+    run.plan.probes.push_back(
+        {micro,
+         tier,
+         r.fits,
+         r.peak,
+         r.seconds_per_sample,
+         r.host_bytes,
+         chunk});
+    return r.fits;
+  });
+}
+
+}  // namespace
+
+void warm_up_host_plan(RunState& run) {
+  if (!run.budget.limited() || run.placement.is_cuda() ||
+      run.host_plan.budget <= 0)
+    return;
+  locally(run, "the host plan's warm-up", [&run] {
+    // 2 samples where the share has them: LibTorch 1.13 convolves one 3D
+    // sample without oneDNN, whose kernels and caches are the growth.
+    // An out-of-memory is caught: it warmed up too.
+    probe(run, std::min<int64_t>(2, run.shape.rank_share), Tier{});
+  });
   fit_host_before_planning(run);
 }
+
+namespace {
+
+// The chunk every rank can run (plan_chunk on each, the smallest), set on
+// the model and written into the plan.
+void agree_chunk(RunState& run, const Tier& tier) {
+  MemoryPlan& plan = run.plan;
+  ChunkProbes probes;
+  const char* what = "planning model.slice_chunk";
+  int64_t chunk = 1;
+  locally(run, what, [&] { chunk = plan_chunk(run, tier, probes); });
+  auto least = torch::tensor({-chunk}, torch::kInt64);
+  run.comm.all_reduce(least, ReduceOp::kMax);
+  chunk = -least[0].item<int64_t>();
+  // Another rank's smaller chunk, where this rank did not probe it.
+  if (plan.fits && probes.count(chunk) == 0) {
+    locally(run, what, [&] {
+      run.model->set_chunk(chunk);
+      probes[chunk] = probe(run, plan.micro_batch, tier);
+    });
+  }
+  if (probes.count(chunk) != 0)
+    plan.predicted_peak = std::max(plan.predicted_peak, probes[chunk].peak);
+  plan.chunk = chunk;
+  plan.chunk_units = run.model->chunk_units(plan.micro_batch);
+  run.model->set_chunk(chunk);
+  plan.note += detail::concat(
+      "; model.slice_chunk auto: ",
+      chunk,
+      " of the micro-batch's ",
+      plan.chunk_units,
+      " slices a backbone call");
+}
+
+}  // namespace
 
 void plan_run(RunState& run) {
   PlanRequest req;
@@ -185,16 +272,20 @@ void plan_run(RunState& run) {
   };
   const std::vector<Tier> ladder =
       tier_ladder(req.checkpointing, req.num_segments);
+  // Note [Planning the extraction chunk]: one unit a call until the
+  // micro-batch is agreed.
+  const bool chunked = run.budget.limited() && run.model->chunk_units(1) > 0 &&
+                       run.cfg.model.slice_chunk == kAuto;
+  if (chunked)
+    run.model->set_chunk(1);
 
   // Plan locally (every rank probes the same samples), then agree: the
   // smallest micro-batch and the most checkpointing any rank needs.
-  std::string error;
   // Probes run forward passes, which draw from the generators (dropout):
-  // put them back, so that planning does not change what training computes.
-  const RngState rng = run.placement.rng_state();
+  // locally() puts them back, so that planning does not change what
+  // training computes.
   MemoryPlan& plan = run.plan;
-  try {
-    const LocalBatchNorm local(*run.model);
+  locally(run, "memory planning", [&] {
     if (run.budget.limited()) {
       plan = plan_memory(req, [&](int64_t micro, const Tier& tier) {
         return probe(run, micro, tier);
@@ -210,16 +301,7 @@ void plan_run(RunState& run) {
               ? "no memory.budget: checkpointing auto checkpoints nothing"
               : "no memory.budget: nothing measured";
     }
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  run.placement.set_rng_state(rng);
-  run.loader->take_wait_seconds();  // probe reads are not window data waits
-  if (!all_ranks_ok(run.comm, error.empty())) {
-    if (error.empty())
-      throw PeerError("memory planning failed on another rank");
-    throw Error(error);
-  }
+  });
   // The tiers are ordered by depth: the smallest micro-batch and the
   // deepest tier any rank needs. Ranks whose timings (Note [Planning])
   // chose differently take the plan by memory alone, which equal budgets
@@ -254,6 +336,10 @@ void plan_run(RunState& run) {
   plan.window_micro_batches = micro_batch_sizes(run, plan.micro_batch);
   plan.accumulation_steps = run.shape.accumulation_steps;
   set_tier(*run.model, tier);
+  if (chunked)
+    agree_chunk(run, tier);
+  // The probes' forward passes are not the first window's phases.
+  (void)run.model->take_phase_peaks();
   // The probes' blocks go; training reserves what its micro-steps offload
   // once, in its first (Note [Host offload]).
   if (run.host_pool)

@@ -142,6 +142,10 @@ nlohmann::json window_record(
       {"oom_retries_total", r.oom_retries_total},
       {"cache_releases", r.cache_releases},
       {"cache_release_s", s.cache_release_seconds}};
+  // The model's own phases (dinov3: the backbone's extraction and the
+  // context's), this rank's peaks since the last window record.
+  for (const auto& [phase, bytes] : run.model->take_phase_peaks())
+    j["mem_peak_" + phase] = bytes;
   // Where memtrain counts host memory (the CPU device's accounting
   // allocator): on CUDA nothing is counted and the pool is page-locked
   // outside glibc, so the parts would not add up.
@@ -276,7 +280,8 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
          {"fits", p.fits},
          {"seconds_per_sample", p.seconds_per_sample},
          {"peak_bytes", p.peak},
-         {"host_bytes", p.host_bytes}});
+         {"host_bytes", p.host_bytes},
+         {"extraction_chunk", p.chunk}});
   }
   nlohmann::json host_holders = nlohmann::json::array();
   for (const auto& h : run.host_plan.holders)
@@ -300,6 +305,9 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
       {"effective_batch", run.shape.effective_batch},
       {"micro_batch", plan.micro_batch},
       {"accumulation_steps", plan.accumulation_steps},
+      // Note [Planning the extraction chunk]: 0, 0 when not planned.
+      {"extraction_chunk", plan.chunk},
+      {"extraction_units", plan.chunk_units},
       {"gradient_checkpointing",
        to_string(run.cfg.training.gradient_checkpointing)},
       {"checkpointed_segments", segments},

@@ -10,6 +10,7 @@
 
 #include "memtrain/data/sampling/patch_sampler.h"
 #include "memtrain/device/placement.h"
+#include "memtrain/input/context_crop.h"
 #include "memtrain/metrics/dice_report.h"
 #include "memtrain/model/losses.h"
 #include "memtrain/model/registry.h"
@@ -53,8 +54,26 @@ class VolumeTask : public Task {
         static_cast<uint64_t>(cfg.data.seed),
         cfg.data.flip,
         cfg.validation.padding);
+    const ContextView context = context_view(cfg.model);
+    if (context.on()) {  // said once, where the padding comes from
+      const Box box = context_box({0, 0, 0}, cfg.data.patch_size, context);
+      log_event(
+          detail::concat(
+              "model.context.scale=",
+              context.scale,
+              ": each patch's context crop is ",
+              box.size[0],
+              "x",
+              box.size[1],
+              "x",
+              box.size[2],
+              " voxels around its centre, resized to the patch; where it "
+              "reaches outside a volume it is 0 there, as the sliding "
+              "window pads"),
+          /*echo=*/run.comm.rank() == 0);
+    }
     run.source = std::make_unique<PatchSource>(
-        *run.train_data, *patches_, &run.train_finite);
+        *run.train_data, *patches_, &run.train_finite, context);
   }
 
   // The model sees patches.
@@ -92,7 +111,8 @@ class VolumeTask : public Task {
         run.roi(),
         run.num_classes,
         run.comm,
-        run.placement);
+        run.placement,
+        context_view(run.cfg.model));
     int64_t v = 0;
     const int64_t bytes = validator.host_bytes(&v);
     if (bytes == 0)
@@ -142,10 +162,11 @@ class VolumeTask : public Task {
         run.roi(),
         run.num_classes,
         run.comm,
-        run.placement);
+        run.placement,
+        context_view(run.cfg.model));
     const VolumeValResult v = validator.run(
-        [&run](const at::Tensor& windows) {
-          return forward(run, windows, at::Tensor());
+        [&run](const at::Tensor& windows, const at::Tensor& context) {
+          return forward(run, windows, context);
         },
         overlay_dir);
     ValResult r;
@@ -155,13 +176,17 @@ class VolumeTask : public Task {
     r.batch = v.sw_batch;
     r.metrics = {
         val_metric("val_dice", v.dice.mean(), Better::kHigher, "val Dice")};
-    r.details =
-        nlohmann::json({{"val_dice_per_class", dice_per_class(v.dice)},
-                        {"val_cases", dice_cases(v.dice)},
-                        {"val_volumes", v.volumes},
-                        {"val_sw_batch", v.sw_batch},
-                        {"val_offload", to_string(run.cfg.validation.offload)}})
-            .dump();
+    nlohmann::json details = nlohmann::json(
+        {{"val_dice_per_class", dice_per_class(v.dice)},
+         {"val_cases", dice_cases(v.dice)},
+         {"val_volumes", v.volumes},
+         {"val_sw_batch", v.sw_batch},
+         {"val_offload", to_string(run.cfg.validation.offload)}});
+    // The model's own phases in validation (dinov3: the backbone's
+    // extraction and the context's), this rank's peaks.
+    for (const auto& [phase, bytes] : run.model->take_phase_peaks())
+      details["val_mem_peak_" + phase] = bytes;
+    r.details = details.dump();
     // The epoch's summary.json (nnU-Net's shape), next to its overlays.
     if (!overlay_dir.empty() && run.comm.rank() == 0)
       write_dice_summary(overlay_dir, v.dice);

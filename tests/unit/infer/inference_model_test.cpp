@@ -110,9 +110,12 @@ TEST(InferenceModel, PredictsWithTheLoadedWeightsInEvalMode) {
   const at::Tensor expected = volume_probs(
       volume,
       2,
-      [&](const at::Tensor& w) { return reference->forward(w); },
+      [&](const at::Tensor& w, const at::Tensor&) {
+        return reference->forward(w);
+      },
       cfg.validation,
       validation_roi(cfg),
+      ContextView{},
       &sw_batch,
       0,
       "v",

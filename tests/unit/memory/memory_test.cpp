@@ -243,6 +243,31 @@ TEST(AllocatorConf, RefusalsNameTheCauseAndTheFix) {
   EXPECT_NE(refusal("a:1,a:2", "").find("a is given twice"), std::string::npos);
 }
 
+// Note [Planning the extraction chunk]: doubled, then bisected; every
+// unit when they all fit; 1 when nothing more does; each n asked once.
+TEST(Planner, LargestChunkDoublesThenBisects) {
+  std::vector<int64_t> asked;
+  const auto upto = [&asked](int64_t most) {
+    return [&asked, most](int64_t n) {
+      asked.push_back(n);
+      return n <= most;
+    };
+  };
+  EXPECT_EQ(largest_chunk(64, upto(23)), 23);
+  EXPECT_EQ(asked, (std::vector<int64_t>{2, 4, 8, 16, 32, 24, 20, 22, 23}));
+  asked.clear();
+  EXPECT_EQ(largest_chunk(48, upto(100)), 48);
+  EXPECT_EQ(asked, (std::vector<int64_t>{2, 4, 8, 16, 32, 48}));
+  asked.clear();
+  EXPECT_EQ(largest_chunk(48, upto(40)), 40);
+  asked.clear();
+  EXPECT_EQ(largest_chunk(16, upto(1)), 1);
+  EXPECT_EQ(asked, (std::vector<int64_t>{2}));
+  asked.clear();
+  EXPECT_EQ(largest_chunk(1, upto(0)), 1);
+  EXPECT_TRUE(asked.empty());
+}
+
 TEST(Planner, AutoFindsLargestFittingDivisor) {
   int64_t calls = 0;
   PlanRequest req;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "memtrain/config/train_config.h"
+#include "memtrain/memory/device_memory.h"
 #include "memtrain/model/blocks/dinov3_vit.h"
 #include "memtrain/model/nets/dinov3_seg.h"
 #include "memtrain/model/registry.h"
@@ -214,12 +215,18 @@ void copy_state(torch::nn::Module& to, const torch::nn::Module& from) {
 }
 
 std::shared_ptr<Classifier> segmenter(
-    std::vector<int64_t> shape, int64_t axis, int64_t chunk) {
+    std::vector<int64_t> shape,
+    int64_t axis,
+    int64_t chunk,
+    double context = 0.0,
+    Fusion fusion = Fusion::kConcat) {
   ModelConfig cfg;
   cfg.name = ModelName::kDinov3;
   cfg.variant = "tiny";
   cfg.slice_axis = axis;
   cfg.slice_chunk = chunk;
+  cfg.context.scale = context;
+  cfg.context.fusion = fusion;
   ModelInput in;
   in.kind = SampleKind::kVolumes;
   in.sample_shape = std::move(shape);
@@ -276,6 +283,102 @@ TEST(Dinov3Segmenter, OnlyTheHeadTrains) {
   EXPECT_GT(frozen, 0);
   // A volume of 2 channels is refused, named.
   EXPECT_THROW(segmenter({2, 2, 16, 16}, 0, 0), Error);
+}
+
+// model.context: the same backbone on the context crops, fused. A concat
+// head whose context half is zero, and an add whose context weights are
+// zero, are the patch's own model; an add of the patch with itself at
+// weights 1/2 and 1/2 too. Only the head and the add's weights train.
+TEST(Dinov3Segmenter, ContextIsFusedAfterTheSameBackbone) {
+  torch::manual_seed(5);
+  auto plain = segmenter({1, 3, 32, 16}, 0, 0);
+  const torch::Tensor x = torch::randn({2, 1, 3, 32, 16});
+  const torch::Tensor c = torch::randn({2, 1, 3, 32, 16});
+  const torch::Tensor y = plain->forward(x);
+  auto concat = segmenter({1, 3, 32, 16}, 0, 0, 2.0, Fusion::kConcat);
+  auto add = segmenter({1, 3, 32, 16}, 0, 0, 2.0, Fusion::kAdd);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto* m : {concat.get(), add.get()}) {
+      for (const auto& p : m->named_parameters()) {
+        if (p.key().rfind("backbone.", 0) == 0)
+          p.value().copy_(plain->named_parameters()[p.key()]);
+      }
+      m->named_parameters()["head.bias"].copy_(
+          plain->named_parameters()["head.bias"]);
+    }
+    const torch::Tensor w = plain->named_parameters()["head.weight"];
+    concat->named_parameters()["head.weight"].copy_(
+        torch::cat({w, torch::zeros_like(w)}, 1));
+    add->named_parameters()["head.weight"].copy_(w);
+    add->named_parameters()["fuse"][1].zero_();
+  }
+  EXPECT_TRUE(torch::allclose(concat->forward(x, c), y, 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(add->forward(x, c), y, 1e-5, 1e-6));
+  {
+    torch::NoGradGuard no_grad;
+    add->named_parameters()["fuse"].fill_(0.5);
+  }
+  EXPECT_TRUE(torch::allclose(add->forward(x, x), y, 1e-5, 1e-6));
+  // The context changes the output where its half of the head is not 0.
+  {
+    torch::NoGradGuard no_grad;
+    add->named_parameters()["fuse"][1].fill_(1.0);
+  }
+  EXPECT_FALSE(torch::allclose(add->forward(x, c), y, 1e-3, 1e-3));
+  // A context model without its context is refused.
+  EXPECT_THROW(concat->forward(x), Error);
+  // What trains: the head (twice the inputs under concat) and fuse.
+  for (const auto& [m, expected] :
+       {std::pair{concat, int64_t{2 * 4 * 64 * 3 + 3}},
+        std::pair{add, int64_t{4 * 64 * 3 + 3 + 2 * 4 * 64}}}) {
+    int64_t trained = 0;
+    for (const auto& p : m->named_parameters()) {
+      if (p.value().requires_grad())
+        trained += p.value().numel();
+      else
+        EXPECT_EQ(p.key().rfind("backbone.", 0), 0u) << p.key();
+    }
+    EXPECT_EQ(trained, expected);
+  }
+}
+
+// Each extraction's device peak is measured on its own (the window
+// record's mem_peak_backbone and mem_peak_context), and leaves the peak
+// everyone else reads as it was.
+TEST(Dinov3Segmenter, TheExtractionsPeaksAreItsOwn) {
+  torch::manual_seed(6);
+  auto m = segmenter({1, 4, 32, 32}, 0, 0, 2.0, Fusion::kConcat);
+  EXPECT_TRUE(m->take_phase_peaks().empty());
+  memory::DeviceScope device;
+  const torch::Tensor x = torch::randn({2, 1, 4, 32, 32});
+  const torch::Tensor c = torch::randn({2, 1, 4, 32, 32});
+  {
+    torch::NoGradGuard no_grad;  // first-call caches, before measuring
+    m->forward(x, c);
+    (void)m->take_phase_peaks();
+  }
+  memory::reset_peak();
+  torch::Tensor big = torch::empty({64 << 20}, torch::kUInt8);  // 64 MiB
+  big.reset();
+  const int64_t before = memory::stats().peak_allocated;
+  {
+    torch::NoGradGuard no_grad;
+    m->forward(x, c);
+  }
+  EXPECT_EQ(memory::stats().peak_allocated, before);  // the 64 MiB's
+  const auto peaks = m->take_phase_peaks();
+  ASSERT_EQ(peaks.size(), 2u);
+  EXPECT_EQ(peaks[0].first, "backbone");
+  EXPECT_EQ(peaks[1].first, "context");
+  for (const auto& [phase, bytes] : peaks) {
+    EXPECT_GT(bytes, memory::stats().allocated) << phase;
+    EXPECT_LT(bytes, before) << phase;
+  }
+  // The context's extraction runs beside the patch's features: 8 slices x
+  // 4 layers x 64 x 2 x 2 floats more.
+  EXPECT_EQ(peaks[1].second - peaks[0].second, 8 * 4 * 64 * 2 * 2 * 4);
+  EXPECT_TRUE(m->take_phase_peaks().empty());  // taken
 }
 
 }  // namespace

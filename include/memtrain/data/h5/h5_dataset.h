@@ -153,8 +153,9 @@ class H5Dataset {
   // into `y` (prod(size) labels). Never reads the rest of the volume (only
   // the chunks the patch touches). The part of the patch outside the case
   // (a corner below 0, or past volume_shape(v): a case smaller than the
-  // patch) is image 0 and label 0. Thread-safe like read(); a damaged chunk
-  // throws naming the volume and the patch.
+  // patch) is image 0 and label 0. `y` nullptr: the labels are not read (a
+  // context crop). Thread-safe like read(); a damaged chunk throws naming
+  // the volume and the patch.
   void read_patch(
       int64_t v,
       const std::array<int64_t, 3>& corner,

@@ -41,7 +41,8 @@ std::string case_key(const DatasetInfo& info, int64_t v);
 
 // The most validating one case holds in host memory, bytes: a case of
 // `extent` voxels with `channels` input channels, `classes` outputs, the
-// window `roi` and `cfg`'s sliding window (validation.sw_batch, offload)
+// window `roi` and `cfg`'s sliding window (validation.sw_batch, offload),
+// with `context` crops when on
 // -- the largest of its three phases: the sliding window (the case, its
 // mask and padded copy, the probability sum and weight map when they live
 // on the host, one batch of windows), the crop of a padded sum, and the
@@ -53,18 +54,21 @@ int64_t case_host_bytes(
     int64_t channels,
     int64_t classes,
     const std::array<int64_t, 3>& roi,
-    const ValidationConfig& cfg);
+    const ValidationConfig& cfg,
+    const ContextView& context = {});
 
 class Validator {
  public:
-  // `roi` is the resolved window (validation.roi, or the training patch).
+  // `roi` is the resolved window (validation.roi, or the training patch);
+  // `context`, on, gives each window its context crop (model.context).
   Validator(
       const H5Dataset& data,
       const ValidationConfig& cfg,
       const std::array<int64_t, 3>& roi,
       int64_t num_classes,
       Communicator& comm,
-      const Placement& placement);
+      const Placement& placement,
+      ContextView context = {});
 
   // Collective. `predict` maps a device batch of windows to logits. With an
   // `overlay_dir`, each rank writes there the overlay PNG of every volume it
@@ -84,6 +88,7 @@ class Validator {
   const H5Dataset& data_;
   ValidationConfig cfg_;
   std::array<int64_t, 3> roi_;
+  ContextView context_;
   int64_t num_classes_;
   Communicator& comm_;
   const Placement& placement_;
