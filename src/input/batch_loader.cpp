@@ -189,33 +189,19 @@ void PatchSource::read(
     }
   }
   if (finite_ != nullptr) {
-    finite_->check(
-        data_.info().path,
-        layout::path(layout::kVolumes),
-        into.x,
-        epoch,
-        [&](int64_t k) {
-          const PatchRef r = sampler_.at(epoch, ids[k]);
-          return "volume " + std::to_string(r.volume) + "'s patch at (" +
-                 std::to_string(r.corner[0]) + ", " +
-                 std::to_string(r.corner[1]) + ", " +
-                 std::to_string(r.corner[2]) + ")";
-        });
+    const auto patch_at = [&](int64_t k) {
+      const PatchRef r = sampler_.at(epoch, ids[k]);
+      return "volume " + std::to_string(r.volume) + "'s patch at (" +
+             std::to_string(r.corner[0]) + ", " + std::to_string(r.corner[1]) +
+             ", " + std::to_string(r.corner[2]) + ")";
+    };
+    const std::string& file = data_.info().path;
+    const std::string dataset = layout::path(layout::kVolumes);
+    finite_->check(file, dataset, into.x, epoch, patch_at);
     if (context_.on()) {  // the crop reaches voxels the patch does not
-      finite_->check(
-          data_.info().path,
-          layout::path(layout::kVolumes),
-          into.context,
-          epoch,
-          [&](int64_t k) {
-            const PatchRef r = sampler_.at(epoch, ids[k]);
-            return "volume " + std::to_string(r.volume) +
-                   "'s context crop (model.context.scale) around the "
-                   "patch at (" +
-                   std::to_string(r.corner[0]) + ", " +
-                   std::to_string(r.corner[1]) + ", " +
-                   std::to_string(r.corner[2]) + ")";
-          });
+      finite_->check(file, dataset, into.context, epoch, [&](int64_t k) {
+        return "the context crop (model.context.scale) around " + patch_at(k);
+      });
     }
   }
 }
