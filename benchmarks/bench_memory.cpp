@@ -12,6 +12,9 @@
 //                [--unet-depth 3] [--swin-feature 48]
 //                [--clip-variant ViT-B-32] [--clip-micro 16]
 //                [--fsct-image-size 84] [--fsct-micro 1]
+//                [--dino-variants vits16] [--dino-size 512]
+//                [--dino-slices 128] [--dino-contexts 0,2]
+//                [--dino-chunks 16] [--dino-micro 1]
 //                [--fits v100-16gb] [--csv FILE]
 //   -b/-e/-f  micro-batch sweep of mlp and cnn: begin, end, factor
 //   models    also unet3d (--unet-feature, --unet-depth, instance norm, one
@@ -28,7 +31,16 @@
 //             fsct (the few-shot cosine transformer on resnet50 as
 //             launch/configs/fewshot-v100.yaml: 5-way 5-shot 16-query
 //             episodes of --fsct-image-size^2 images, --fsct-micro
-//             episodes a micro-batch; its samples/s are episodes/s)
+//             episodes a micro-batch; its samples/s are episodes/s) and
+//             dino (Meta's DINOv3 ViT, frozen, random weights, on volumes
+//             of --dino-slices slices of --dino-size^2, one volume a patch
+//             and --dino-micro volumes a micro-batch; a row per variant,
+//             context scale (0: none; the crop leaves the volume and is
+//             read as 0 there) and model.slice_chunk (0: all of a
+//             micro-batch's slices in one call); one tier: the head
+//             has no segments and the backbone keeps no activations; its
+//             samples/s are volumes/s, and a line gives each extraction's
+//             peak and the milliseconds per volume)
 //   -w        warm-up windows (not timed)   -n  timed windows
 //   -c        check before timing: checkpointed weights equal
 //             un-checkpointed (offload: equal to all)
@@ -97,6 +109,9 @@ struct Row {
   int64_t worst_glibc_used = 0, worst_glibc_free = 0;
   // The same parts of the outside before the run.
   int64_t start_files = 0, start_glibc_used = 0;
+  // dinov3: its extractions' peaks (mem_peak_backbone, mem_peak_context)
+  // and the slices a backbone call took (0: another model).
+  int64_t backbone_peak = 0, context_peak = 0, slice_chunk = 0;
   double window_ms = 0;
   double samples_per_s = 0;
 };
@@ -142,6 +157,20 @@ Result run(
     r.row.model += ":" + c.model.variant;
   if (c.model.head == Head::kCosineTransformer)
     r.row.model = "fsct:" + r.row.model;
+  if (c.model.name == ModelName::kDinov3) {
+    r.row.model += ":" + c.model.variant;
+    if (c.model.context.scale > 0) {
+      std::ostringstream scale;
+      scale << c.model.context.scale;
+      r.row.model += "+ctx" + scale.str();
+    }
+    // model.slice_chunk 0 (auto) without a budget: all of a micro-batch's
+    // slices (slice_axis 0) in one call.
+    const int64_t slices = micro * c.data.patch_size[0];
+    r.row.slice_chunk = c.model.slice_chunk > 0
+                            ? std::min(c.model.slice_chunk, slices)
+                            : slices;
+  }
   r.row.ckpt = to_string(ckpt);
   if (ckpt == Checkpointing::kAuto && t.selective_recompute())
     r.row.ckpt += ":sel";  // auto chose every segment selective
@@ -157,6 +186,11 @@ Result run(
     r.row.host = std::max(r.row.host, w.host_peak);
     r.row.reserved = std::max(r.row.reserved, w.mem_peak_reserved);
     r.row.rss = std::max(r.row.rss, w.host_rss);
+    for (const auto& [phase, bytes] : w.phase_peaks) {
+      int64_t& to =
+          phase == "context" ? r.row.context_peak : r.row.backbone_peak;
+      to = std::max(to, bytes);
+    }
     const double ratio = static_cast<double>(w.host_rss) /
                          static_cast<double>(w.host_counted + r.row.outside);
     if (ratio > r.row.rss_ratio) {
@@ -186,6 +220,150 @@ double max_diff(const NamedTensors& a, const NamedTensors& b) {
   return m;
 }
 
+// What every row of a sweep shares: the tiers to run (a comma list), the
+// windows, whether to check the tiers' weights, the budget a row is read
+// against.
+struct Sweep {
+  std::string tiers;
+  int64_t iters = 0, warmup = 0;
+  bool check = true;
+  Budget fits;
+};
+
+// One row: the table's line and the CSV's, against off's row (`off`, or
+// null) in the same run.
+void print_row(
+    const Row& row, const Row* off, const Budget& fits, std::ostream& out) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double peak_x =
+      off ? static_cast<double>(row.peak) / static_cast<double>(off->peak)
+          : nan;
+  const double time_x = off ? row.window_ms / off->window_ms : nan;
+  const char* fit = !fits.limited()             ? "-"
+                    : row.peak <= fits.usable() ? "yes"
+                                                : "no";
+  constexpr double kMiB = 1 << 20;
+  const auto mib = [](int64_t b) { return static_cast<double>(b) / kMiB; };
+  std::printf(
+      "  %-17s %-9s %-5s %6ld %5ld %12ld %12ld %12ld %10.2f %12.3f "
+      "%7.3f %7.3f %4s %8.1f %8.1f %6.3f\n",
+      row.model.c_str(),
+      row.ckpt.c_str(),
+      row.amp.c_str(),
+      static_cast<long>(row.micro),
+      static_cast<long>(row.segments),
+      static_cast<long>(row.peak),
+      static_cast<long>(row.reserved),
+      static_cast<long>(row.host),
+      row.window_ms,
+      row.samples_per_s,
+      peak_x,
+      time_x,
+      fit,
+      mib(row.rss),
+      mib(row.outside),
+      row.rss_ratio);
+  out << row.model << "," << row.ckpt << "," << row.amp << "," << row.micro
+      << "," << row.segments << "," << row.peak << "," << row.reserved << ","
+      << row.host << "," << row.window_ms << "," << row.samples_per_s << ","
+      << peak_x << "," << time_x << "," << fit << "," << row.rss << ","
+      << row.outside << "," << row.rss_ratio << "," << row.worst_rss << ","
+      << row.worst_counted << "," << row.worst_files << ","
+      << row.worst_glibc_used << "," << row.worst_glibc_free << ","
+      << row.backbone_peak << "," << row.context_peak << "," << row.slice_chunk
+      << "\n";
+  std::printf(
+      "    at its worst boundary: RSS %.1f MiB = counted %.1f + "
+      "file-backed %.1f + glibc's uncounted blocks %.1f + glibc's "
+      "free %.1f + the rest %.1f\n",
+      mib(row.worst_rss),
+      mib(row.worst_counted),
+      mib(row.worst_files),
+      mib(row.worst_glibc_used),
+      mib(row.worst_glibc_free),
+      mib(row.worst_rss - row.worst_counted - row.worst_files -
+          row.worst_glibc_used - row.worst_glibc_free));
+  std::printf(
+      "    outside before the run %.1f MiB: file-backed %.1f, "
+      "glibc's uncounted blocks %.1f, the rest %.1f\n",
+      mib(row.outside),
+      mib(row.start_files),
+      mib(row.start_glibc_used),
+      mib(row.outside - row.start_files - row.start_glibc_used));
+  if (row.slice_chunk > 0) {
+    std::printf(
+        "    extraction peaks: backbone %ld B, context %ld B; %ld slices a "
+        "backbone call; %.1f ms a volume\n",
+        static_cast<long>(row.backbone_peak),
+        static_cast<long>(row.context_peak),
+        static_cast<long>(row.slice_chunk),
+        row.window_ms / static_cast<double>(row.micro));
+  }
+}
+
+// The rows of `base` at one micro-batch and AMP: each tier of sweep.tiers,
+// their weights checked against the tier they must equal (selective and all
+// against off, offload against all), and auto under a budget halfway
+// between off's and all's peaks (it must pick some segments, not all).
+void run_tiers(
+    const TrainConfig& base,
+    int64_t micro,
+    const std::string& amp,
+    const Sweep& sweep,
+    std::ostream& out) {
+  std::map<std::string, Result> by_tier;
+  std::vector<const Result*> rows;
+  std::stringstream tier_list(sweep.tiers);
+  for (std::string tier; std::getline(tier_list, tier, ',');) {
+    if (tier == "auto")
+      continue;
+    by_tier[tier] =
+        run(base,
+            choice_of<Checkpointing>(tier),
+            amp,
+            micro,
+            sweep.iters,
+            sweep.warmup);
+    rows.push_back(&by_tier[tier]);
+  }
+  const auto check_against = [&](const char* tier, const char* ref) {
+    if (!sweep.check || !by_tier.count(tier) || !by_tier.count(ref))
+      return;
+    const double d = max_diff(by_tier.at(ref).params, by_tier.at(tier).params);
+    MT_CHECK(
+        d < 1e-5,
+        "check failed: ",
+        by_tier.at(tier).row.model,
+        " micro ",
+        micro,
+        " amp ",
+        amp,
+        ": ",
+        tier,
+        " weights differ from ",
+        ref,
+        "'s by ",
+        d);
+  };
+  check_against("selective", "off");
+  check_against("all", "off");
+  check_against("offload", "all");
+  if (wanted_in(sweep.tiers, "auto") && by_tier.count("off") &&
+      by_tier.count("all")) {
+    TrainConfig budgeted = base;
+    budgeted.memory.budget = std::to_string(
+        (by_tier.at("off").row.peak + by_tier.at("all").row.peak) / 2 * 10 / 9 +
+        1);
+    budgeted.memory.headroom = 0.1;
+    by_tier["auto"] = run(
+        budgeted, Checkpointing::kAuto, amp, micro, sweep.iters, sweep.warmup);
+    rows.push_back(&by_tier["auto"]);
+  }
+  const Row* off = by_tier.count("off") ? &by_tier.at("off").row : nullptr;
+  for (const Result* r : rows)
+    print_row(r->row, off, sweep.fits, out);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -210,7 +388,8 @@ int main(int argc, char** argv) {
   app.add_option(
          "--models",
          models,
-         "of mlp, cnn, unet3d, swin_unetr, seresnext50_32x4d, clip, fsct")
+         "of mlp, cnn, unet3d, swin_unetr, seresnext50_32x4d, clip, fsct, "
+         "dino")
       ->capture_default_str();
   app.add_option("--amp", amps, "of off, bf16")->capture_default_str();
   app.add_option("--tiers", tiers, "of off, selective, all, offload, auto")
@@ -240,6 +419,23 @@ int main(int argc, char** argv) {
          "--fsct-image-size", sz.fsct_image_size, "fsct: episode images H = W")
       ->capture_default_str();
   app.add_option("--fsct-micro", sz.fsct_micros, "fsct: episodes")
+      ->capture_default_str();
+  app.add_option(
+         "--dino-variants", sz.dino_variants, "dino: model.variant, a list")
+      ->capture_default_str();
+  app.add_option("--dino-size", sz.dino_size, "dino: slices' H = W")
+      ->capture_default_str();
+  app.add_option("--dino-slices", sz.dino_slices, "dino: a volume's D")
+      ->capture_default_str();
+  app.add_option(
+         "--dino-contexts",
+         sz.dino_contexts,
+         "dino: model.context.scale, a list")
+      ->capture_default_str();
+  app.add_option(
+         "--dino-chunks", sz.dino_chunks, "dino: model.slice_chunk, a list")
+      ->capture_default_str();
+  app.add_option("--dino-micro", sz.dino_micros, "dino: volumes")
       ->capture_default_str();
   app.add_option("--fits", fits, "a budget each row's peak is read against")
       ->capture_default_str();
@@ -309,131 +505,25 @@ int main(int argc, char** argv) {
            "peak_vs_off,time_vs_off,fits,rss_bytes,outside_bytes,"
            "rss_vs_counted_outside,worst_rss_bytes,worst_counted_bytes,"
            "worst_file_bytes,worst_glibc_uncounted_bytes,"
-           "worst_glibc_free_bytes\n";
+           "worst_glibc_free_bytes,backbone_peak_bytes,context_peak_bytes,"
+           "slice_chunk\n";
+    Sweep sweep;
+    sweep.iters = iters;
+    sweep.warmup = warmup;
+    sweep.check = check != 0;
+    sweep.fits = fit_budget;
     std::stringstream model_list(models);
     for (std::string model; std::getline(model_list, model, ',');) {
       std::vector<int64_t> micros;
-      const TrainConfig base = bench::model_config(model, sz, dir, &micros);
-      for (int64_t micro : micros) {
-        std::stringstream amp_list(amps);
-        for (std::string amp; std::getline(amp_list, amp, ',');) {
-          std::map<std::string, Result> by_tier;
-          std::vector<const Result*> rows;
-          std::stringstream tier_list(tiers);
-          for (std::string tier; std::getline(tier_list, tier, ',');) {
-            if (tier == "auto")
-              continue;
-            by_tier[tier] =
-                run(base,
-                    choice_of<Checkpointing>(tier),
-                    amp,
-                    micro,
-                    iters,
-                    warmup);
-            rows.push_back(&by_tier[tier]);
-          }
-          // Each tier's weights against the tier it must equal: selective
-          // and all against off, offload against all.
-          const auto check_against = [&](const char* tier, const char* ref) {
-            if (!check || !by_tier.count(tier) || !by_tier.count(ref))
-              return;
-            const double d =
-                max_diff(by_tier.at(ref).params, by_tier.at(tier).params);
-            MT_CHECK(
-                d < 1e-5,
-                "check failed: ",
-                model,
-                " micro ",
-                micro,
-                " amp ",
-                amp,
-                ": ",
-                tier,
-                " weights differ from ",
-                ref,
-                "'s by ",
-                d);
-          };
-          check_against("selective", "off");
-          check_against("all", "off");
-          check_against("offload", "all");
-          // auto: a budget halfway between the off and all peaks; it must
-          // pick some segments, not all.
-          if (wanted_in(tiers, "auto") && by_tier.count("off") &&
-              by_tier.count("all")) {
-            TrainConfig budgeted = base;
-            budgeted.memory.budget = std::to_string(
-                (by_tier.at("off").row.peak + by_tier.at("all").row.peak) / 2 *
-                    10 / 9 +
-                1);
-            budgeted.memory.headroom = 0.1;
-            by_tier["auto"] =
-                run(budgeted, Checkpointing::kAuto, amp, micro, iters, warmup);
-            rows.push_back(&by_tier["auto"]);
-          }
-          const Row* off =
-              by_tier.count("off") ? &by_tier.at("off").row : nullptr;
-          for (const Result* r : rows) {
-            const Row& row = r->row;
-            // Against checkpointing off in the same run (nan without).
-            const double nan = std::numeric_limits<double>::quiet_NaN();
-            const double peak_x = off ? static_cast<double>(row.peak) /
-                                            static_cast<double>(off->peak)
-                                      : nan;
-            const double time_x = off ? row.window_ms / off->window_ms : nan;
-            const char* fit = !fit_budget.limited()             ? "-"
-                              : row.peak <= fit_budget.usable() ? "yes"
-                                                                : "no";
-            constexpr double kMiB = 1 << 20;
-            std::printf(
-                "  %-17s %-9s %-5s %6ld %5ld %12ld %12ld %12ld %10.2f %12.3f "
-                "%7.3f %7.3f %4s %8.1f %8.1f %6.3f\n",
-                row.model.c_str(),
-                row.ckpt.c_str(),
-                row.amp.c_str(),
-                static_cast<long>(row.micro),
-                static_cast<long>(row.segments),
-                static_cast<long>(row.peak),
-                static_cast<long>(row.reserved),
-                static_cast<long>(row.host),
-                row.window_ms,
-                row.samples_per_s,
-                peak_x,
-                time_x,
-                fit,
-                static_cast<double>(row.rss) / kMiB,
-                static_cast<double>(row.outside) / kMiB,
-                row.rss_ratio);
-            out << row.model << "," << row.ckpt << "," << row.amp << ","
-                << row.micro << "," << row.segments << "," << row.peak << ","
-                << row.reserved << "," << row.host << "," << row.window_ms
-                << "," << row.samples_per_s << "," << peak_x << "," << time_x
-                << "," << fit << "," << row.rss << "," << row.outside << ","
-                << row.rss_ratio << "," << row.worst_rss << ","
-                << row.worst_counted << "," << row.worst_files << ","
-                << row.worst_glibc_used << "," << row.worst_glibc_free << "\n";
-            const auto mib = [](int64_t b) {
-              return static_cast<double>(b) / kMiB;
-            };
-            std::printf(
-                "    at its worst boundary: RSS %.1f MiB = counted %.1f + "
-                "file-backed %.1f + glibc's uncounted blocks %.1f + glibc's "
-                "free %.1f + the rest %.1f\n",
-                mib(row.worst_rss),
-                mib(row.worst_counted),
-                mib(row.worst_files),
-                mib(row.worst_glibc_used),
-                mib(row.worst_glibc_free),
-                mib(row.worst_rss - row.worst_counted - row.worst_files -
-                    row.worst_glibc_used - row.worst_glibc_free));
-            std::printf(
-                "    outside before the run %.1f MiB: file-backed %.1f, "
-                "glibc's uncounted blocks %.1f, the rest %.1f\n",
-                mib(row.outside),
-                mib(row.start_files),
-                mib(row.start_glibc_used),
-                mib(row.outside - row.start_files - row.start_glibc_used));
-          }
+      for (const TrainConfig& base :
+           bench::model_configs(model, sz, dir, &micros)) {
+        // dinov3: one tier (the head has no segments, the frozen backbone
+        // keeps no activations).
+        sweep.tiers = base.model.name == ModelName::kDinov3 ? "off" : tiers;
+        for (int64_t micro : micros) {
+          std::stringstream amp_list(amps);
+          for (std::string amp; std::getline(amp_list, amp, ',');)
+            run_tiers(base, micro, amp, sweep, out);
         }
       }
     }

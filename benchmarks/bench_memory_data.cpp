@@ -33,7 +33,7 @@ std::vector<int64_t> numbers(const std::string& list) {
   std::stringstream in(list);
   for (std::string item; std::getline(in, item, ',');)
     out.push_back(std::stoll(item));
-  MT_CHECK(!out.empty(), "an empty list of micro-batches");
+  MT_CHECK(!out.empty(), "an empty list of numbers");
   return out;
 }
 
@@ -59,7 +59,8 @@ void make_model_data(
   // small images.
   std::stringstream list(models);
   for (std::string m; std::getline(list, m, ',');) {
-    if (!wanted_in("mlp,seresnext50_32x4d,unet3d,swin_unetr,clip,fsct", m)) {
+    if (!wanted_in(
+            "mlp,seresnext50_32x4d,unet3d,swin_unetr,clip,fsct,dino", m)) {
       make_synthetic(im, dir + "/images.h5");
       break;
     }
@@ -95,16 +96,28 @@ void make_model_data(
     e.height = e.width = sizes.fsct_image_size;
     make_synthetic(e, dir + "/fewshot_images.h5");
   }
+  if (wanted("dino")) {
+    SyntheticSpec v;  // one patch a volume: the context crop leaves it
+    v.kind = "volumes";
+    v.samples = largest(sizes.dino_micros) * sizes.windows;
+    v.channels = 1;
+    v.classes = 2;
+    v.depth = sizes.dino_slices;
+    v.height = v.width = sizes.dino_size;
+    make_synthetic(v, dir + "/dino_volumes.h5");
+  }
 }
 
-TrainConfig model_config(
+std::vector<TrainConfig> model_configs(
     const std::string& model,
     const ModelSizes& sizes,
     const std::string& dir,
     std::vector<int64_t>* micros) {
   TrainConfig base;
-  const bool fsct = model == "fsct";
-  base.model.name = fsct ? ModelName::kResnet50 : choice_of<ModelName>(model);
+  const bool fsct = model == "fsct", dino = model == "dino";
+  base.model.name = fsct   ? ModelName::kResnet50
+                    : dino ? ModelName::kDinov3
+                           : choice_of<ModelName>(model);
   const bool mlp = base.model.name == ModelName::kMlp;
   base.model.depth = mlp ? 16 : 4;
   base.model.hidden = mlp ? 64 : 16;
@@ -133,6 +146,14 @@ TrainConfig model_config(
   } else if (base.model.name == ModelName::kSeresnext50) {
     base.data.train = dir + "/big_images.h5";
     *micros = numbers(sizes.resnet_micros);
+  } else if (dino) {
+    // Slices of D; the frozen backbone's random weights (model.pretrained
+    // empty) cost what Meta's cost. No validation.
+    base.data.train = dir + "/dino_volumes.h5";
+    base.data.patch_size = {
+        sizes.dino_slices, sizes.dino_size, sizes.dino_size};
+    base.data.patches_per_volume = 1;
+    *micros = numbers(sizes.dino_micros);
   } else if (trains_on(base.model.name, kOnVolumes)) {
     const bool swin = base.model.name == ModelName::kSwinUnetr;
     base.model.depth = sizes.unet_depth;
@@ -148,7 +169,23 @@ TrainConfig model_config(
   base.training.momentum = 0.9;
   base.output.dir = dir;
   base.dist.check_replicas = CheckReplicas::kOff;
-  return base;
+  if (!dino)
+    return {base};
+  std::vector<TrainConfig> out;
+  std::stringstream variants(sizes.dino_variants);
+  for (std::string variant; std::getline(variants, variant, ',');) {
+    std::stringstream contexts(sizes.dino_contexts);
+    for (std::string scale; std::getline(contexts, scale, ',');) {
+      for (int64_t chunk : numbers(sizes.dino_chunks)) {
+        TrainConfig c = base;
+        c.model.variant = variant;
+        c.model.context.scale = std::stod(scale);
+        c.model.slice_chunk = chunk;
+        out.push_back(c);
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace memtrain::bench

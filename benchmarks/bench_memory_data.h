@@ -22,6 +22,12 @@ struct ModelSizes {
   std::string clip_variant = "ViT-B-32", clip_micros = "16";
   int64_t fsct_image_size = 84;
   std::string fsct_micros = "1";
+  // dino: Meta's DINOv3 ViT (random weights: the bytes and the time do not
+  // depend on them) on volumes of dino_slices slices of dino_size^2, one
+  // volume a patch; a row per variant, context scale and slice chunk.
+  std::string dino_variants = "vits16", dino_contexts = "0,2";
+  std::string dino_chunks = "16", dino_micros = "1";
+  int64_t dino_size = 512, dino_slices = 128;
 };
 
 // Whether comma-separated `list` names `item`.
@@ -36,9 +42,11 @@ std::vector<int64_t> numbers(const std::string& list);
 void make_model_data(
     const ModelSizes& sizes, const std::string& models, const std::string& dir);
 
-// The base config of `model` (an entry of --models: a model.name, or fsct)
-// on make_model_data's files in `dir`, and the micro-batches its rows use.
-TrainConfig model_config(
+// The base configs of `model` (an entry of --models: a model.name, fsct or
+// dino) on make_model_data's files in `dir`, and the micro-batches their
+// rows use: one config, or for dino one per variant, context scale and
+// slice chunk.
+std::vector<TrainConfig> model_configs(
     const std::string& model,
     const ModelSizes& sizes,
     const std::string& dir,

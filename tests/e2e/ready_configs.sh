@@ -14,6 +14,12 @@
 #   on resnet50) at 40 x 40;
 # - clip-v100.yaml: one window of 96 caption pairs through open_clip's
 #   ViT-B-32 towers (micro-batch 8 given), one contrastive batch.
+# - dino-context-v100.yaml: one window of 16 patches through DINOv3 ViT-B/16
+#   (random weights: model.pretrained emptied) on 4 x 32 x 32 patches and
+#   their context crops, the micro-batch and model.slice_chunk planned
+#   under the budget, only the head all-reduced (2 x 4 x 768 x 2 + 2
+#   floats and the window's totals), whole-volume validation with both
+#   extractions and a Dice.
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 source "$HERE/common.sh"
@@ -95,6 +101,37 @@ volume_config() {  # CONFIG NAME DEPTH FEATURE SEGMENTS: one window of 8 and a D
     fail "$config: val_dice '$dice'"
   echo "$config: one window of 8, val_dice $dice"
 }
+# dino-context-v100.yaml: vitb16 with random weights at 32 x 32 slices
+# (2 x 2 tokens): the planner's probes of the micro-batch and the chunk run
+# the backbone on the CPU in seconds.
+for split in train val; do
+  "$MEMTRAIN" make-data --kind volumes --samples 4 --channels 1 --depth 8 \
+    --height 32 --width 32 --classes 2 --split $split --out dino-$split.h5 >/dev/null
+done
+mpi -np 2 "$MEMTRAIN" train --config "$ROOT/launch/configs/dino-context-v100.yaml" \
+  --model.pretrained= --data.train=dino-train.h5 --data.val=dino-val.h5 \
+  --data.read_threads=1 --data.patch_size=[4,32,32] --validation.roi=[4,32,32] \
+  --data.patches_per_volume=4 --training.amp=off --training.max_windows=1 \
+  --validation.every_epochs=1 --output.dir=dino >dino.log 2>&1 || { tail -30 dino.log; fail "dino-context-v100.yaml"; }
+grep -E "^(model|window|memory plan)" dino.log
+grep -q "model.slice_chunk auto: [0-9]* of the micro-batch's [0-9]* slices a backbone call" dino.log ||
+  fail "dino-context-v100.yaml: no planned model.slice_chunk"
+"$PY" - dino <<'EOF' || fail "dino-context-v100.yaml: see above"
+import json, sys
+rows = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")]
+w = next(r for r in rows if r["type"] == "window")
+v = next(r for r in rows if r["type"] == "validation")
+assert w["samples"] == 16, w["samples"]
+head = (2 * 4 * 768 * 2 + 2) * 4  # the head's gradient, nothing of the backbone
+assert 0 < w["allreduce_bytes"] - head < 1024, w["allreduce_bytes"]  # + the window's totals
+assert 0 < w["mem_peak_backbone"] < w["mem_peak_context"] <= w["mem_peak"], w
+assert len(v["val_cases"]) == 4 and 0 <= v["val_dice"] <= 1, v
+print(f"dino-context-v100.yaml: one window of 16, all-reduced {w['allreduce_bytes']} B "
+      f"(the head's gradient {head} B), "
+      f"peaks backbone {w['mem_peak_backbone']} context {w['mem_peak_context']} "
+      f"window {w['mem_peak']}; val_dice {v['val_dice']:.3f} over 4 cases")
+EOF
+
 volume_config unet3d-v100.yaml unet 32 8 9
 volume_config swin-unetr-v100.yaml swin 64 12 14
 echo "PASS"

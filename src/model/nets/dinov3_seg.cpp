@@ -3,12 +3,28 @@
 #include <algorithm>
 #include <string>
 
+#include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
 
 namespace nn = torch::nn;
+
+namespace {
+
+// The dtype the features are kept in: autocast's where it is on for x's
+// device (AMP: the final norm hands them over in float32, twice the
+// bytes), x's otherwise. The head's convolution would cast them to it
+// anyway.
+c10::ScalarType feature_dtype(const torch::Tensor& x) {
+  const compat::AutocastState amp = compat::autocast_state();
+  if (x.is_cuda() ? amp.cuda_enabled : amp.cpu_enabled)
+    return x.is_cuda() ? amp.cuda_dtype : amp.cpu_dtype;
+  return x.scalar_type();
+}
+
+}  // namespace
 
 Dinov3Segmenter::Dinov3Segmenter(
     const Dinov3Spec& spec, const Dinov3SegOptions& opt)
@@ -65,14 +81,15 @@ torch::Tensor Dinov3Segmenter::extract(const torch::Tensor& x, int64_t* peak) {
   const Dinov3Spec& spec = backbone_->spec();
   const int64_t total = n * slices;
   const int64_t chunk = opt_.slice_chunk > 0 ? opt_.slice_chunk : total;
-  torch::Tensor features;  // (N S, L D, a/16, b/16)
+  const c10::ScalarType dtype = feature_dtype(x);
+  torch::Tensor features;  // (N S, L D, a/16, b/16), in the compute dtype
   {
     torch::NoGradGuard no_grad;
     for (int64_t i = 0; i < total; i += chunk) {
       const int64_t len = std::min(chunk, total - i);
       Dinov3Features f =
           backbone_->forward_features(s.narrow(0, i, len), spec.layers);
-      const torch::Tensor maps = torch::cat(f.maps, 1);
+      const torch::Tensor maps = torch::cat(f.maps, 1).to(dtype);
       f = Dinov3Features{};
       if (!features.defined()) {
         if (len == total) {

@@ -236,6 +236,9 @@ bool Trainer::Impl::record_window(
   summary.skipped_steps += r.skipped ? 1 : 0;
   e.loss += r.loss * r.samples;
   e.samples += r.samples;
+  // The model's own phases (dinov3: the backbone's extraction and the
+  // context's), this rank's peaks since the last window.
+  r.phase_peaks = rs.model->take_phase_peaks();
   metrics->write(window_record(rs, counters, r));
   progress->window(
       e.index,

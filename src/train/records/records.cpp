@@ -142,9 +142,7 @@ nlohmann::json window_record(
       {"oom_retries_total", r.oom_retries_total},
       {"cache_releases", r.cache_releases},
       {"cache_release_s", s.cache_release_seconds}};
-  // The model's own phases (dinov3: the backbone's extraction and the
-  // context's), this rank's peaks since the last window record.
-  for (const auto& [phase, bytes] : run.model->take_phase_peaks())
+  for (const auto& [phase, bytes] : r.phase_peaks)
     j["mem_peak_" + phase] = bytes;
   // Where memtrain counts host memory (the CPU device's accounting
   // allocator): on CUDA nothing is counted and the pool is page-locked

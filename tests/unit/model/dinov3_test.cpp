@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "memtrain/compat.h"
 #include "memtrain/config/train_config.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/blocks/dinov3_vit.h"
@@ -379,6 +380,30 @@ TEST(Dinov3Segmenter, TheExtractionsPeaksAreItsOwn) {
   // 4 layers x 64 x 2 x 2 floats more.
   EXPECT_EQ(peaks[1].second - peaks[0].second, 8 * 4 * 64 * 2 * 2 * 4);
   EXPECT_TRUE(m->take_phase_peaks().empty());  // taken
+}
+
+// Under AMP the features are kept in the compute dtype: the patch's maps
+// the context's extraction runs beside are bfloat16, half the float32
+// bytes above, and the head's logits equal float32's within bfloat16's
+// rounding.
+TEST(Dinov3Segmenter, FeaturesAreKeptInTheComputeDtype) {
+  torch::manual_seed(6);
+  auto m = segmenter({1, 4, 32, 32}, 0, 0, 2.0, Fusion::kConcat);
+  memory::DeviceScope device;
+  const torch::Tensor x = torch::randn({2, 1, 4, 32, 32});
+  const torch::Tensor c = torch::randn({2, 1, 4, 32, 32});
+  torch::NoGradGuard no_grad;
+  const torch::Tensor fp32 = m->forward(x, c);
+  (void)m->take_phase_peaks();
+  compat::AutocastGuard amp(true, false, torch::kBFloat16);
+  const torch::Tensor bf16 = m->forward(x, c);
+  const auto peaks = m->take_phase_peaks();
+  ASSERT_EQ(peaks.size(), 2u);
+  EXPECT_EQ(peaks[1].second - peaks[0].second, 8 * 4 * 64 * 2 * 2 * 2);
+  EXPECT_EQ(bf16.scalar_type(), torch::kBFloat16);
+  const double scale = fp32.abs().max().item<double>();
+  EXPECT_LT(
+      (bf16.to(torch::kFloat) - fp32).abs().max().item<double>(), 0.05 * scale);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace memtrain {
@@ -79,6 +80,10 @@ struct WindowResult {
   int64_t buckets_early = 0;
   // Device bytes allocated at the start of each micro-step (the last try).
   std::vector<int64_t> micro_step_start_bytes;
+  // The model's own phases' device peaks on this rank since the previous
+  // window (dinov3: "backbone" and "context", its two extractions): the
+  // record's mem_peak_<phase>.
+  std::vector<std::pair<std::string, int64_t>> phase_peaks;
 };
 
 // Which way a validation metric improves. validation.best_metric chooses
