@@ -60,7 +60,8 @@ at::Tensor autocast_forward(
     const TrainingConfig& training,
     const Placement& placement,
     const at::Tensor& x,
-    const at::Tensor& context) {
+    const at::Tensor& context,
+    const at::Tensor& origins) {
   compat::AutocastGuard amp(
       training.amp != Amp::kOff,
       placement.is_cuda(),
@@ -68,6 +69,7 @@ at::Tensor autocast_forward(
   const at::Tensor in = model.channels_last() && x.dim() == 4
                             ? x.contiguous(at::MemoryFormat::ChannelsLast)
                             : x;
+  model.set_origins(origins);  // the forward below consumes them
   const at::Tensor logits =
       context.defined() ? model.forward(in, context) : model.forward(in);
   return logits.to(torch::kFloat32);

@@ -92,7 +92,10 @@ at::Tensor InferenceModel::predict_volume(
   return volume_probs(
       volume,
       m.on.num_classes,
-      [&m](const at::Tensor& windows, const at::Tensor& context) {
+      [&m](
+          const at::Tensor& windows,
+          const at::Tensor& context,
+          const at::Tensor&) {
         return autocast_forward(
             *m.model, m.cfg.training, m.placement, windows, context);
       },

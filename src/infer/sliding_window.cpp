@@ -197,13 +197,19 @@ at::Tensor sliding_window_probs(
     {
       at::Tensor gathered;  // (B, C, rd, rh, rw), host
       at::Tensor contexts;  // their context crops, host
+      at::Tensor corners;   // (B, 3) int64, host
       {
         memory::HostScope host;
         gathered = torch::empty({full, channels, roi[0], roi[1], roi[2]});
         if (opt.context.on())
           contexts = torch::empty_like(gathered);
+        corners = torch::empty({full, 3}, torch::kLong);
+        int64_t* corner = corners.data_ptr<int64_t>();
         for (int64_t i = 0; i < full; ++i) {
           const Window& w = windows[b0 + std::min(i, batch - 1)];
+          corner[3 * i] = w.z;
+          corner[3 * i + 1] = w.y;
+          corner[3 * i + 2] = w.x;
           gathered[i].copy_(patch(vol, w));
           if (opt.context.on())
             contexts[i].copy_(
@@ -217,7 +223,7 @@ at::Tensor sliding_window_probs(
       if (contexts.defined())
         c = placement.to_device(contexts);
       contexts = at::Tensor();
-      at::Tensor logits = predict(x, c);
+      at::Tensor logits = predict(x, c, corners);
       x = at::Tensor();
       c = at::Tensor();
       MT_CHECK(

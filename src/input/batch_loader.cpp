@@ -8,6 +8,7 @@
 
 #include "data/h5/layout.h"
 #include "memtrain/data/h5/h5_dataset.h"
+#include "memtrain/model/feature_cache.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
 
@@ -146,6 +147,8 @@ Batch PatchSource::allocate(int64_t n, bool pinned) const {
   b.y = host_empty({n, p[0], p[1], p[2]}, at::kLong, pinned);
   if (context_.on())
     b.context = host_empty({n, c, p[0], p[1], p[2]}, at::kFloat, pinned);
+  if (origins_)
+    b.origin = host_empty({n, kOriginColumns}, at::kLong, false);
   return b;
 }
 
@@ -159,6 +162,15 @@ void PatchSource::read(
   for (size_t k = 0; k < ids.size(); ++k) {
     const PatchRef r = sampler_.at(epoch, ids[k]);
     data_.read_patch(r.volume, r.corner, p, x + k * numel, y + k * voxels);
+    if (origins_) {
+      int64_t* o = into.origin.data_ptr<int64_t>() + k * kOriginColumns;
+      o[kOriginSet] = kTrainOrigin;
+      o[kOriginVolume] = r.volume;
+      for (int64_t a = 0; a < 3; ++a) {
+        o[kOriginCorner + a] = r.corner[a];
+        o[kOriginFlip + a] = r.flip[a] ? 1 : 0;
+      }
+    }
     if (context_.on()) {
       const Box box = context_box(r.corner, p, context_);
       const int64_t c = data_.info().sample_shape[0];

@@ -83,7 +83,7 @@ int64_t Prefetcher::host_bytes_bound_at(
     one = source_.allocate(1, false);
   }
   int64_t bytes = 0;
-  for (const at::Tensor* t : {&one.x, &one.y, &one.context}) {
+  for (const at::Tensor* t : {&one.x, &one.y, &one.context, &one.origin}) {
     if (!t->defined())
       continue;
     int64_t b = static_cast<int64_t>(t->nbytes()) * n;

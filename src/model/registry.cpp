@@ -156,6 +156,7 @@ std::vector<ModelRow> make_rows() {
       "normalises with its frozen backbone's layer norms only (Meta's "
       "DINOv3); model.norm=group is unet3d's (set model.norm=none)";
   r.context_crops = true;
+  r.feature_cache = true;
   r.make = make_dinov3;
   r.words = dinov3_words;
   rows.push_back(r);
@@ -309,6 +310,15 @@ void check_model_config(const TrainConfig& cfg) {
       "); model.name=",
       model.name,
       " takes none: set model.context.scale=0");
+  MT_CHECK(
+      model.feature_cache == FeatureCacheMode::kNone || row.feature_cache,
+      "config: model.feature_cache=",
+      model.feature_cache,
+      " is for the models with a frozen extraction (",
+      models_with(&ModelRow::feature_cache),
+      "); model.name=",
+      model.name,
+      " has none: set model.feature_cache=none");
   MT_CHECK(
       scale == 0.0 || scale > 1.0,
       "config: model.context.scale=",

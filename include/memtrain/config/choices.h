@@ -66,6 +66,8 @@ MEMTRAIN_CHOICE(ModelName,
     (kSeresnext50, "seresnext50_32x4d"), (kUnet3d, "unet3d"),
     (kDualEncoder, "dual_encoder"), (kSwinUnetr, "swin_unetr"), (kClip, "clip"),
     (kVit, "vit"), (kDinov3, "dinov3"))
+// model.feature_cache
+MEMTRAIN_CHOICE(FeatureCacheMode, (kNone, "none"), (kHost, "host"))
 // model.context.fusion
 MEMTRAIN_CHOICE(Fusion, (kConcat, "concat"), (kAdd, "add"))
 // model.norm

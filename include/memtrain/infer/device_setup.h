@@ -30,11 +30,14 @@ bool channels_last_on(const ModelConfig& model, const Placement& placement);
 // model(x), or model(x, context) when `context` is defined, under
 // training.amp's autocast (off, fp16, bf16) on `placement`'s device; the
 // logits as float32. A channels-last model gets a 4-D x in that order.
+// `origins` (model/feature_cache.h; undefined: unknown) say where x's
+// samples come from, for the model's feature cache.
 at::Tensor autocast_forward(
     Classifier& model,
     const TrainingConfig& training,
     const Placement& placement,
     const at::Tensor& x,
-    const at::Tensor& context);
+    const at::Tensor& context,
+    const at::Tensor& origins = {});
 
 }  // namespace memtrain

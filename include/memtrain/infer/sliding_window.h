@@ -33,11 +33,12 @@ struct SlidingWindowOptions {
 };
 
 // Called with a (B, C, rd, rh, rw) float32 tensor of patches that is already
-// device memory, and with their context crops (the same shape, device
-// memory; undefined unless SlidingWindowOptions::context is on); returns
-// logits (B, K, rd, rh, rw) (any floating dtype).
-using PatchPredictor =
-    std::function<at::Tensor(const at::Tensor& x, const at::Tensor& context)>;
+// device memory, with their context crops (the same shape, device memory;
+// undefined unless SlidingWindowOptions::context is on) and with their
+// corners in the padded volume ((B, 3) int64, host memory: what a feature
+// cache keys on); returns logits (B, K, rd, rh, rw) (any floating dtype).
+using PatchPredictor = std::function<at::Tensor(
+    const at::Tensor& x, const at::Tensor& context, const at::Tensor& corners)>;
 
 // Window starts along one axis of `size` voxels (size >= roi): 0, step,
 // 2 step, ... with step = max(1, floor(roi * (1 - overlap))), the last one

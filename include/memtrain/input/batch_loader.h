@@ -27,6 +27,10 @@ struct Batch {
   // (n, F2) float32 /context_features, (n, C, D, H, W) float32 context
   // crops (model.context), or undefined
   at::Tensor context;
+  // (n, kOriginColumns) int64, host memory: where each patch was cut from
+  // (model/feature_cache.h; a model's feature cache keys on it), or
+  // undefined
+  at::Tensor origin;
   int64_t size() const;
 };
 
@@ -88,7 +92,8 @@ class RowSource : public SampleSource {
   const FiniteCheck* finite_;
 };
 
-// Volume patches: sample i of an epoch is sampler.at(epoch, i). With a
+// Volume patches: sample i of an epoch is sampler.at(epoch, i), its
+// origin in Batch::origin (set kTrainOrigin) when `origins`. With a
 // `context` view on, each patch's context crop too (input/context_crop.h:
 // its box read from the file, resized to the patch, flipped with it) into
 // Batch::context.
@@ -98,8 +103,13 @@ class PatchSource : public SampleSource {
       const H5Dataset& data,
       const PatchSampler& sampler,
       const FiniteCheck* finite = nullptr,
-      ContextView context = {})
-      : data_(data), sampler_(sampler), finite_(finite), context_(context) {}
+      ContextView context = {},
+      bool origins = false)
+      : data_(data),
+        sampler_(sampler),
+        finite_(finite),
+        context_(context),
+        origins_(origins) {}
   void read(int64_t epoch, const std::vector<int64_t>& ids, Batch& into)
       const override;
   Batch allocate(int64_t n, bool pinned) const override;
@@ -109,6 +119,7 @@ class PatchSource : public SampleSource {
   const PatchSampler& sampler_;
   const FiniteCheck* finite_;
   ContextView context_;
+  bool origins_;
 };
 
 }  // namespace memtrain

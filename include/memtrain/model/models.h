@@ -19,6 +19,8 @@
 
 namespace memtrain {
 
+class FeatureCache;  // feature_cache.h
+
 class Classifier : public torch::nn::Module {
  public:
   // x: (N, F) or (N, C, H, W) float32 -> logits (N, num_classes);
@@ -91,6 +93,19 @@ class Classifier : public torch::nn::Module {
   }
   virtual void set_chunk(int64_t units) {
     (void)units;
+  }
+
+  // Where the samples of the next forward() come from ((n, kOriginColumns)
+  // int64 host rows, feature_cache.h; undefined: unknown), for a model
+  // that keeps what a frozen part computed from them (model.feature_cache).
+  // That forward consumes them. Other models ignore them.
+  virtual void set_origins(const torch::Tensor& origins) {
+    (void)origins;
+  }
+  // model.feature_cache=host: the cache the model keeps its frozen
+  // extraction's outputs in (the rules refuse the key for other models).
+  virtual void set_feature_cache(std::shared_ptr<FeatureCache> cache) {
+    (void)cache;
   }
 
   // The device peaks of the model's own phases since the last call, by

@@ -50,6 +50,8 @@ struct ModelRow {
   // Takes a context crop with each volume patch (model.context applies;
   // its forward(x, context), input/context_crop.h).
   bool context_crops = false;
+  // Has a frozen extraction whose outputs model.feature_cache keeps.
+  bool feature_cache = false;
   int64_t feature_size = 0;  // model.feature_size=0 (auto) means this
   // The factory of a model of rows or volumes (make_model), or of pairs
   // (make_pair_encoder); the other is nullptr.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
@@ -69,7 +70,33 @@ Dinov3Segmenter::take_phase_peaks() {
   return out;
 }
 
-torch::Tensor Dinov3Segmenter::extract(const torch::Tensor& x, int64_t* peak) {
+namespace {
+
+// Slices `idx` (ascending) of `s`: a view where they are one run.
+torch::Tensor gather_slices(
+    const torch::Tensor& s, const std::vector<int64_t>& idx) {
+  const int64_t first = idx.front();
+  const int64_t len = static_cast<int64_t>(idx.size());
+  if (idx.back() - first + 1 == len)
+    return s.narrow(0, first, len);
+  std::vector<torch::Tensor> parts;
+  for (size_t j = 0; j < idx.size();) {
+    size_t e = j + 1;
+    while (e < idx.size() && idx[e] == idx[e - 1] + 1)
+      ++e;
+    parts.push_back(s.narrow(0, idx[j], static_cast<int64_t>(e - j)));
+    j = e;
+  }
+  return torch::cat(parts, 0);
+}
+
+}  // namespace
+
+torch::Tensor Dinov3Segmenter::extract(
+    const torch::Tensor& x,
+    const torch::Tensor& origins,
+    int64_t view,
+    int64_t* peak) {
   memory::PeakScope scope;
   const int64_t n = x.size(0), c = x.size(1);
   // (N, C, D, H, W) -> (N, S, C, A, B) -> (N S, 3, A, B)
@@ -82,26 +109,58 @@ torch::Tensor Dinov3Segmenter::extract(const torch::Tensor& x, int64_t* peak) {
   const int64_t total = n * slices;
   const int64_t chunk = opt_.slice_chunk > 0 ? opt_.slice_chunk : total;
   const c10::ScalarType dtype = feature_dtype(x);
+  // Note [The feature cache]: the slices whose maps are kept are copied
+  // back; the others (todo) run through the backbone.
+  std::vector<SliceKey> keys;
+  if (cache_ && origins.defined()) {
+    MT_INTERNAL_ASSERT(origins.size(0) == n, "origins of another batch");
+    keys = slice_keys(
+        origins,
+        {x.size(2), x.size(3), x.size(4)},
+        opt_.slice_axis,
+        view,
+        static_cast<int64_t>(dtype));
+  } else if (cache_) {
+    cache_->missed(total);
+  }
+  std::vector<const torch::Tensor*> kept(static_cast<size_t>(total), nullptr);
+  std::vector<int64_t> todo;
+  for (int64_t i = 0; i < total; ++i) {
+    if (!keys.empty())
+      kept[i] = cache_->find(keys[i]);
+    if (kept[i] == nullptr)
+      todo.push_back(i);
+  }
+  const auto todo_count = static_cast<int64_t>(todo.size());
   torch::Tensor features;  // (N S, L D, a/16, b/16), in the compute dtype
-  {
-    torch::NoGradGuard no_grad;
-    for (int64_t i = 0; i < total; i += chunk) {
-      const int64_t len = std::min(chunk, total - i);
-      Dinov3Features f =
-          backbone_->forward_features(s.narrow(0, i, len), spec.layers);
-      const torch::Tensor maps = torch::cat(f.maps, 1).to(dtype);
-      f = Dinov3Features{};
-      if (!features.defined()) {
-        if (len == total) {
-          features = maps;
-          break;
-        }
-        std::vector<int64_t> shape = maps.sizes().vec();
-        shape[0] = total;
-        features = torch::empty(shape, maps.options());
-      }
-      features.narrow(0, i, len).copy_(maps);
+  if (todo_count < total || chunk < total) {
+    features = torch::empty(
+        {total,
+         spec.dim * static_cast<int64_t>(spec.layers.size()),
+         a / spec.patch,
+         b / spec.patch},
+        x.options().dtype(dtype));
+  }
+  torch::NoGradGuard no_grad;
+  for (int64_t i = 0; i < total; ++i) {
+    if (kept[i] != nullptr)  // host to device, in stream order
+      features[i].copy_(*kept[i], /*non_blocking=*/true);
+  }
+  for (int64_t j = 0; j < todo_count; j += chunk) {
+    const std::vector<int64_t> idx(
+        todo.begin() + j, todo.begin() + std::min(j + chunk, todo_count));
+    Dinov3Features f =
+        backbone_->forward_features(gather_slices(s, idx), spec.layers);
+    const torch::Tensor maps = torch::cat(f.maps, 1).to(dtype);
+    f = Dinov3Features{};
+    if (!features.defined()) {
+      features = maps;  // every slice, in one call
+    } else {
+      for (size_t k = 0; k < idx.size(); ++k)
+        features[idx[k]].copy_(maps[static_cast<int64_t>(k)]);
     }
+    for (size_t k = 0; k < idx.size() && !keys.empty(); ++k)
+      cache_->store(keys[idx[k]], maps[static_cast<int64_t>(k)]);
   }
   *peak = std::max(*peak, scope.peak());
   return features;
@@ -131,28 +190,30 @@ torch::Tensor Dinov3Segmenter::segment_slices(
 }
 
 torch::Tensor Dinov3Segmenter::forward(torch::Tensor x) {
+  const torch::Tensor origins = std::exchange(origins_, torch::Tensor());
   MT_CHECK(x.dim() == 5, "model.name=dinov3: input ", x.sizes(), " is not 5-D");
   MT_CHECK(
       opt_.context_scale == 0.0,
       "model.name=dinov3 with model.context.scale=",
       opt_.context_scale,
       " needs each patch's context crop as its second input");
-  return segment_slices(extract(x, &peak_backbone_), x);
+  return segment_slices(extract(x, origins, 0, &peak_backbone_), x);
 }
 
 torch::Tensor Dinov3Segmenter::forward(torch::Tensor x, torch::Tensor context) {
   if (opt_.context_scale == 0.0 || !context.defined())
     return forward(x);
+  const torch::Tensor origins = std::exchange(origins_, torch::Tensor());
   MT_CHECK(
       context.sizes() == x.sizes(),
       "model.name=dinov3: the context crops ",
       context.sizes(),
       " are not the patches' shape ",
       x.sizes());
-  torch::Tensor features = extract(x, &peak_backbone_);
+  torch::Tensor features = extract(x, origins, 0, &peak_backbone_);
   {
     // The context's maps live only until they are fused.
-    torch::Tensor around = extract(context, &peak_context_);
+    torch::Tensor around = extract(context, origins, 1, &peak_context_);
     context = torch::Tensor();
     if (opt_.fusion == Fusion::kConcat) {
       features = torch::cat({features, around}, 1);
@@ -163,6 +224,13 @@ torch::Tensor Dinov3Segmenter::forward(torch::Tensor x, torch::Tensor context) {
     }
   }
   return segment_slices(features, x);
+}
+
+int64_t dinov3_slice_bytes(
+    const ModelConfig& cfg, int64_t a, int64_t b, bool half) {
+  const Dinov3Spec spec = dinov3_spec(cfg.variant);
+  return spec.dim * static_cast<int64_t>(spec.layers.size()) *
+         (a / spec.patch) * (b / spec.patch) * (half ? 2 : 4);
 }
 
 std::shared_ptr<Classifier> make_dinov3(

@@ -10,6 +10,7 @@
 #include "memtrain/memory/oom_guard.h"
 #include "memtrain/metrics/overlay.h"
 #include "memtrain/metrics/seg_metrics.h"
+#include "memtrain/model/feature_cache.h"
 #include "memtrain/model/losses.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/rank_log.h"
@@ -136,11 +137,13 @@ int64_t case_host_bytes(
     gather += 4 * b * c * r +
               4 * c * (2 * box.size[0] * box.size[1] * box.size[2] + 2 * r);
   }
+  // The batch's window corners and their origins (model/feature_cache.h).
+  const int64_t origins = 8 * (3 + kOriginColumns) * b;
   const int64_t window =
       cfg.offload == Offload::kCpu
           ? held + copy + 4 * r + std::max(gather, 4 * b * k * r) +
-                4 * (k + 1) * vp
-          : held + copy + 4 * r + std::max(gather, 4 * k * vp);
+                4 * (k + 1) * vp + origins
+          : held + copy + 4 * r + std::max(gather, 4 * k * vp) + origins;
   // The crop of a padded sum to the case (the padded copy still held).
   const int64_t crop = padded ? held + copy + 4 * k * (vp + v) : 0;
   // score(): the probabilities, their clamped log, and in
@@ -195,10 +198,16 @@ VolumeValResult Validator::run(
       mask = torch::empty({e[0], e[1], e[2]}, torch::kInt64);
       data_.read_volume(v, volume.data_ptr<float>(), mask.data_ptr<int64_t>());
     }
+    const PatchPredictor windows_of_case = [&predict, v](
+                                               const at::Tensor& x,
+                                               const at::Tensor& context,
+                                               const at::Tensor& corners) {
+      return predict(x, context, window_origins(kValOrigin, v, corners));
+    };
     at::Tensor probs = volume_probs(
         volume,
         k,
-        predict,
+        windows_of_case,
         cfg_,
         roi_,
         context_,

@@ -1,11 +1,14 @@
 // Note [Host plan] (memory/host_plan.cpp): the holders of a rank's host
 // memory, charged against its host budget.
 
+#include <algorithm>
+
 #include "memtrain/dist/communicator.h"
 #include "memtrain/dist/environment.h"
 #include "memtrain/memory/budget.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/host_figures.h"
+#include "memtrain/model/feature_cache.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/host_memory.h"
 #include "train/state/run_state.h"
@@ -220,6 +223,28 @@ void fit_cpu_device(RunState& run, memory::HostPlan& plan, int64_t needed) {
   }
 }
 
+// model.feature_cache=host: its holder, what the task's slices need capped
+// at what `plan`'s other holders leave (Note [The feature cache]); the
+// cache is given that capacity.
+void fit_feature_cache(RunState& run, memory::HostPlan& plan) {
+  if (!run.feature_cache)
+    return;
+  memory::HostHolder h = run.task->feature_cache_need(run);
+  const int64_t left = std::max<int64_t>(0, plan.budget - plan.charged());
+  const int64_t need = h.bytes;
+  h.name = "feature cache";
+  h.bytes = std::min(need, left);
+  if (h.bytes < need) {
+    h.how += detail::concat(
+        "; capped at what the budget leaves after the other holders, ",
+        mib(left),
+        ": the slices met first are kept");
+  }
+  h.lower = "model.feature_cache=none";
+  run.feature_cache->set_capacity(h.bytes);
+  plan.holders.push_back(std::move(h));
+}
+
 memory::HostPlan new_plan(RunState& run) {
   memory::HostPlan plan;
   plan.budget = host_budget_of(run);
@@ -301,6 +326,7 @@ bool plan_host(RunState& run, bool may_replan) {
     choose_prefetch_depth(
         run, plan, run.plan.micro_batch, cpu_device_need(run, needed), 2);
     fit_cpu_device(run, plan, needed);
+    fit_feature_cache(run, plan);
     run.host_plan = plan;
     return plan;
   });

@@ -40,13 +40,20 @@ Batch to_device(const RunState& run, const Batch& host) {
   device.y = run.placement.to_device(host.y);
   if (host.context.defined())
     device.context = run.placement.to_device(host.context);
+  if (host.origin.defined()) {  // stays on the host; `host` is recycled
+    memory::HostScope host_scope;
+    device.origin = host.origin.clone();
+  }
   return device;
 }
 
 at::Tensor forward(
-    RunState& run, const at::Tensor& x, const at::Tensor& context) {
+    RunState& run,
+    const at::Tensor& x,
+    const at::Tensor& context,
+    const at::Tensor& origins) {
   return autocast_forward(
-      *run.model, run.cfg.training, run.placement, x, context);
+      *run.model, run.cfg.training, run.placement, x, context, origins);
 }
 
 // Everything it creates (batch, context features, logits, loss, graph) is
@@ -64,7 +71,7 @@ void micro_step(
     double weight,
     const at::Tensor& loss_sum) {
   Batch batch = load_batch(run, *run.loader, epoch, indices);
-  at::Tensor logits = forward(run, batch.x, batch.context);
+  at::Tensor logits = forward(run, batch.x, batch.context, batch.origin);
   batch.context.reset();
   batch.x.reset();
   at::Tensor loss = run.task->loss_sum(logits, batch.y);  // Note [Tasks]

@@ -5,6 +5,7 @@
 #include "memtrain/infer/device_setup.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/host_pool.h"
+#include "memtrain/model/feature_cache.h"
 #include "memtrain/model/registry.h"
 #include "memtrain/model/volume_model.h"
 #include "memtrain/train/state/optimizers.h"
@@ -92,6 +93,10 @@ void build_model(RunState& run) {
     run.model->to_channels_last();
   // Without a budget nothing asks for the memory: the faster forms.
   run.model->set_memory_lean(run.budget.limited());
+  if (cfg.model.feature_cache == FeatureCacheMode::kHost) {
+    run.feature_cache = std::make_shared<FeatureCache>(run.placement.is_cuda());
+    run.model->set_feature_cache(run.feature_cache);
+  }
   run.model->train();
   // Frozen parameters get no gradient, no optimizer state and no place in
   // the gradient buckets.

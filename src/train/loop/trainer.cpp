@@ -14,6 +14,7 @@
 #include "memtrain/dist/replica_check.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/monitor.h"
+#include "memtrain/model/feature_cache.h"
 #include "memtrain/train/logs/metrics.h"
 #include "memtrain/train/logs/progress.h"
 #include "memtrain/train/run_files/output_dir.h"
@@ -239,6 +240,11 @@ bool Trainer::Impl::record_window(
   // The model's own phases (dinov3: the backbone's extraction and the
   // context's), this rank's peaks since the last window.
   r.phase_peaks = rs.model->take_phase_peaks();
+  if (rs.feature_cache) {  // Note [The feature cache]
+    std::tie(r.feature_cache_hits, r.feature_cache_misses) =
+        rs.feature_cache->take_counts();
+    r.feature_cache_bytes = rs.feature_cache->held();
+  }
   metrics->write(window_record(rs, counters, r));
   progress->window(
       e.index,

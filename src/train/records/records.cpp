@@ -144,6 +144,11 @@ nlohmann::json window_record(
       {"cache_release_s", s.cache_release_seconds}};
   for (const auto& [phase, bytes] : r.phase_peaks)
     j["mem_peak_" + phase] = bytes;
+  if (r.feature_cache_hits >= 0) {
+    j["feature_cache_hits"] = r.feature_cache_hits;
+    j["feature_cache_misses"] = r.feature_cache_misses;
+    j["feature_cache_bytes"] = r.feature_cache_bytes;
+  }
   // Where memtrain counts host memory (the CPU device's accounting
   // allocator): on CUDA nothing is counted and the pool is page-locked
   // outside glibc, so the parts would not add up.

@@ -65,6 +65,9 @@ struct RunState {
   ImageTransforms images;
 
   std::shared_ptr<Classifier> model;
+  // model.feature_cache=host: the model's (Note [The feature cache]),
+  // capacity set by the host plan; null otherwise.
+  std::shared_ptr<FeatureCache> feature_cache;
   std::vector<at::Tensor> params;     // all of them, registration order
   std::vector<at::Tensor> trainable;  // those not frozen (model.freeze)
   std::vector<at::Tensor> buffers;    // batch-norm statistics (ResNets)
@@ -136,9 +139,13 @@ Batch load_batch(
 // A host batch copied to the placement's device.
 Batch to_device(const RunState& run, const Batch& host);
 // The model under autocast (training.amp) on the placement's device type;
-// float32 logits.
+// float32 logits. `origins`: where x's samples come from (Batch::origin),
+// for the model's feature cache.
 at::Tensor forward(
-    RunState& run, const at::Tensor& x, const at::Tensor& context);
+    RunState& run,
+    const at::Tensor& x,
+    const at::Tensor& context,
+    const at::Tensor& origins = {});
 // Read, forward, backward of the weighted, scaled loss; adds the unweighted
 // loss sum to `loss_sum` (a float64 (1,) tensor on the device: no host read,
 // Note [One host read per window]). Everything else it creates is freed

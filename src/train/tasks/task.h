@@ -80,6 +80,13 @@ class Task {
   virtual std::vector<memory::HostHolder> host_holders(const RunState&) const {
     return {};
   }
+  // model.feature_cache=host: what the model's cache would hold on this
+  // rank to keep every slice it can meet (bytes, with the arithmetic), for
+  // the host plan's "feature cache" holder, which caps it at what the
+  // budget leaves. No bytes: the task has no such slices.
+  virtual memory::HostHolder feature_cache_need(const RunState&) const {
+    return {};
+  }
   // Rank 0, at the start of a run: the task's files in output.dir.
   virtual void write_run_files(const RunState&, const std::string&) const {}
 

@@ -10,9 +10,12 @@
 
 #include "memtrain/data/sampling/patch_sampler.h"
 #include "memtrain/device/placement.h"
+#include "memtrain/infer/sliding_window.h"
 #include "memtrain/input/context_crop.h"
 #include "memtrain/metrics/dice_report.h"
+#include "memtrain/model/feature_cache.h"
 #include "memtrain/model/losses.h"
+#include "memtrain/model/nets/dinov3_seg.h"
 #include "memtrain/model/registry.h"
 #include "memtrain/model/volume_model.h"
 #include "memtrain/train/eval/validator.h"
@@ -72,8 +75,10 @@ class VolumeTask : public Task {
               "window pads"),
           /*echo=*/run.comm.rank() == 0);
     }
+    train_cached_ = cfg.model.feature_cache == FeatureCacheMode::kHost &&
+                    patches_span_slices(run);
     run.source = std::make_unique<PatchSource>(
-        *run.train_data, *patches_, &run.train_finite, context);
+        *run.train_data, *patches_, &run.train_finite, context, train_cached_);
   }
 
   // The model sees patches.
@@ -126,13 +131,9 @@ class VolumeTask : public Task {
     h.how = detail::concat(
         "its largest case, ",
         case_key(info, v),
-        " [",
-        e[0],
-        ",",
-        e[1],
-        ",",
-        e[2],
-        "], ",
+        " ",
+        shape_text({e[0], e[1], e[2]}),
+        ", ",
         info.sample_shape[0],
         " channel(s), ",
         run.num_classes,
@@ -154,6 +155,8 @@ class VolumeTask : public Task {
     return {h};
   }
 
+  memory::HostHolder feature_cache_need(const RunState& run) const override;
+
   ValResult validate(
       RunState& run, RunCounters&, const std::string& overlay_dir) override {
     Validator validator(
@@ -165,8 +168,11 @@ class VolumeTask : public Task {
         run.placement,
         context_view(run.cfg.model));
     const VolumeValResult v = validator.run(
-        [&run](const at::Tensor& windows, const at::Tensor& context) {
-          return forward(run, windows, context);
+        [&run](
+            const at::Tensor& windows,
+            const at::Tensor& context,
+            const at::Tensor& origins) {
+          return forward(run, windows, context, origins);
         },
         overlay_dir);
     ValResult r;
@@ -186,6 +192,11 @@ class VolumeTask : public Task {
     // extraction and the context's), this rank's peaks.
     for (const auto& [phase, bytes] : run.model->take_phase_peaks())
       details["val_mem_peak_" + phase] = bytes;
+    if (run.feature_cache) {  // Note [The feature cache]
+      const auto [hits, misses] = run.feature_cache->take_counts();
+      details["val_feature_cache_hits"] = hits;
+      details["val_feature_cache_misses"] = misses;
+    }
     r.details = details.dump();
     // The epoch's summary.json (nnU-Net's shape), next to its overlays.
     if (!overlay_dir.empty() && run.comm.rank() == 0)
@@ -224,8 +235,117 @@ class VolumeTask : public Task {
   }
 
  private:
+  // model.feature_cache=host: whether data.patch_size spans the slice
+  // plane of every training volume, so that a slice's patches always cut
+  // it the same way (PatchSampler: the corner is fixed on an axis where
+  // the case is no larger than the patch) and training's slices can hit;
+  // said either way.
+  bool patches_span_slices(const RunState& run) const;
+
   std::unique_ptr<PatchSampler> patches_;
+  bool train_cached_ = false;  // training's patches carry their origins
 };
+
+bool VolumeTask::patches_span_slices(const RunState& run) const {
+  const TrainConfig& cfg = run.cfg;
+  const DatasetInfo& ti = run.train_data->info();
+  const auto& p = cfg.data.patch_size;
+  const int64_t axis = cfg.model.slice_axis;
+  for (int64_t v = 0; v < ti.num_samples; ++v) {
+    const auto& e = ti.volume_shape(v);
+    for (int64_t a = 0; a < 3; ++a) {
+      if (a == axis || e[a] <= p[a])
+        continue;
+      log_event(
+          detail::concat(
+              "model.feature_cache=host: data.patch_size ",
+              shape_text({p[0], p[1], p[2]}),
+              " does not span the slice plane of training volume ",
+              case_key(ti, v),
+              " ",
+              shape_text({e[0], e[1], e[2]}),
+              " (axis ",
+              a,
+              "), so its patches cut each slice at random places that "
+              "rarely meet again: the cache keeps validation's windows "
+              "only (a patch as large as the volumes' slices lets training "
+              "hit too)"),
+          /*echo=*/run.comm.rank() == 0);
+      return false;
+    }
+  }
+  log_event(
+      "model.feature_cache=host: data.patch_size spans the slice plane of "
+      "every training volume: training's slices are kept and hit from the "
+      "second time each is drawn, validation's from the second validation",
+      /*echo=*/run.comm.rank() == 0);
+  return true;
+}
+
+memory::HostHolder VolumeTask::feature_cache_need(const RunState& run) const {
+  const TrainConfig& cfg = run.cfg;
+  const int64_t axis = cfg.model.slice_axis;
+  const int64_t views = context_view(cfg.model).on() ? 2 : 1;
+  const bool half = cfg.training.amp != Amp::kOff;
+  const auto plane_bytes = [&](const std::array<int64_t, 3>& sides) {
+    std::vector<int64_t> ab;
+    for (int64_t a = 0; a < 3; ++a) {
+      if (a != axis)
+        ab.push_back(sides[a]);
+    }
+    return views * dinov3_slice_bytes(cfg.model, ab[0], ab[1], half);
+  };
+  memory::HostHolder h;
+  int64_t train_slices = 0, val_slices = 0;
+  if (train_cached_) {
+    // Every slice index a patch reaches, in each mirror of the plane.
+    const auto& p = cfg.data.patch_size;
+    int64_t mirrors = 1;
+    for (int64_t a = 0; a < 3; ++a) {
+      const bool may =
+          cfg.data.flip == Flip::kAll || (cfg.data.flip == Flip::kW && a == 2);
+      if (a != axis && may)
+        mirrors *= 2;
+    }
+    const DatasetInfo& ti = run.train_data->info();
+    for (int64_t v = 0; v < ti.num_samples; ++v)
+      train_slices += mirrors * std::max(ti.volume_shape(v)[axis], p[axis]);
+    h.bytes += train_slices * plane_bytes(p);
+  }
+  if (run.val_data) {
+    // This rank's cases: each window position in the plane, every slice
+    // of the padded case across the axis.
+    const DatasetInfo& vi = run.val_data->info();
+    const auto roi = run.roi();
+    for (int64_t v = run.comm.rank(); v < vi.num_samples;
+         v += run.comm.size()) {
+      const auto& e = vi.volume_shape(v);
+      int64_t count = std::max(e[axis], roi[axis]);
+      for (int64_t a = 0; a < 3; ++a) {
+        if (a != axis) {
+          count *= static_cast<int64_t>(
+              window_starts(
+                  std::max(e[a], roi[a]), roi[a], cfg.validation.overlap)
+                  .size());
+        }
+      }
+      val_slices += count;
+    }
+    h.bytes += val_slices * plane_bytes(roi);
+  }
+  h.how = detail::concat(
+      train_slices,
+      " training and ",
+      val_slices,
+      " validation slices (this rank's cases) x ",
+      views,
+      views == 2 ? " views (patch, context)" : " view",
+      ", each slice's ",
+      dinov3_spec(cfg.model.variant).layers.size(),
+      " feature layers in ",
+      half ? "16 bits" : "float32");
+  return h;
+}
 
 }  // namespace
 

@@ -110,7 +110,7 @@ TEST(InferenceModel, PredictsWithTheLoadedWeightsInEvalMode) {
   const at::Tensor expected = volume_probs(
       volume,
       2,
-      [&](const at::Tensor& w, const at::Tensor&) {
+      [&](const at::Tensor& w, const at::Tensor&, const at::Tensor&) {
         return reference->forward(w);
       },
       cfg.validation,

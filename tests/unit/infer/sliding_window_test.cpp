@@ -35,7 +35,8 @@ std::shared_ptr<Classifier> small_unet(int64_t in, int64_t classes) {
 torch::Tensor whole_volume_probs(
     const PatchPredictor& predict, const torch::Tensor& volume) {
   torch::NoGradGuard no_grad;
-  return torch::softmax(predict(volume.unsqueeze(0), at::Tensor()), 1)
+  return torch::softmax(
+             predict(volume.unsqueeze(0), at::Tensor(), at::Tensor()), 1)
       .squeeze(0);
 }
 
@@ -85,9 +86,10 @@ TEST(SlidingWindow, GaussianImportanceMap) {
 // (a) One window covering the volume is the whole-volume forward.
 TEST(SlidingWindow, SingleWindowEqualsWholeVolumeForward) {
   auto net = small_unet(1, 3);
-  const PatchPredictor predict = [&](const at::Tensor& x, const at::Tensor&) {
-    return net->forward(x);
-  };
+  const PatchPredictor predict =
+      [&](const at::Tensor& x, const at::Tensor&, const at::Tensor&) {
+        return net->forward(x);
+      };
   torch::manual_seed(5);
   const torch::Tensor volume = torch::randn({1, 8, 12, 4});
   SlidingWindowOptions opt;
@@ -104,9 +106,9 @@ TEST(SlidingWindow, SingleWindowEqualsWholeVolumeForward) {
 TEST(SlidingWindow, OverlappingWindowsOfPointwisePredictorBlendExactly) {
   torch::manual_seed(6);
   torch::nn::Conv3d conv(torch::nn::Conv3dOptions(2, 3, 1));
-  const PatchPredictor predict = [&](const at::Tensor& x, const at::Tensor&) {
-    return conv(x);
-  };
+  const PatchPredictor predict = [&](const at::Tensor& x,
+                                     const at::Tensor&,
+                                     const at::Tensor&) { return conv(x); };
   const torch::Tensor volume = torch::randn({2, 12, 10, 9});
   const torch::Tensor expected = whole_volume_probs(predict, volume);
   for (const Blend blend : {Blend::kGaussian, Blend::kConstant}) {
@@ -126,14 +128,14 @@ TEST(SlidingWindow, OverlappingWindowsOfPointwisePredictorBlendExactly) {
 TEST(SlidingWindow, AxisShorterThanRoiIsPaddedAndCropped) {
   torch::manual_seed(8);
   torch::nn::Conv3d conv(torch::nn::Conv3dOptions(1, 2, 1));
-  const PatchPredictor predict = [&](const at::Tensor& x, const at::Tensor&) {
-    return conv(x);
-  };
-  const PatchPredictor predict_patch = [&](const at::Tensor& x,
-                                           const at::Tensor&) {
-    EXPECT_EQ(x.size(3), 4);  // every patch is a full roi
-    return conv(x);
-  };
+  const PatchPredictor predict = [&](const at::Tensor& x,
+                                     const at::Tensor&,
+                                     const at::Tensor&) { return conv(x); };
+  const PatchPredictor predict_patch =
+      [&](const at::Tensor& x, const at::Tensor&, const at::Tensor&) {
+        EXPECT_EQ(x.size(3), 4);  // every patch is a full roi
+        return conv(x);
+      };
   const torch::Tensor volume = torch::randn({1, 8, 3, 8});
   SlidingWindowOptions opt;
   opt.roi = {4, 4, 4};
@@ -150,9 +152,9 @@ TEST(SlidingWindow, AxisShorterThanRoiIsPaddedAndCropped) {
 TEST(SlidingWindow, SmallCaseSitsWherePaddingPutsIt) {
   torch::manual_seed(9);
   torch::nn::Conv3d conv(torch::nn::Conv3dOptions(1, 2, 3).padding(1));
-  const PatchPredictor predict = [&](const at::Tensor& x, const at::Tensor&) {
-    return conv(x);
-  };
+  const PatchPredictor predict = [&](const at::Tensor& x,
+                                     const at::Tensor&,
+                                     const at::Tensor&) { return conv(x); };
   const torch::Tensor volume = torch::randn({1, 4, 1, 5});  // H 1 of roi 4
   for (const Padding padding : {Padding::kSymmetric, Padding::kEnd}) {
     SlidingWindowOptions opt;
@@ -178,9 +180,10 @@ TEST(SlidingWindow, SmallCaseSitsWherePaddingPutsIt) {
 }
 
 TEST(SlidingWindow, BadInputsThrow) {
-  const PatchPredictor predict = [](const at::Tensor& x, const at::Tensor&) {
-    return torch::zeros({x.size(0), 2, x.size(2), x.size(3), x.size(4)});
-  };
+  const PatchPredictor predict =
+      [](const at::Tensor& x, const at::Tensor&, const at::Tensor&) {
+        return torch::zeros({x.size(0), 2, x.size(2), x.size(3), x.size(4)});
+      };
   const torch::Tensor volume = torch::zeros({1, 4, 4, 4});
   SlidingWindowOptions opt;
   opt.roi = {4, 4, 4};
@@ -244,9 +247,10 @@ TEST(SlidingWindow, OffloadKeepsDevicePeakIndependentOfVolumeSize) {
     memory::DeviceScope device;  // the model's parameters are device memory
     net = small_unet(1, kClasses);
   }
-  const PatchPredictor predict = [&](const at::Tensor& x, const at::Tensor&) {
-    return net->forward(x);
-  };
+  const PatchPredictor predict =
+      [&](const at::Tensor& x, const at::Tensor&, const at::Tensor&) {
+        return net->forward(x);
+      };
   const Peaks small = measure(16, true, predict, kClasses);
   const Peaks large = measure(32, true, predict, kClasses);  // 8x the voxels
   const Peaks small_dev = measure(16, false, predict, kClasses);

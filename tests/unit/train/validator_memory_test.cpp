@@ -57,10 +57,10 @@ Measured validate(
   Measured m;
   m.charged = validator.host_bytes();
   // Logits: the window's first channel repeated over the classes.
-  const PatchPredictor predict = [classes](
-                                     const at::Tensor& x, const at::Tensor&) {
-    return x.narrow(1, 0, 1).repeat({1, classes, 1, 1, 1});
-  };
+  const PatchPredictor predict =
+      [classes](const at::Tensor& x, const at::Tensor&, const at::Tensor&) {
+        return x.narrow(1, 0, 1).repeat({1, classes, 1, 1, 1});
+      };
   memory::release_cache();
   memory::reset_peak();
   const memory::Stats before = memory::stats();

@@ -19,7 +19,9 @@
 // and the all-reduce. No checkpoint segments: the backbone keeps no
 // activations. Each extraction's device peak is measured on its own
 // (take_phase_peaks: the window record's mem_peak_backbone and
-// mem_peak_context).
+// mem_peak_context). With a feature cache (model.feature_cache=host) the
+// maps of slices whose origins it holds are copied back instead of
+// extracted (Note [The feature cache]).
 
 #include <memory>
 #include <string>
@@ -28,6 +30,7 @@
 
 #include "memtrain/config/train_config.h"
 #include "memtrain/model/blocks/dinov3_vit.h"
+#include "memtrain/model/feature_cache.h"
 #include "memtrain/model/models.h"
 
 namespace memtrain {
@@ -63,11 +66,23 @@ class Dinov3Segmenter : public Classifier {
   void set_chunk(int64_t units) override {
     opt_.slice_chunk = units;
   }
+  void set_origins(const torch::Tensor& origins) override {
+    origins_ = origins;
+  }
+  void set_feature_cache(std::shared_ptr<FeatureCache> cache) override {
+    cache_ = std::move(cache);
+  }
 
  private:
-  // The backbone's maps of `x`'s slices, (N S, L D, a/16, b/16), no graph;
-  // folds the extraction's device peak into *peak.
-  torch::Tensor extract(const torch::Tensor& x, int64_t* peak);
+  // The backbone's maps of `x`'s slices, (N S, L D, a/16, b/16), no graph,
+  // through the feature cache where `origins` are defined (`view`: 0 the
+  // patches, 1 their context crops); folds the extraction's device peak
+  // into *peak.
+  torch::Tensor extract(
+      const torch::Tensor& x,
+      const torch::Tensor& origins,
+      int64_t view,
+      int64_t* peak);
   torch::Tensor segment_slices(
       const torch::Tensor& features, const torch::Tensor& x);
 
@@ -76,7 +91,15 @@ class Dinov3Segmenter : public Classifier {
   torch::Tensor fuse_;  // (2, L D): fusion add's weights
   torch::nn::Conv2d head_{nullptr};
   int64_t peak_backbone_ = -1, peak_context_ = -1;  // -1: none since taken
+  torch::Tensor origins_;  // the next forward's, consumed by it
+  std::shared_ptr<FeatureCache> cache_;
 };
+
+// The bytes one slice's maps take (every feature layer's, the model's
+// features) for slices of sides `a` x `b`: float32, or 16-bit under AMP
+// (`half`). What model.feature_cache keeps per slice and view.
+int64_t dinov3_slice_bytes(
+    const ModelConfig& cfg, int64_t a, int64_t b, bool half);
 
 // The segmenter of model.variant (auto: vits16) for volumes of
 // input.sample_shape [C, D, H, W]. Throws memtrain::Error for C other

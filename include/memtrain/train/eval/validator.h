@@ -70,7 +70,9 @@ class Validator {
       const Placement& placement,
       ContextView context = {});
 
-  // Collective. `predict` maps a device batch of windows to logits. With an
+  // Collective. `predict` maps a device batch of windows to logits; its
+  // third argument is their origins (model/feature_cache.h: kValOrigin,
+  // the case, the window's corner), not the sliding window's corners. With an
   // `overlay_dir`, each rank writes there the overlay PNG of every volume it
   // validated (Note [Validation overlays]).
   VolumeValResult run(

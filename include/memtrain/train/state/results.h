@@ -84,6 +84,11 @@ struct WindowResult {
   // window (dinov3: "backbone" and "context", its two extractions): the
   // record's mem_peak_<phase>.
   std::vector<std::pair<std::string, int64_t>> phase_peaks;
+  // model.feature_cache=host (-1: off): this rank's slices found in the
+  // cache and extracted since the previous window, and the bytes it holds.
+  int64_t feature_cache_hits = -1;
+  int64_t feature_cache_misses = -1;
+  int64_t feature_cache_bytes = -1;
 };
 
 // Which way a validation metric improves. validation.best_metric chooses
