@@ -267,17 +267,22 @@ bool VolumeTask::patches_span_slices(const RunState& run) const {
               " (axis ",
               a,
               "), so its patches cut each slice at random places that "
-              "rarely meet again: the cache keeps validation's windows "
-              "only (a patch as large as the volumes' slices lets training "
+              "rarely meet again: ",
+              run.val_data ? "the cache keeps validation's windows only"
+                           : "with no data.val the cache keeps nothing "
+                             "(set model.feature_cache=none)",
+              " (a patch as large as the volumes' slices lets training "
               "hit too)"),
           /*echo=*/run.comm.rank() == 0);
       return false;
     }
   }
   log_event(
-      "model.feature_cache=host: data.patch_size spans the slice plane of "
-      "every training volume: training's slices are kept and hit from the "
-      "second time each is drawn, validation's from the second validation",
+      std::string(
+          "model.feature_cache=host: data.patch_size spans the slice plane "
+          "of every training volume: training's slices are kept and hit "
+          "from the second time each is drawn") +
+          (run.val_data ? ", validation's from the second validation" : ""),
       /*echo=*/run.comm.rank() == 0);
   return true;
 }
