@@ -130,10 +130,18 @@ void write_file_atomically(
       "': ",
       std::strerror(errno),
       " (is the folder writable?)");
+  // The descriptor and the temporary file go on every way out but the
+  // rename: a failed write, fsync or close, and whatever the writer throws.
+  bool fd_open = true;
+  auto discard = [&] {
+    if (fd_open)
+      ::close(fd);
+    fd_open = false;
+    ::unlink(tmp.c_str());
+  };
   auto fail = [&](const std::string& what) {
     const std::string reason = std::strerror(errno);
-    ::close(fd);
-    ::unlink(tmp.c_str());
+    discard();
     throw Error(
         "cannot " + what + " '" + tmp + "': " + reason + " ('" + path +
         "' is unchanged)");
@@ -151,19 +159,15 @@ void write_file_atomically(
         size -= static_cast<size_t>(n);
       }
     });
-  } catch (const Error&) {
-    throw;
   } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
+    discard();  // a no-op after fail()'s own
     throw;
   }
   if (::fsync(fd) != 0)
     fail("fsync");
-  if (::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw Error("cannot close '" + tmp + "': " + std::strerror(errno));
-  }
+  fd_open = false;
+  if (::close(fd) != 0)
+    fail("close");
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string reason = std::strerror(errno);
     ::unlink(tmp.c_str());

@@ -2,7 +2,8 @@
 // file cannot hold is refused before anything is allocated from it; a
 // truncated file's refusal carries HDF5's own reason and points at
 // `inspect --verify`; the temporary files of a killed writer are removed
-// by the next writer of the folder, a live process's never.
+// by the next writer of the folder, a live process's never; a writer that
+// throws leaves no descriptor and no temporary file.
 // (A full disk is tested end to end, in a private mount namespace:
 // tests/e2e/full_disk.sh.)
 
@@ -20,6 +21,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -231,6 +234,38 @@ TEST(StaleTempFiles, TheNextWriterOfTheFolderCleansUp) {
   testing::internal::GetCapturedStderr();
   EXPECT_FALSE(fs::exists(stale2));
   EXPECT_TRUE(fs::exists(dir2.file("train.h5")));
+}
+
+// The open descriptors of this process.
+size_t open_descriptors() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd"))
+    ++n;
+  return n;
+}
+
+// A writer that throws (any exception, memtrain's own included) leaves no
+// descriptor open, no temporary file, and the file it replaces as it was.
+TEST(AtomicFile, AThrowingWriterLeavesNothingBehind) {
+  test::TempDir dir("throwing-writer");
+  const std::string path = dir.file("summary.json");
+  write_file_atomically(path, "old\n");
+  const size_t before = open_descriptors();
+  const auto half_then = [](auto thrown) {
+    return [thrown](const std::function<void(const void*, size_t)>& sink) {
+      sink("new, half", 9);
+      throw thrown;
+    };
+  };
+  EXPECT_THROW(write_file_atomically(path, half_then(Error("no"))), Error);
+  EXPECT_THROW(
+      write_file_atomically(path, half_then(std::runtime_error("no"))),
+      std::runtime_error);
+  EXPECT_EQ(open_descriptors(), before);
+  EXPECT_FALSE(fs::exists(temp_path_for(path)));
+  std::ifstream in(path);
+  const std::string kept((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(kept, "old\n");
 }
 
 // A 40^3 float32 NIfTI-1 image, 2 mm, identity orientation.
