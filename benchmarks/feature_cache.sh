@@ -58,7 +58,8 @@ for mode in ("none", "host"):
         counts = (f"; last run's windows (hits, misses): epoch 1 "
                   f"{[(w['feature_cache_hits'], w['feature_cache_misses']) for w in wins if w['epoch'] == 0]}, "
                   f"last {[(w['feature_cache_hits'], w['feature_cache_misses']) for w in wins if w['epoch'] == wins[-1]['epoch']]}, "
-                  f"cache {wins[-1]['feature_cache_bytes']} B")
+                  f"cache {wins[-1]['feature_cache_bytes']} B; validations (hits, misses) "
+                  f"{[(v['val_feature_cache_hits'], v['val_feature_cache_misses']) for v in vs]}")
     print(f"feature_cache={mode}: epoch 1 {spread(first)}, later epochs {spread(later)} "
           f"(of which validation {spread(val)}){counts}")
 EOF

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/fnv.h"
@@ -29,8 +31,10 @@ namespace memtrain {
 //   probes neither fill nor count it. First come, first kept: no eviction,
 //   as samples come in a random order and an LRU smaller than the working
 //   set would only churn.
-// - Memory: 64 MiB blocks (powers of two: CUDA's pinned cache rounds to
-//   them), page-locked on CUDA so that storing a miss (device to host) and
+// - Memory: blocks of one size, a power of two (CUDA's pinned cache rounds
+//   to them): the power of two above every map's bytes up to 64 MiB, else
+//   64 MiB blocks, counted with the waste at each block's end; page-locked
+//   on CUDA so that storing a miss (device to host) and
 //   copying a hit back (host to device) are asynchronous on the current
 //   stream, in order: neither is a host sync. On the CPU build the blocks
 //   are the host domain's (memory::HostScope), outside the device budget.
@@ -100,28 +104,60 @@ size_t FeatureCache::Hash::operator()(const SliceKey& k) const {
   return static_cast<size_t>(fnv1a(kFnvOffset, k.v.data(), sizeof(k.v)));
 }
 
-void FeatureCache::set_capacity(int64_t bytes) {
-  MT_INTERNAL_ASSERT(bytes >= held_, "feature cache capacity below its blocks");
-  capacity_ = bytes;
+namespace {
+
+int64_t power_of_two_at_least(int64_t n) {
+  int64_t p = kAlign;
+  while (p < n)
+    p *= 2;
+  return p;
+}
+
+}  // namespace
+
+CacheBlocks FeatureCache::blocks_for(int64_t entries, int64_t entry_bytes) {
+  if (entries <= 0 || entry_bytes <= 0)
+    return {};
+  const int64_t aligned = (entry_bytes + kAlign - 1) / kAlign * kAlign;
+  if (entries * aligned <= kBlock)
+    return {power_of_two_at_least(entries * aligned), 1};
+  const int64_t block = std::max(kBlock, power_of_two_at_least(aligned));
+  const int64_t per = block / aligned;
+  return {block, (entries + per - 1) / per};
+}
+
+CacheBlocks FeatureCache::fit(const CacheBlocks& want, int64_t bytes) {
+  if (want.bytes() <= bytes)
+    return want;
+  if (bytes < kAlign)
+    return {};
+  if (bytes >= want.block)
+    return {want.block, bytes / want.block};
+  int64_t block = want.block;
+  while (block > bytes)
+    block /= 2;
+  return block >= kAlign ? CacheBlocks{block, 1} : CacheBlocks{};
+}
+
+void FeatureCache::set_capacity(const CacheBlocks& blocks) {
+  MT_INTERNAL_ASSERT(
+      held_ == 0 || (blocks.block == block_ && blocks.bytes() >= held_),
+      "feature cache resized below its blocks");
+  capacity_ = blocks.bytes();
+  block_ = blocks.block;
   hits_ = misses_ = 0;
 }
 
 at::Tensor FeatureCache::carve(int64_t bytes) {
   const int64_t need = (bytes + kAlign - 1) / kAlign * kAlign;
-  if (blocks_.empty() || used_ + need > blocks_.back().numel()) {
-    const int64_t left = capacity_ - held_;
-    int64_t size = kBlock;
-    while (size > left && size > kAlign)
-      size /= 2;
-    while (size < need)
-      size *= 2;
-    if (size > left)
+  if (blocks_.empty() || used_ + need > block_) {
+    if (need > block_ || held_ + block_ > capacity_)
       return {};
     memory::HostScope host;  // CPU build: not the device budget's
     blocks_.push_back(torch::empty(
-        {size},
+        {block_},
         torch::TensorOptions().dtype(torch::kByte).pinned_memory(pinned_)));
-    held_ += size;
+    held_ += block_;
     used_ = 0;
   }
   at::Tensor view = blocks_.back().narrow(0, used_, bytes);

@@ -9,13 +9,15 @@
 #    first validation extracts its 4 cases' 64 slices, the second finds
 #    them; the host plan's "feature cache" holder is exactly the 32
 #    training and 32 validation slices x 2 views x 4 KiB (tiny: 4 layers x
-#    64 x 2 x 2 floats), and the cache ends holding that. The run equals
+#    64 x 2 x 2 floats, one block of 512 KiB), and the cache ends holding
+#    that. The run equals
 #    the run without the cache: losses, val Dice and the head to float32
 #    rounding (hits are the maps of another batch of slices).
 # 2. Patches of 8x16x16 in 32x32 slices, 2 ranks: training cannot hit (said
 #    once; every slice a miss), validation can: rank 0's 2 cases x 9
 #    windows x 8 slices x 2 views extracted in the first validation, found
-#    in the second; the holder charges exactly those.
+#    in the second; the holder charges the one block they fill (512 KiB,
+#    the power of two above their 288 KiB).
 # 3. A model without a frozen extraction refuses the key, exit 2.
 source "$(dirname "$0")/common.sh"
 
@@ -100,7 +102,7 @@ assert [(v["val_feature_cache_hits"], v["val_feature_cache_misses"]) for v in va
     [(0, 288), (288, 0)], vals
 h = {h["name"]: h for h in json.load(open("val_only/memory_plan.json"))["host_holders"]}
 h = h["feature cache"]
-assert h["bytes"] == 144 * 2 * 1024, h
+assert h["bytes"] == 524288, h  # 144 x 2 maps of 1 KiB: one block, a power of two
 assert "0 training and 144 validation slices" in h["how"], h
 print(f"2: training (0, 16) a window; validation (0, 288) then (288, 0); holder {h['bytes']} B")
 EOF

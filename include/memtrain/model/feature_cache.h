@@ -55,16 +55,35 @@ std::vector<SliceKey> slice_keys(
     int64_t view,
     int64_t dtype);
 
+// The blocks a feature cache allocates: `blocks` of `block` bytes each (a
+// power of two: CUDA's pinned cache rounds to them).
+struct CacheBlocks {
+  int64_t block = 0;
+  int64_t blocks = 0;
+  int64_t bytes() const {
+    return block * blocks;
+  }
+};
+
 class FeatureCache {
  public:
   // `pinned`: page-locked host memory (CUDA), so that copies to and from
   // the device are asynchronous.
   explicit FeatureCache(bool pinned) : pinned_(pinned) {}
 
-  // The most bytes it may hold (the host plan's "feature cache" holder);
-  // 0 until planned: nothing is stored or looked up. Setting it clears
-  // the counts (the planner's probes are not the run's).
-  void set_capacity(int64_t bytes);
+  // The blocks that keep `entries` maps of at most `entry_bytes` each, the
+  // waste at each block's end and the 256-byte alignment included: one
+  // block (the power of two above their bytes) up to 64 MiB, 64 MiB blocks
+  // beyond.
+  static CacheBlocks blocks_for(int64_t entries, int64_t entry_bytes);
+  // What of `want` fits in `bytes`: whole blocks of its size, or, where
+  // not even one fits, one block of the largest power of two that does.
+  static CacheBlocks fit(const CacheBlocks& want, int64_t bytes);
+
+  // What it may hold (the host plan's "feature cache" holder); none until
+  // planned: nothing is stored or looked up. Setting it clears the counts
+  // (the planner's probes are not the run's).
+  void set_capacity(const CacheBlocks& blocks);
   int64_t capacity() const {
     return capacity_;
   }
@@ -104,7 +123,8 @@ class FeatureCache {
 
   bool pinned_;
   int64_t capacity_ = 0;
-  int64_t held_ = 0;  // blocks allocated
+  int64_t block_ = 0;  // each block's bytes
+  int64_t held_ = 0;   // blocks allocated
   std::vector<at::Tensor> blocks_;
   int64_t used_ = 0;  // of the last block
   std::unordered_map<SliceKey, at::Tensor, Hash> entries_;

@@ -132,20 +132,26 @@ torch::Tensor Dinov3Segmenter::extract(
       todo.push_back(i);
   }
   const auto todo_count = static_cast<int64_t>(todo.size());
-  torch::Tensor features;  // (N S, L D, a/16, b/16), in the compute dtype
-  if (todo_count < total || chunk < total) {
+  torch::NoGradGuard no_grad;
+  // (N S, L D, a/16, b/16), in the compute dtype. Made after the first
+  // call's activations are gone, as without a cache, so that hits never
+  // raise the extraction's peak; where every slice runs in one call, that
+  // call's maps.
+  torch::Tensor features;
+  const auto make_features = [&] {
     features = torch::empty(
         {total,
          spec.dim * static_cast<int64_t>(spec.layers.size()),
          a / spec.patch,
          b / spec.patch},
         x.options().dtype(dtype));
-  }
-  torch::NoGradGuard no_grad;
-  for (int64_t i = 0; i < total; ++i) {
-    if (kept[i] != nullptr)  // host to device, in stream order
-      features[i].copy_(*kept[i], /*non_blocking=*/true);
-  }
+    for (int64_t i = 0; i < total; ++i) {
+      if (kept[i] != nullptr)  // host to device, in stream order
+        features[i].copy_(*kept[i], /*non_blocking=*/true);
+    }
+  };
+  if (todo.empty())
+    make_features();
   for (int64_t j = 0; j < todo_count; j += chunk) {
     const std::vector<int64_t> idx(
         todo.begin() + j, todo.begin() + std::min(j + chunk, todo_count));
@@ -153,9 +159,11 @@ torch::Tensor Dinov3Segmenter::extract(
         backbone_->forward_features(gather_slices(s, idx), spec.layers);
     const torch::Tensor maps = torch::cat(f.maps, 1).to(dtype);
     f = Dinov3Features{};
-    if (!features.defined()) {
+    if (!features.defined() && todo_count == total && chunk >= total) {
       features = maps;  // every slice, in one call
     } else {
+      if (!features.defined())
+        make_features();
       for (size_t k = 0; k < idx.size(); ++k)
         features[idx[k]].copy_(maps[static_cast<int64_t>(k)]);
     }

@@ -223,26 +223,31 @@ void fit_cpu_device(RunState& run, memory::HostPlan& plan, int64_t needed) {
   }
 }
 
-// model.feature_cache=host: its holder, what the task's slices need capped
-// at what `plan`'s other holders leave (Note [The feature cache]); the
-// cache is given that capacity.
-void fit_feature_cache(RunState& run, memory::HostPlan& plan) {
+// model.feature_cache=host: its holder, the blocks the task's slices need
+// capped at what `plan`'s other holders leave (Note [The feature cache]);
+// the cache takes them once every rank has agreed on its plan.
+CacheBlocks fit_feature_cache(RunState& run, memory::HostPlan& plan) {
   if (!run.feature_cache)
-    return;
-  memory::HostHolder h = run.task->feature_cache_need(run);
+    return {};
+  const Task::CacheNeed need = run.task->feature_cache_need(run);
+  const CacheBlocks want =
+      FeatureCache::blocks_for(need.entries, need.entry_bytes);
   const int64_t left = std::max<int64_t>(0, plan.budget - plan.charged());
-  const int64_t need = h.bytes;
+  const CacheBlocks got = FeatureCache::fit(want, left);
+  memory::HostHolder h;
   h.name = "feature cache";
-  h.bytes = std::min(need, left);
-  if (h.bytes < need) {
+  h.bytes = got.bytes();
+  h.how = detail::concat(
+      need.how, ": ", want.blocks, " block(s) of ", mib(want.block));
+  if (got.bytes() < want.bytes()) {
     h.how += detail::concat(
         "; capped at what the budget leaves after the other holders, ",
         mib(left),
         ": the slices met first are kept");
   }
   h.lower = "model.feature_cache=none";
-  run.feature_cache->set_capacity(h.bytes);
   plan.holders.push_back(std::move(h));
+  return got;
 }
 
 memory::HostPlan new_plan(RunState& run) {
@@ -292,7 +297,8 @@ int64_t host_deficit(const RunState& run, int64_t micro, int64_t offloaded) {
 
 bool plan_host(RunState& run, bool may_replan) {
   bool replan = false;
-  collectively(run, [&run, &replan, may_replan] {
+  CacheBlocks cache;
+  collectively(run, [&run, &replan, &cache, may_replan] {
     memory::HostPlan plan = new_plan(run);
     plan.holders = other_holders(run, run.plan.micro_batch);
     if (run.plan.offload) {
@@ -326,7 +332,7 @@ bool plan_host(RunState& run, bool may_replan) {
     choose_prefetch_depth(
         run, plan, run.plan.micro_batch, cpu_device_need(run, needed), 2);
     fit_cpu_device(run, plan, needed);
-    fit_feature_cache(run, plan);
+    cache = fit_feature_cache(run, plan);
     run.host_plan = plan;
     return plan;
   });
@@ -335,8 +341,13 @@ bool plan_host(RunState& run, bool may_replan) {
   // its offload pool (a rank that fitted lowered its cap to what they
   // leave, or kept a lower one): the probes' host_deficit counts from
   // there, on every rank alike.
-  if (all_ranks_ok(run.comm, !replan))
+  if (all_ranks_ok(run.comm, !replan)) {
+    // Not before: planning again probes with real samples, which must
+    // neither fill nor hit the cache.
+    if (run.feature_cache)
+      run.feature_cache->set_capacity(cache);
     return true;
+  }
   run.host_charged_micro = run.plan.micro_batch;
   run.host_left = run.plan.offload ? run.plan.predicted_host_bytes : 0;
   return false;

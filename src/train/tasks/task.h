@@ -80,11 +80,16 @@ class Task {
   virtual std::vector<memory::HostHolder> host_holders(const RunState&) const {
     return {};
   }
-  // model.feature_cache=host: what the model's cache would hold on this
-  // rank to keep every slice it can meet (bytes, with the arithmetic), for
-  // the host plan's "feature cache" holder, which caps it at what the
-  // budget leaves. No bytes: the task has no such slices.
-  virtual memory::HostHolder feature_cache_need(const RunState&) const {
+  // model.feature_cache=host: the slices' maps the model's cache would
+  // keep on this rank to hold every slice it can meet, for the host plan's
+  // "feature cache" holder, which caps it at what the budget leaves. None:
+  // the task has no such slices.
+  struct CacheNeed {
+    int64_t entries = 0;      // maps (slices x views)
+    int64_t entry_bytes = 0;  // the largest map's
+    std::string how;          // the arithmetic
+  };
+  virtual CacheNeed feature_cache_need(const RunState&) const {
     return {};
   }
   // Rank 0, at the start of a run: the task's files in output.dir.

@@ -155,7 +155,7 @@ class VolumeTask : public Task {
     return {h};
   }
 
-  memory::HostHolder feature_cache_need(const RunState& run) const override;
+  CacheNeed feature_cache_need(const RunState& run) const override;
 
   ValResult validate(
       RunState& run, RunCounters&, const std::string& overlay_dir) override {
@@ -287,20 +287,20 @@ bool VolumeTask::patches_span_slices(const RunState& run) const {
   return true;
 }
 
-memory::HostHolder VolumeTask::feature_cache_need(const RunState& run) const {
+Task::CacheNeed VolumeTask::feature_cache_need(const RunState& run) const {
   const TrainConfig& cfg = run.cfg;
   const int64_t axis = cfg.model.slice_axis;
   const int64_t views = context_view(cfg.model).on() ? 2 : 1;
   const bool half = cfg.training.amp != Amp::kOff;
-  const auto plane_bytes = [&](const std::array<int64_t, 3>& sides) {
+  const auto slice_bytes = [&](const std::array<int64_t, 3>& sides) {
     std::vector<int64_t> ab;
     for (int64_t a = 0; a < 3; ++a) {
       if (a != axis)
         ab.push_back(sides[a]);
     }
-    return views * dinov3_slice_bytes(cfg.model, ab[0], ab[1], half);
+    return dinov3_slice_bytes(cfg.model, ab[0], ab[1], half);
   };
-  memory::HostHolder h;
+  CacheNeed need;
   int64_t train_slices = 0, val_slices = 0;
   if (train_cached_) {
     // Every slice index a patch reaches, in each mirror of the plane.
@@ -315,7 +315,8 @@ memory::HostHolder VolumeTask::feature_cache_need(const RunState& run) const {
     const DatasetInfo& ti = run.train_data->info();
     for (int64_t v = 0; v < ti.num_samples; ++v)
       train_slices += mirrors * std::max(ti.volume_shape(v)[axis], p[axis]);
-    h.bytes += train_slices * plane_bytes(p);
+    if (train_slices > 0)
+      need.entry_bytes = slice_bytes(p);
   }
   if (run.val_data) {
     // This rank's cases: each window position in the plane, every slice
@@ -336,9 +337,11 @@ memory::HostHolder VolumeTask::feature_cache_need(const RunState& run) const {
       }
       val_slices += count;
     }
-    h.bytes += val_slices * plane_bytes(roi);
+    if (val_slices > 0)
+      need.entry_bytes = std::max(need.entry_bytes, slice_bytes(roi));
   }
-  h.how = detail::concat(
+  need.entries = (train_slices + val_slices) * views;
+  need.how = detail::concat(
       train_slices,
       " training and ",
       val_slices,
@@ -348,8 +351,11 @@ memory::HostHolder VolumeTask::feature_cache_need(const RunState& run) const {
       ", each slice's ",
       dinov3_spec(cfg.model.variant).layers.size(),
       " feature layers in ",
-      half ? "16 bits" : "float32");
-  return h;
+      half ? "16 bits" : "float32",
+      " (",
+      need.entry_bytes,
+      " B at most)");
+  return need;
 }
 
 }  // namespace

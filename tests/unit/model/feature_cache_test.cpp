@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "memtrain/config/train_config.h"
+#include "memtrain/memory/device_memory.h"
 #include "memtrain/model/feature_cache.h"
 #include "memtrain/model/nets/dinov3_seg.h"
 #include "memtrain/model/registry.h"
@@ -74,7 +75,7 @@ TEST(FeatureCache, KeepsWhatComesFirstWithinItsCapacity) {
   EXPECT_EQ(cache.find(key(0)), nullptr);
   EXPECT_EQ(cache.take_counts(), std::make_pair(int64_t{0}, int64_t{0}));
   // 2 KiB: one block of 2 KiB holds four 512-byte maps.
-  cache.set_capacity(2048);
+  cache.set_capacity(FeatureCache::blocks_for(4, 512));
   for (int64_t s = 0; s < 6; ++s)
     cache.store(key(s), maps * static_cast<double>(s));
   EXPECT_EQ(cache.held(), 2048);
@@ -90,6 +91,48 @@ TEST(FeatureCache, KeepsWhatComesFirstWithinItsCapacity) {
   // A second store of a key keeps the first.
   cache.store(key(1), maps * 100.0);
   EXPECT_TRUE(torch::equal(*cache.find(key(1)), maps));
+}
+
+// The blocks hold every map, the waste at their ends counted: vits16's
+// 384 x 4 layers x 8 x 8 float32 maps (393,216 B) fit 170 to a 64 MiB
+// block, so 256 of them take two; what fits in less is whole blocks, or
+// one smaller block.
+TEST(FeatureCache, BlocksHoldEveryMapWithTheirEndsWasted) {
+  const auto blocks = [](int64_t entries, int64_t bytes) {
+    const CacheBlocks b = FeatureCache::blocks_for(entries, bytes);
+    return std::make_pair(b.block, b.blocks);
+  };
+  const int64_t mib64 = int64_t{64} << 20;
+  EXPECT_EQ(blocks(256, 393216), std::make_pair(mib64, int64_t{2}));
+  EXPECT_EQ(blocks(170, 393216), std::make_pair(mib64, int64_t{1}));
+  EXPECT_EQ(blocks(171, 393216), std::make_pair(mib64, int64_t{2}));
+  EXPECT_EQ(blocks(128, 4096), std::make_pair(int64_t{524288}, int64_t{1}));
+  EXPECT_EQ(blocks(288, 1000), std::make_pair(int64_t{524288}, int64_t{1}));
+  EXPECT_EQ(blocks(0, 4096), std::make_pair(int64_t{0}, int64_t{0}));
+  // 256 maps of 393,216 B, each block filled as far as it goes: 170 + 86.
+  FeatureCache cache(false);
+  cache.set_capacity(FeatureCache::blocks_for(256, 393216));
+  const torch::Tensor maps = torch::zeros({393216 / 4});
+  for (int64_t s = 0; s < 256; ++s)
+    cache.store(SliceKey{{0, 0, s, 0, 0, 128, 128, 0, 0, 0, 6}}, maps);
+  for (int64_t s = 0; s < 256; ++s) {
+    EXPECT_NE(
+        cache.find(SliceKey{{0, 0, s, 0, 0, 128, 128, 0, 0, 0, 6}}), nullptr)
+        << s;
+  }
+  EXPECT_EQ(cache.held(), 2 * mib64);
+  // Capped: whole blocks, or one block of the largest power of two.
+  const CacheBlocks want{mib64, 2};
+  const CacheBlocks most = FeatureCache::fit(want, 100 << 20);
+  EXPECT_EQ(
+      std::make_pair(most.block, most.blocks),
+      std::make_pair(mib64, int64_t{1}));
+  const CacheBlocks less = FeatureCache::fit(want, 40 << 20);
+  EXPECT_EQ(
+      std::make_pair(less.block, less.blocks),
+      std::make_pair(int64_t{32} << 20, int64_t{1}));
+  EXPECT_EQ(FeatureCache::fit(want, 100).bytes(), 0);
+  EXPECT_EQ(FeatureCache::fit(want, -5).bytes(), 0);
 }
 
 std::shared_ptr<Classifier> segmenter(int64_t chunk) {
@@ -120,7 +163,7 @@ TEST(FeatureCache, Dinov3CopiesBackWhatItKeeps) {
       p.value().copy_(b[p.key()]);
   }
   auto cache = std::make_shared<FeatureCache>(false);
-  cache->set_capacity(int64_t{1} << 24);
+  cache->set_capacity({int64_t{1} << 24, 1});
   cached->set_feature_cache(cache);
   torch::NoGradGuard no_grad;
   const torch::Tensor x = torch::randn({3, 1, 3, 32, 16});
@@ -162,6 +205,40 @@ TEST(FeatureCache, Dinov3CopiesBackWhatItKeeps) {
   const torch::Tensor unknown = cached->forward(x, c);
   EXPECT_EQ(cache->take_counts(), std::make_pair(int64_t{0}, int64_t{18}));
   EXPECT_FALSE(torch::allclose(unknown, again, 1e-3, 1e-3));
+}
+
+// A hit never raises an extraction's device peak: with every slice in one
+// call, a batch that finds one of its 6 slices peaks no higher than the
+// same batch extracted whole.
+TEST(FeatureCache, AHitDoesNotRaiseTheExtractionsPeak) {
+  torch::manual_seed(10);
+  auto cached = segmenter(0);
+  auto plain = segmenter(0);
+  auto cache = std::make_shared<FeatureCache>(false);
+  cache->set_capacity({int64_t{1} << 24, 1});
+  cached->set_feature_cache(cache);
+  torch::NoGradGuard no_grad;
+  memory::DeviceScope device;
+  const torch::Tensor x = torch::randn({2, 1, 3, 32, 16});
+  const torch::Tensor c = torch::randn({2, 1, 3, 32, 16});
+  // Slices 0-2 of volume 0 kept; then slices 2-4 (one kept) and 10-12.
+  cached->set_origins(origin(0, {0, 0, 0}));
+  cached->forward(x.narrow(0, 0, 1), c.narrow(0, 0, 1));
+  (void)cached->take_phase_peaks();
+  (void)cache->take_counts();
+  cached->set_origins(
+      torch::cat({origin(0, {2, 0, 0}), origin(0, {10, 0, 0})}));
+  cached->forward(x, c);
+  EXPECT_EQ(cache->take_counts(), std::make_pair(int64_t{2}, int64_t{10}));
+  plain->forward(x, c);  // first-call allocations, before measuring
+  (void)plain->take_phase_peaks();
+  plain->forward(x, c);
+  const auto with = cached->take_phase_peaks(),
+             without = plain->take_phase_peaks();
+  ASSERT_EQ(with.size(), 2u);
+  ASSERT_EQ(without.size(), 2u);
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_LE(with[i].second, without[i].second) << with[i].first;
 }
 
 }  // namespace
