@@ -4,7 +4,12 @@
 #   (oom_retries > 0) and ends with the model.safetensors of a run started at
 #   the smaller micro-batch (max abs difference < 1e-5);
 # - batch_size auto under the same budget ends with mem_peak below it and
-#   micro x steps x ranks equal to the effective batch;
+#   micro x steps x ranks equal to the effective batch; memory_plan.json's
+#   probes bracket the chosen micro-batch (it is the largest that fits,
+#   the next one up was probed and does not), each with its tier, peak,
+#   host bytes and time per sample (a time where it fits, none where it
+#   does not), the plan's predicted peak the chosen probe's, and the
+#   banner lists the same probes in the same order;
 # - checkpointing all vs off: equal weights, at most 60% of the peak;
 # - an injected leak (test hook) produces the warning;
 # - bf16 autocast trains;
@@ -90,6 +95,29 @@ for x in w:
     assert 0 < h["CPU device"] <= x["mem_reserved"], (h, x["mem_reserved"])
     assert h["outside_glibc_used"] > 0 and h["outside_files"] == x["host_rss_file"] > 0, h
 print("host holders, last window (MiB):", {k: round(v / 2**20, 1) for k, v in w[-1]["host_holders"].items()})
+# The probes: in the plan and in the banner, the same, in order.
+probes = plan["probes"]
+fit = [p["micro_batch"] for p in probes if p["fits"]]
+assert micro == max(fit), (micro, fit)
+above = [p for p in probes if p["micro_batch"] == micro + 1]
+assert len(above) == 1 and not above[0]["fits"], above
+chosen = [p for p in probes if p["micro_batch"] == micro]
+assert chosen[0]["peak_bytes"] == plan["predicted_peak_bytes"], (chosen, plan["predicted_peak_bytes"])
+for p in probes:
+    assert p["tier"] == "0/4 segments" and p["checkpointed_segments"] == 0, p
+    assert p["host_bytes"] == 0 and not p["offload"], p  # nothing offloaded
+    assert p["peak_bytes"] > 0, p
+    assert (p["seconds_per_sample"] > 0) == p["fits"], p
+    if p["fits"]:
+        assert p["peak_bytes"] <= plan["usable_bytes"], (p, plan["usable_bytes"])
+lines = open("auto.log").read().split("memory probes (micro-batch, tier: peak, host bytes, time per sample):\n")[1].splitlines()
+listed = [l.strip() for l in lines[:len(probes)]]
+for p, l in zip(probes, listed):
+    head = f"{p['micro_batch']}, {p['tier']}: "
+    assert l.startswith(head), (l, head)
+    assert l.endswith(" ms") == p["fits"] and l.endswith("does not fit") != p["fits"], (l, p)
+assert len(listed) == len(probes) and not lines[len(probes)].startswith("  "), lines[:len(probes) + 1]
+print(f"probes: {len(probes)}, micro-batches fitting {fit}, {micro + 1} does not; the banner lists them in order")
 PYEOF
 
 # 3. Checkpointing all vs off on a deep model.
