@@ -37,22 +37,14 @@ train_common 1 cached --data.patch_size=[8,32,32] --model.feature_cache=host
 train_common 1 plain --data.patch_size=[8,32,32] --model.feature_cache=none
 said=$(grep -c "spans the slice plane of every training volume" cached.log || true)
 [ "$said" = 1 ] || { cat cached.log; fail "the spanning patches are said $said times, not once"; }
-"$PY" - <<'EOF' || fail "1: see above"
-import json, struct
+"$PY" - "$PEER_SCRIPTS" <<'EOF' || fail "1: see above"
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import safetensors_read
 def rows(d):
     return [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
-def tensors(path):  # safetensors, float32: name -> list of floats
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__":
-            continue
-        a, b = v["data_offsets"]
-        blob = raw[8 + n + a:8 + n + b]
-        out[k] = struct.unpack(f"<{len(blob) // 4}f", blob)
-    return out
+def tensors(path):  # name -> list of floats, by the independent reader
+    return {k: v[2] for k, v in safetensors_read.load(path)[0].items()}
 c, p = rows("cached"), rows("plain")
 wins = [r for r in c if r["type"] == "window"]
 vals = [r for r in c if r["type"] == "validation"]
