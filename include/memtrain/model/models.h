@@ -46,8 +46,9 @@ class Classifier : public torch::nn::Module {
   }
   // What the checkpointed segments' backward recomputes (Note [Selective
   // recompute]): kSelective keeps the outputs of the models' convolutions
-  // (kept_conv) and recomputes the rest. The MLP has no convolution, so
-  // there it is kAll's memory and time. Models of sub-models pass it on.
+  // and matrix products (kept_conv, kept_linear: a transformer's
+  // projections and MLP linears) and recomputes the rest. Models of
+  // sub-models pass it on.
   virtual void set_recompute(Recompute mode) {
     recompute_ = mode;
   }

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
+#include <ATen/ExpandUtils.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -65,33 +66,53 @@ namespace memtrain {
 // activated tensor the graph saves.
 //
 // How: the forward runs the segment with grad mode off, as always, with a
-// thread-local scope whose `sink` collects each kept_conv() output in call
-// order. The recomputation runs it with grad mode on and a scope whose
-// `source` gives them back in the same order; each handed-back output gets
-// a KeptConvBackward node, which is ConvolutionBackward's arithmetic
-// (at::convolution_backward of the same input, weight and arguments, the
-// input being the recomputed one, bitwise what the forward had), so the
-// gradients are those of no checkpointing bit for bit in fp32 (tests). Under
-// autocast the node's input and weight are cast to the kept output's
-// dtype, as autocast casts a convolution's. A checkpoint opened inside a
-// segment (none of memtrain's models nests them) takes the outer scope's
-// source for its own forward, so the outer stream stays in step. A kept output
-// that the segment changed in place would come back changed: the version
-// counter is checked, and the U-Net's join adds out of place while
+// thread-local scope whose `sink` collects each kept_conv() output (and
+// kept_linear()'s, Note [Kept matrix products]) in call order. The
+// recomputation runs it with grad mode on and a scope whose `source` gives them
+// back in the same order; each handed-back output gets a KeptConvBackward node,
+// which is ConvolutionBackward's arithmetic (at::convolution_backward of the
+// same input, weight and arguments, the input being the recomputed one, bitwise
+// what the forward had), so the gradients are those of no checkpointing bit for
+// bit in fp32 (tests). Under autocast the node's input and weight are cast to
+// the kept output's dtype, as autocast casts a convolution's. A checkpoint
+// opened inside a segment (none of memtrain's models nests them) takes the
+// outer scope's source for its own forward, so the outer stream stays in step.
+// A kept output that the segment changed in place would come back changed: the
+// version counter is checked, and the U-Net's join adds out of place while
 // keeping_outputs(). A sum of convolutions (kept_conv_sum: the U-Net
 // decoder's conv1 on its two input parts) is kept as one output, whose
 // node runs each term's convolution backward from the same gradient, as
 // the in-place additions' backward hands it to each.
+//
+// Note [Kept matrix products]
+// A transformer's cost is its matrix products: attention's q/k/v and
+// output projections and the MLP's two linears. kept_linear() keeps their
+// outputs as kept_conv() keeps a convolution's, so a selective segment of
+// a transformer block recomputes only its layer norms, activations,
+// residual additions and the attention between the projections. Bit for
+// bit needs the backward of the very ops the forward ran, and
+// torch::linear picks its ops by version and input (addmm, or matmul and
+// an in-place add, on LibTorch 1.13 for inputs other than 2-D and
+// contiguous 3-D), so kept_linear always runs one form, checkpointed or
+// not: the input flattened to rows, at::addmm(b, rows, W^T) (at::mm
+// without a bias), the rows viewed back to the input's leading axes. Its
+// KeptLinearBackward runs the formulas PyTorch's derivatives.yaml gives
+// addmm (mm_mat1_backward, mm_mat2_backward, then W^T's transpose; the
+// bias's gradient summed over the rows, as the engine sums a broadcast
+// input's) with the same operands in the same layouts, so the same
+// kernels run on the same memory: the tests check the gradients bit for
+// bit against no checkpointing, on LibTorch 1.13 and 2.11.
 
 namespace {
 
-// The kept outputs of one selective checkpoint, in kept_conv() call order.
+// The kept outputs of one selective checkpoint, in call order (kept_conv()
+// and kept_linear() calls).
 struct KeptOutputs {
   struct Kept {
     at::Tensor t;  // detached: no autograd metadata, so no reference cycle
     int64_t version = 0;
-    // The convolution that made it: input and weight sizes, stride,
-    // padding, dilation, groups, compared when it is handed back.
+    // The call that made it (its kind, operand sizes and arguments),
+    // compared when it is handed back.
     std::vector<int64_t> call;
   };
   std::vector<Kept> outs;
@@ -201,10 +222,14 @@ at::Tensor convolve(const ConvTerm& t, const ConvArgs& a) {
   return {};
 }
 
-// What identifies a convolution sum's call, for the kept outputs' check.
+// What identifies a kept call, for the kept outputs' check: its kind, then
+// its operands' sizes and arguments.
+constexpr int64_t kConvCall = -1, kLinearCall = -2;
+
+// A convolution sum's.
 std::vector<int64_t> conv_call(
     const std::vector<ConvTerm>& terms, const ConvArgs& a) {
-  std::vector<int64_t> call;
+  std::vector<int64_t> call{kConvCall};
   for (const ConvTerm& t : terms) {
     call.insert(call.end(), t.x.sizes().begin(), t.x.sizes().end());
     call.insert(call.end(), t.weight.sizes().begin(), t.weight.sizes().end());
@@ -254,6 +279,85 @@ at::Tensor with_conv_history(
   node->dilation = a.dilation.vec();
   node->groups = a.groups;
   node->set_next_edges(std::move(edges));
+  torch::autograd::set_history(out, node);
+  return out;
+}
+
+// A kept linear map's: addmm's (or mm's) backward of rows x W^T (+ b), the
+// rows and W as the forward had them (Note [Kept matrix products]).
+struct KeptLinearBackward : torch::autograd::Node {
+  torch::autograd::SavedVariable rows, weight;  // edges 0, 1; the bias 2
+  std::vector<int64_t> rows_sizes, rows_strides;
+  bool has_bias = false;
+  std::vector<int64_t> bias_sizes;
+
+  std::string name() const override {
+    return "memtrain::KeptLinearBackward";
+  }
+
+  void release_variables() override {
+    rows.reset_data();
+    weight.reset_data();
+  }
+
+  torch::autograd::variable_list apply(
+      torch::autograd::variable_list&& grads) override {
+    torch::autograd::variable_list out(3);
+    if (grads.empty() || !grads[0].defined())
+      return out;
+    const at::Tensor& g = grads[0];
+    const at::Tensor x = rows.unpack(), w = weight.unpack();
+    rows.reset_data();
+    weight.reset_data();
+    const at::Tensor wt = w.t();  // addmm's mat2
+    // mm_mat1_backward(g, mat2 = W^T, the rows' sizes and strides).
+    if (should_compute_output(0)) {
+      out[0] = rows_strides[0] == 1 && rows_strides[1] == rows_sizes[0]
+                   ? wt.mm(g.t()).t()
+                   : g.mm(wt.t());
+    }
+    // mm_mat2_backward(g, mat1 = rows, W^T's sizes and strides), then the
+    // transpose's backward.
+    if (should_compute_output(1)) {
+      const at::Tensor gwt = wt.stride(0) == 1 && wt.stride(1) == wt.size(0)
+                                 ? g.t().mm(x).t()
+                                 : x.t().mm(g);
+      out[1] = gwt.t();
+    }
+    if (has_bias && should_compute_output(2))
+      out[2] = at::sum_to(g, bias_sizes);
+    return out;
+  }
+};
+
+// A kept linear output handed back in a recomputation: the kept rows with
+// KeptLinearBackward's history.
+at::Tensor with_linear_history(
+    const at::Tensor& kept,
+    const at::Tensor& rows,
+    const at::Tensor& weight,
+    const at::Tensor& bias) {
+  at::Tensor out = kept.detach();
+  const bool any = rows.requires_grad() || weight.requires_grad() ||
+                   (bias.defined() && bias.requires_grad());
+  if (!torch::GradMode::is_enabled() || !any)
+    return out;
+  // Autocast casts addmm's operands to its output's dtype.
+  const auto dtype = kept.scalar_type();
+  const auto cast = [dtype](const at::Tensor& t) {
+    return !t.defined() || t.scalar_type() == dtype ? t : t.to(dtype);
+  };
+  const at::Tensor x = cast(rows), w = cast(weight), b = cast(bias);
+  auto node = std::shared_ptr<KeptLinearBackward>(
+      new KeptLinearBackward(), torch::autograd::deleteNode);
+  node->rows = torch::autograd::SavedVariable(x, /*is_output=*/false);
+  node->weight = torch::autograd::SavedVariable(w, /*is_output=*/false);
+  node->rows_sizes = x.sizes().vec();
+  node->rows_strides = x.strides().vec();
+  node->has_bias = b.defined();
+  if (b.defined())
+    node->bias_sizes = b.sizes().vec();
+  node->set_next_edges(torch::autograd::collect_next_edges(x, w, b));
   torch::autograd::set_history(out, node);
   return out;
 }
@@ -457,6 +561,42 @@ at::Tensor checkpoint(Segment segment, const at::Tensor& x, Recompute mode) {
       mode);
 }
 
+namespace {
+
+// The next kept output of a recomputation's `source`, checked to be the
+// one `call` made and unchanged since (Note [Selective recompute]).
+at::Tensor take_kept(KeptOutputs& src, const std::vector<int64_t>& call) {
+  MT_INTERNAL_ASSERT(
+      src.next < src.outs.size(),
+      "selective checkpoint: the recomputation asks for kept output ",
+      src.next + 1,
+      " of ",
+      src.outs.size());
+  KeptOutputs::Kept k = std::move(src.outs[src.next++]);
+  MT_INTERNAL_ASSERT(
+      k.t._version() == k.version,
+      "selective checkpoint: a kept output was modified in place after it "
+      "was kept");
+  MT_INTERNAL_ASSERT(
+      k.call == call,
+      "selective checkpoint: kept output ",
+      src.next,
+      " of shape ",
+      k.t.sizes(),
+      " was made by another call (",
+      c10::IntArrayRef(k.call),
+      ") than the one (",
+      c10::IntArrayRef(call),
+      ") that asks for it");
+  return k.t;
+}
+
+void keep(KeptOutputs& sink, const at::Tensor& y, std::vector<int64_t> call) {
+  sink.outs.push_back({y.detach(), y._version(), std::move(call)});
+}
+
+}  // namespace
+
 at::Tensor kept_conv_sum(
     const std::vector<ConvTerm>& terms,
     c10::IntArrayRef stride,
@@ -468,40 +608,44 @@ at::Tensor kept_conv_sum(
   const ConvArgs args{stride, padding, dilation, groups};
   at::Tensor y;
   if (scope.source) {
-    KeptOutputs& src = *scope.source;
-    MT_INTERNAL_ASSERT(
-        src.next < src.outs.size(),
-        "selective checkpoint: the recomputation asks for kept output ",
-        src.next + 1,
-        " of ",
-        src.outs.size());
-    KeptOutputs::Kept k = std::move(src.outs[src.next++]);
-    MT_INTERNAL_ASSERT(
-        k.t._version() == k.version,
-        "selective checkpoint: a kept convolution output was modified in "
-        "place after it was kept");
-    MT_INTERNAL_ASSERT(
-        k.call == conv_call(terms, args),
-        "selective checkpoint: kept output ",
-        src.next,
-        " of shape ",
-        k.t.sizes(),
-        " was made by another convolution than the one of ",
-        terms[0].x.sizes(),
-        " by ",
-        terms[0].weight.sizes(),
-        " that asks for it");
-    y = with_conv_history(k.t, terms, args);
+    y = with_conv_history(
+        take_kept(*scope.source, conv_call(terms, args)), terms, args);
   } else {
     y = convolve(terms[0], args);
     for (size_t i = 1; i < terms.size(); ++i)
       y.add_(convolve(terms[i], args));  // y is this call's own tensor
   }
-  if (scope.sink) {
-    scope.sink->outs.push_back(
-        {y.detach(), y._version(), conv_call(terms, args)});
-  }
+  if (scope.sink)
+    keep(*scope.sink, y, conv_call(terms, args));
   return y;
+}
+
+at::Tensor kept_linear(
+    const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  MT_INTERNAL_ASSERT(
+      weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
+      "kept_linear: an input of ",
+      x.sizes(),
+      " and a weight of ",
+      weight.sizes());
+  const KeepScope scope = t_keep;
+  std::vector<int64_t> out_sizes = x.sizes().vec();
+  out_sizes.back() = weight.size(0);
+  const at::Tensor rows = x.reshape({-1, weight.size(1)});
+  std::vector<int64_t> call{kLinearCall};
+  call.insert(call.end(), rows.sizes().begin(), rows.sizes().end());
+  call.insert(call.end(), weight.sizes().begin(), weight.sizes().end());
+  call.push_back(bias.defined());
+  at::Tensor y;
+  if (scope.source) {
+    y = with_linear_history(take_kept(*scope.source, call), rows, weight, bias);
+  } else {
+    y = bias.defined() ? at::addmm(bias, rows, weight.t())
+                       : rows.mm(weight.t());
+  }
+  if (scope.sink)
+    keep(*scope.sink, y, std::move(call));
+  return y.view(out_sizes);
 }
 
 at::Tensor kept_conv(

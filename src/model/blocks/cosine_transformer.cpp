@@ -3,6 +3,7 @@
 
 #include "memtrain/model/blocks/cosine_transformer.h"
 
+#include "memtrain/model/blocks/checkpointed.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -64,15 +65,15 @@ torch::Tensor CosineTransformerHeadImpl::attend(
   const int64_t nq = queries.size(1);
   // One projection (LayerNorm + Linear, no bias) for q, k and v; k = v.
   const torch::Tensor q =
-      attn_in_(attn_norm_(x))
+      kept_linear(attn_in_, attn_norm_(x))
           .view({n, rows, ways, heads_, dim_head_});  // (n, 1|NQ, N, h, dh)
-  const torch::Tensor kv =
-      attn_in_(attn_norm_(queries)).view({n, nq, 1, heads_, dim_head_});
+  const torch::Tensor kv = kept_linear(attn_in_, attn_norm_(queries))
+                               .view({n, nq, 1, heads_, dim_head_});
   // Cosine attention: each head's cos(q, k), neither scaled nor
   // softmaxed, weighs v; a prototype meets one query at a time.
   const torch::Tensor cos = (unit(q) * unit(kv)).sum(-1, /*keepdim=*/true);
   torch::Tensor out = (cos * kv).flatten(3);  // (n, NQ, N, h * dh)
-  return attn_out_ ? attn_out_(out) : out;
+  return attn_out_ ? kept_linear(attn_out_, out) : out;
 }
 
 torch::Tensor CosineTransformerHeadImpl::forward(
@@ -86,10 +87,12 @@ torch::Tensor CosineTransformerHeadImpl::forward(
   torch::Tensor x = (support * proto_weight_.softmax(1)).sum(2).unsqueeze(1);
   for (int64_t i = 0; i < depth_; ++i) {
     x = attend(x, queries) + x;  // (n, NQ, N, D) from the first on
-    x = ffn_fc2_(torch::gelu(ffn_fc1_(ffn_norm_(x)))) + x;
+    x = kept_linear(
+            ffn_fc2_, torch::gelu(kept_linear(ffn_fc1_, ffn_norm_(x)))) +
+        x;
   }
   // The cosine linear layer: 2 g cos(v, y), one logit per (query, class).
-  const torch::Tensor y = out_fc_(out_norm_(x));  // (n, NQ, N, dh)
+  const torch::Tensor y = kept_linear(out_fc_, out_norm_(x));  // (n, NQ, N, dh)
   return 2.0 * cos_g_.squeeze() * (unit(y) * unit(cos_v_.squeeze(0))).sum(-1);
 }
 

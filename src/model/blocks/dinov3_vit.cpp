@@ -4,6 +4,7 @@
 #include <string>
 
 #include "memtrain/compat.h"
+#include "memtrain/model/blocks/checkpointed.h"
 #include "memtrain/model/blocks/transformer.h"
 #include "memtrain/util/error.h"
 
@@ -111,7 +112,7 @@ torch::Tensor Dinov3Block::forward(
   const int64_t e = d / heads_;
   // (B, N, 3D) -> (3, B, H, N, E)
   const torch::Tensor qkv =
-      torch::linear(
+      kept_linear(
           layer_norm_as_input(norm1_, x), qkv_->weight, qkv_->bias * bias_mask_)
           .view({b, n, 3, heads_, e})
           .permute({2, 0, 3, 1, 4});
@@ -123,9 +124,11 @@ torch::Tensor Dinov3Block::forward(
       1.0 / std::sqrt(double(e)),
       /*causal=*/false);
   const torch::Tensor y =
-      x + gamma1_ * proj_->forward(o.transpose(1, 2).reshape({b, n, d}));
-  return y + gamma2_ * fc2_->forward(torch::gelu(
-                           fc1_->forward(layer_norm_as_input(norm2_, y))));
+      x + gamma1_ * kept_linear(proj_, o.transpose(1, 2).reshape({b, n, d}));
+  return y + gamma2_ * kept_linear(
+                           fc2_,
+                           torch::gelu(kept_linear(
+                               fc1_, layer_norm_as_input(norm2_, y))));
 }
 
 Dinov3Vit::Dinov3Vit(const Dinov3Spec& spec) : spec_(spec) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "memtrain/compat.h"
+#include "memtrain/model/blocks/checkpointed.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -44,12 +45,12 @@ torch::Tensor MultiheadAttention::forward(const torch::Tensor& x, bool causal) {
   const int64_t n = x.size(0), l = x.size(1), w = x.size(2);
   const int64_t e = w / heads_;
   // (N, L, 3W) -> (3, N, H, L, E)
-  const torch::Tensor qkv = torch::linear(x, in_proj_weight_, in_proj_bias_)
+  const torch::Tensor qkv = kept_linear(x, in_proj_weight_, in_proj_bias_)
                                 .view({n, l, 3, heads_, e})
                                 .permute({2, 0, 3, 1, 4});
   const torch::Tensor o = compat::attention(
       qkv[0], qkv[1], qkv[2], {}, 1.0 / std::sqrt(double(e)), causal);
-  return out_proj_->forward(o.transpose(1, 2).reshape({n, l, w}));
+  return kept_linear(out_proj_, o.transpose(1, 2).reshape({n, l, w}));
 }
 
 ResidualAttentionBlock::ResidualAttentionBlock(
@@ -68,8 +69,10 @@ ResidualAttentionBlock::ResidualAttentionBlock(
 torch::Tensor ResidualAttentionBlock::forward(
     const torch::Tensor& x, bool causal) {
   torch::Tensor y = x + attn_->forward(layer_norm_as_input(ln_1_, x), causal);
-  return y + c_proj_->forward(
-                 activate(c_fc_->forward(layer_norm_as_input(ln_2_, y)), act_));
+  return y +
+         kept_linear(
+             c_proj_,
+             activate(kept_linear(c_fc_, layer_norm_as_input(ln_2_, y)), act_));
 }
 
 Transformer::Transformer(

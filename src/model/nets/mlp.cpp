@@ -1,12 +1,15 @@
 #include "memtrain/model/nets/mlp.h"
 
+#include "memtrain/model/blocks/checkpointed.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
 namespace {
 
 // x + fc2(dropout(relu(norm(fc1(x))))), widening 4x inside: most of a
-// block's activations are the wide ones, which checkpointing drops.
+// block's activations are the wide ones, which checkpointing drops; a
+// selective checkpoint keeps the two linears' outputs and recomputes the
+// norm, the activation and the dropout (its mask from the saved RNG).
 struct MlpBlockImpl : torch::nn::Module {
   MlpBlockImpl(int64_t width, bool norm, double dropout) : dropout_(dropout) {
     fc1 = register_module("fc1", torch::nn::Linear(width, 4 * width));
@@ -19,13 +22,13 @@ struct MlpBlockImpl : torch::nn::Module {
     }
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor h = fc1(x);
+    torch::Tensor h = kept_linear(fc1, x);
     if (norm1)
       h = norm1(h.to(torch::kFloat32));  // norms run in fp32 under autocast
     h = torch::relu(h);
     if (dropout_ > 0)
       h = torch::dropout(h, dropout_, is_training());
-    return x + fc2(h);
+    return x + kept_linear(fc2, h);
   }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   torch::nn::GroupNorm norm1{nullptr};

@@ -252,7 +252,7 @@ struct WindowAttentionImpl : nn::Module {
   // x: (B * windows, n, C); mask: (windows, n, n) or undefined.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask) {
     const int64_t b = x.size(0), n = x.size(1), c = x.size(2);
-    const torch::Tensor qkv_ = qkv->forward(x)
+    const torch::Tensor qkv_ = kept_linear(qkv, x)
                                    .reshape({b, n, 3, heads, c / heads})
                                    .permute({2, 0, 3, 1, 4});
     torch::Tensor q = qkv_[0], k = qkv_[1], v = qkv_[2];
@@ -280,7 +280,7 @@ struct WindowAttentionImpl : nn::Module {
     } else {
       out = compat::attention(q, k, v, rel, scale);
     }
-    return proj->forward(out.transpose(1, 2).reshape({b, n, c}));
+    return kept_linear(proj, out.transpose(1, 2).reshape({b, n, c}));
   }
 
   int64_t heads;
@@ -343,8 +343,9 @@ struct BlockImpl : nn::Module {
               .contiguous();
     }
     torch::Tensor y = x + h;
-    return y + mlp->linear2->forward(
-                   torch::gelu(mlp->linear1->forward(fp32_norm(norm2, y))));
+    return y + kept_linear(
+                   mlp->linear2,
+                   torch::gelu(kept_linear(mlp->linear1, fp32_norm(norm2, y))));
   }
 
   Dims window, shift;
@@ -386,7 +387,7 @@ struct MergingImpl : nn::Module {
                           .slice(2, o[1], c10::nullopt, 2)
                           .slice(3, o[2], c10::nullopt, 2));
     }
-    return reduction->forward(fp32_norm(norm, torch::cat(parts, -1)));
+    return kept_linear(reduction, fp32_norm(norm, torch::cat(parts, -1)));
   }
 
   nn::Linear reduction{nullptr};

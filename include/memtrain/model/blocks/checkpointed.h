@@ -19,9 +19,10 @@ using Segment = std::function<at::Tensor(const at::Tensor&)>;
 
 // What a checkpointed segment's backward recomputes (Note [Selective
 // recompute] in checkpointed.cpp). kAll: everything, only the inputs are
-// kept. kSelective: the outputs of its kept_conv() calls are kept through
-// the forward too, and backward recomputes only what lies between them
-// (normalisation, activations, additions, pooling). kAllOffload: as kAll,
+// kept. kSelective: the outputs of its kept_conv() and kept_linear() calls
+// (its matrix products) are kept through the forward too, and backward
+// recomputes only what lies between them (normalisation, activations,
+// additions, pooling, attention's softmax). kAllOffload: as kAll,
 // and the inputs wait in the host pool (memory/host_pool.h,
 // memory::offload_pool()) from the forward to the backward, out of device
 // memory (Note [Host offload]).
@@ -93,8 +94,25 @@ at::Tensor kept_conv(ConvHolder& conv, const at::Tensor& x) {
       o.groups());
 }
 
+// A linear map, x W^T + b over x's last axis (what torch::linear
+// computes), that a selective checkpoint keeps, as kept_conv keeps a
+// convolution. It is always computed in one form, the same inside and
+// outside a checkpoint: x flattened to rows, at::addmm(b, x, W^T) (or
+// at::mm without a bias), the rows viewed back; in a recomputation its
+// kept output comes back with a node of addmm's own backward formulas
+// (Note [Kept matrix products]), so the gradients are those of no
+// checkpointing bit for bit. `bias` may be undefined.
+at::Tensor kept_linear(
+    const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// The same for a torch::nn::Linear module.
+template <typename LinearHolder>
+at::Tensor kept_linear(LinearHolder& linear, const at::Tensor& x) {
+  return kept_linear(x, linear->weight, linear->bias);
+}
+
 // Whether a selective checkpoint's forward or recomputation is running on
-// this thread: a segment must then not modify a kept_conv() output in place
+// this thread: a segment must then not modify a kept output in place
 // (the kept tensor would change with it).
 bool keeping_outputs();
 
