@@ -19,6 +19,7 @@
 #include "memtrain/compat.h"
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/host_pool.h"
+#include "memtrain/model/blocks/blocked_attention.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -109,7 +110,8 @@ namespace {
 // and kept_linear() calls).
 struct KeptOutputs {
   struct Kept {
-    at::Tensor t;  // detached: no autograd metadata, so no reference cycle
+    at::Tensor t;    // detached: no autograd metadata, so no reference cycle
+    at::Tensor aux;  // what else its backward needs (attention's lse)
     int64_t version = 0;
     // The call that made it (its kind, operand sizes and arguments),
     // compared when it is handed back.
@@ -224,7 +226,7 @@ at::Tensor convolve(const ConvTerm& t, const ConvArgs& a) {
 
 // What identifies a kept call, for the kept outputs' check: its kind, then
 // its operands' sizes and arguments.
-constexpr int64_t kConvCall = -1, kLinearCall = -2;
+constexpr int64_t kConvCall = -1, kLinearCall = -2, kAttentionCall = -3;
 
 // A convolution sum's.
 std::vector<int64_t> conv_call(
@@ -565,7 +567,8 @@ namespace {
 
 // The next kept output of a recomputation's `source`, checked to be the
 // one `call` made and unchanged since (Note [Selective recompute]).
-at::Tensor take_kept(KeptOutputs& src, const std::vector<int64_t>& call) {
+KeptOutputs::Kept take_kept(
+    KeptOutputs& src, const std::vector<int64_t>& call) {
   MT_INTERNAL_ASSERT(
       src.next < src.outs.size(),
       "selective checkpoint: the recomputation asks for kept output ",
@@ -588,11 +591,16 @@ at::Tensor take_kept(KeptOutputs& src, const std::vector<int64_t>& call) {
       ") than the one (",
       c10::IntArrayRef(call),
       ") that asks for it");
-  return k.t;
+  return k;
 }
 
-void keep(KeptOutputs& sink, const at::Tensor& y, std::vector<int64_t> call) {
-  sink.outs.push_back({y.detach(), y._version(), std::move(call)});
+void keep(
+    KeptOutputs& sink,
+    const at::Tensor& y,
+    std::vector<int64_t> call,
+    at::Tensor aux = {}) {
+  sink.outs.push_back(
+      {y.detach(), std::move(aux), y._version(), std::move(call)});
 }
 
 }  // namespace
@@ -609,7 +617,7 @@ at::Tensor kept_conv_sum(
   at::Tensor y;
   if (scope.source) {
     y = with_conv_history(
-        take_kept(*scope.source, conv_call(terms, args)), terms, args);
+        take_kept(*scope.source, conv_call(terms, args)).t, terms, args);
   } else {
     y = convolve(terms[0], args);
     for (size_t i = 1; i < terms.size(); ++i)
@@ -638,7 +646,8 @@ at::Tensor kept_linear(
   call.push_back(bias.defined());
   at::Tensor y;
   if (scope.source) {
-    y = with_linear_history(take_kept(*scope.source, call), rows, weight, bias);
+    y = with_linear_history(
+        take_kept(*scope.source, call).t, rows, weight, bias);
   } else {
     y = bias.defined() ? at::addmm(bias, rows, weight.t())
                        : rows.mm(weight.t());
@@ -657,6 +666,38 @@ at::Tensor kept_conv(
     c10::IntArrayRef dilation,
     int64_t groups) {
   return kept_conv_sum({{x, weight, bias}}, stride, padding, dilation, groups);
+}
+
+at::Tensor kept_attention(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    const at::Tensor& bias,
+    double scale,
+    bool causal) {
+#if MEMTRAIN_TORCH_AT_LEAST(2, 1)
+  return compat::attention(q, k, v, bias, scale, causal);
+#else
+  const KeepScope scope = t_keep;
+  std::vector<int64_t> call{kAttentionCall};
+  for (const at::Tensor& t : {q, k, v, bias}) {
+    if (t.defined())
+      call.insert(call.end(), t.sizes().begin(), t.sizes().end());
+    call.push_back(t.defined() ? t.dim() : -1);
+  }
+  call.push_back(causal);
+  AttentionRows fwd;
+  if (scope.source) {
+    KeptOutputs::Kept kept = take_kept(*scope.source, call);
+    fwd = {kept.t, kept.aux};
+  } else {
+    fwd = blocked_attention_forward(
+        q, k, v, bias, scale, causal, attention_block_rows(q, k.size(-2)));
+  }
+  if (scope.sink)
+    keep(*scope.sink, fwd.out, std::move(call), fwd.lse);
+  return blocked_attention(q, k, v, bias, scale, causal, fwd);
+#endif
 }
 
 bool keeping_outputs() {

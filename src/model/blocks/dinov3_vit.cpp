@@ -116,7 +116,7 @@ torch::Tensor Dinov3Block::forward(
           layer_norm_as_input(norm1_, x), qkv_->weight, qkv_->bias * bias_mask_)
           .view({b, n, 3, heads_, e})
           .permute({2, 0, 3, 1, 4});
-  const torch::Tensor o = compat::attention(
+  const torch::Tensor o = kept_attention(
       dinov3_rope_apply(qkv[0], sin, cos),
       dinov3_rope_apply(qkv[1], sin, cos),
       qkv[2],

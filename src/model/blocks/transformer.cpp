@@ -48,7 +48,7 @@ torch::Tensor MultiheadAttention::forward(const torch::Tensor& x, bool causal) {
   const torch::Tensor qkv = kept_linear(x, in_proj_weight_, in_proj_bias_)
                                 .view({n, l, 3, heads_, e})
                                 .permute({2, 0, 3, 1, 4});
-  const torch::Tensor o = compat::attention(
+  const torch::Tensor o = kept_attention(
       qkv[0], qkv[1], qkv[2], {}, 1.0 / std::sqrt(double(e)), causal);
   return kept_linear(out_proj_, o.transpose(1, 2).reshape({n, l, w}));
 }

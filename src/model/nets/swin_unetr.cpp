@@ -30,7 +30,8 @@ using Dims = std::array<int64_t, 3>;
 // PatchMerging's order of the eight sub-grids (MONAI's "merging", not
 // PatchMergingV2's), the hidden states layer-normalised without weights
 // (normalize=True), LeakyReLU(0.01) in the residual blocks. Attention is
-// compat::attention: LibTorch 2.x's scaled_dot_product_attention, whose
+// kept_attention (checkpointed.h: blocked attention on LibTorch 1.13,
+// Note [Blocked attention]): LibTorch 2.x's scaled_dot_product_attention, whose
 // fused kernels need a 4-D (batch, heads) layout, so a shifted block's
 // windows go in as (B, windows x heads, n, E) with the bias (the relative
 // position bias plus the window's mask) per (window, head): the same
@@ -275,10 +276,10 @@ struct WindowAttentionImpl : nn::Module {
       auto fold = [&](const torch::Tensor& t) {
         return t.reshape({bb, nw * heads, n, e});
       };
-      out = compat::attention(fold(q), fold(k), fold(v), bias, scale)
+      out = kept_attention(fold(q), fold(k), fold(v), bias, scale)
                 .reshape({b, heads, n, e});
     } else {
-      out = compat::attention(q, k, v, rel, scale);
+      out = kept_attention(q, k, v, rel, scale);
     }
     return kept_linear(proj, out.transpose(1, 2).reshape({b, n, c}));
   }

@@ -111,6 +111,21 @@ at::Tensor kept_linear(LinearHolder& linear, const at::Tensor& x) {
   return kept_linear(x, linear->weight, linear->bias);
 }
 
+// Attention, softmax(q k^T * scale + bias) v (compat::attention's
+// arguments), whose output a selective checkpoint keeps where the
+// attention gives what its backward needs: on LibTorch 1.13 it is
+// blocked_attention (blocked_attention.h; the output and its softmax's
+// log-denominators kept, so a recomputation runs no attention forward);
+// on 2.x compat::attention, LibTorch's scaled_dot_product_attention,
+// recomputed in a selective segment's backward like the cheap ops.
+at::Tensor kept_attention(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    const at::Tensor& bias,
+    double scale,
+    bool causal = false);
+
 // Whether a selective checkpoint's forward or recomputation is running on
 // this thread: a segment must then not modify a kept output in place
 // (the kept tensor would change with it).

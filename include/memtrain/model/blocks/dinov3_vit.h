@@ -15,7 +15,7 @@
 // LayerNorm eps 1e-5, MLP 4x with GELU (erf). Attention: one qkv linear
 // whose bias is multiplied by bias_mask (Meta's LinearKMaskedBias: the key
 // part is 0), axial 2D RoPE on the patch tokens' q and k (below), then
-// compat::attention. Note [DINOv3 as Meta's] in ARCHITECTURE.md.
+// kept_attention (checkpointed.h). Note [DINOv3 as Meta's] in ARCHITECTURE.md.
 //
 // RoPE as Meta applies it at evaluation (RopePositionEmbedding, normalize
 // "separate"): a patch (r, c) of an h x w grid sits at

@@ -8,8 +8,9 @@
 //   x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
 // with mlp = c_proj(act(c_fc(x))), act GELU (erf) or QuickGELU
 // (x * sigmoid(1.702 x), OpenAI's CLIP weights). Attention is
-// compat::attention: scaled_dot_product_attention on LibTorch 2.x (a GPU's
-// fused kernels), the written-out math on 1.13. Each block is one
+// kept_attention (checkpointed.h): scaled_dot_product_attention on
+// LibTorch 2.x (a GPU's fused kernels), blocked attention on 1.13 (Note
+// [Blocked attention]). Each block is one
 // checkpoint segment (checkpointed.h). Layer norms run in float32 and hand
 // back the input's dtype, as open_clip's LayerNorm does under autocast.
 
