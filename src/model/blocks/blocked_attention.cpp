@@ -33,7 +33,7 @@ namespace memtrain {
 // attention_math's -- scores in q's dtype, softmax in float32, cast to v's
 // dtype for the product -- so the output agrees with it to float32
 // rounding (the softmax as exp(s - lse) instead of exp(s - max) / sum),
-// and both against a float64 reference (transformer_test). Autocast is
+// and both against a float64 reference (blocked_attention_test). Autocast is
 // excluded inside: the inputs come in the dtypes autocast gave the
 // projections that made them.
 
@@ -167,8 +167,10 @@ std::array<at::Tensor, 4> blocked_attention_backward(
     dk = at::zeros(k.sizes(), f32);
   if (needed[2])
     dv = at::zeros(v.sizes(), f32);
-  if (needed[3])
-    dbias = at::zeros(bias.sizes(), f32);
+  if (needed[3]) {  // accumulated only when it is broadcast over queries
+    dbias = bias.size(-2) == 1 ? at::zeros(bias.sizes(), f32)
+                               : at::empty(bias.sizes(), bias.options());
+  }
   if (scores)  // D = rowsum(dO * O)
     d = (g.to(at::kFloat) * fwd.out.to(at::kFloat)).sum(-1, /*keepdim=*/true);
   const at::Tensor kt = k.transpose(-2, -1), vt = v.transpose(-2, -1);
@@ -231,6 +233,10 @@ struct BlockedAttentionBackward : torch::autograd::Node {
     torch::autograd::variable_list result(4);
     if (grads.empty() || !grads[0].defined())
       return result;
+    MT_CHECK(
+        !torch::GradMode::is_enabled(),
+        "attention: a gradient of its gradient (create_graph) is not "
+        "supported by the blocked attention");
     const std::shared_ptr<Node> self = shared_from_this();
     const AttentionRows fwd{out.unpack(self), lse};
     const auto g = blocked_attention_backward(
@@ -247,7 +253,6 @@ struct BlockedAttentionBackward : torch::autograd::Node {
          should_compute_output(1),
          should_compute_output(2),
          should_compute_output(3)});
-    release_variables();
     for (size_t i = 0; i < 4; ++i)
       result[i] = g[i];
     return result;

@@ -309,8 +309,6 @@ struct KeptLinearBackward : torch::autograd::Node {
       return out;
     const at::Tensor& g = grads[0];
     const at::Tensor x = rows.unpack(), w = weight.unpack();
-    rows.reset_data();
-    weight.reset_data();
     const at::Tensor wt = w.t();  // addmm's mat2
     // mm_mat1_backward(g, mat2 = W^T, the rows' sizes and strides).
     if (should_compute_output(0)) {
@@ -676,8 +674,12 @@ at::Tensor kept_attention(
     double scale,
     bool causal) {
 #if MEMTRAIN_TORCH_AT_LEAST(2, 1)
-  return compat::attention(q, k, v, bias, scale, causal);
-#else
+  // A GPU's fused kernels, or the CPU's flash kernel when there is no bias
+  // (it takes no 3-D bias, nor one that requires a gradient: SwinUNETR's
+  // would go to the written-out math, which keeps the scores).
+  if (q.is_cuda() || !bias.defined())
+    return compat::attention(q, k, v, bias, scale, causal);
+#endif
   const KeepScope scope = t_keep;
   std::vector<int64_t> call{kAttentionCall};
   for (const at::Tensor& t : {q, k, v, bias}) {
@@ -697,7 +699,6 @@ at::Tensor kept_attention(
   if (scope.sink)
     keep(*scope.sink, fwd.out, std::move(call), fwd.lse);
   return blocked_attention(q, k, v, bias, scale, causal, fwd);
-#endif
 }
 
 bool keeping_outputs() {

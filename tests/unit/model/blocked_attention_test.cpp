@@ -107,8 +107,7 @@ TEST(BlockedAttention, AgreesWithAFloat64SoftmaxInAnyBlocks) {
 }
 
 // As an autograd op (blocked_attention, what kept_attention is on
-// LibTorch 1.13): the same gradients through autograd, and only the
-// gradients asked for are made.
+// LibTorch 1.13): the same gradients through autograd.
 TEST(BlockedAttention, AutogradOpGivesTheGradients) {
   torch::manual_seed(3);
   const torch::Tensor q = torch::randn({2, 2, 9, 4}, torch::requires_grad()),
@@ -126,6 +125,23 @@ TEST(BlockedAttention, AutogradOpGivesTheGradients) {
   EXPECT_LE(max_diff(y, want), 1e-6);
   EXPECT_LE(max_diff(got[0], want_grads[0]), 1e-5);
   EXPECT_LE(max_diff(got[1], want_grads[1]), 1e-5);
+}
+
+// attention_math's arithmetic, a block at a time: the output within
+// float32 rounding of it (the softmax as exp(s - lse), not exp(s - max) /
+// sum), with a bias over windows and heads as SwinUNETR's.
+TEST(BlockedAttention, AgreesWithTheWrittenOutMath) {
+  torch::manual_seed(8);
+  const torch::Tensor q = torch::randn({2, 6, 49, 8}),
+                      k = torch::randn({2, 6, 49, 8}),
+                      v = torch::randn({2, 6, 49, 8}),
+                      bias = torch::randn({6, 49, 49});
+  const torch::Tensor want = compat::attention_math(q, k, v, bias, 0.35);
+  for (const int64_t rows : {int64_t{49}, int64_t{4}}) {
+    const AttentionRows fwd =
+        blocked_attention_forward(q, k, v, bias, 0.35, false, rows);
+    EXPECT_LE(max_diff(fwd.out, want), 1e-6) << rows;
+  }
 }
 
 // What stays from forward to backward is q, k, v, the output and lse, not

@@ -192,6 +192,8 @@ TEST(SelectiveRecompute, KeptLinearGradientsAreBitwiseThoseOfNoCheckpointing) {
   const torch::Tensor w1 = torch::randn({7, 5}, torch::requires_grad());
   const torch::Tensor b1 = torch::randn({7}, torch::requires_grad());
   const torch::Tensor w2 = torch::randn({5, 7}, torch::requires_grad());
+  // A weight that is a transposed view (mm_mat2_backward's general case).
+  const torch::Tensor w3 = torch::randn({7, 5}, torch::requires_grad());
   const std::vector<torch::Tensor> inputs = {
       torch::randn({5}),
       torch::randn({9, 5}),
@@ -199,22 +201,23 @@ TEST(SelectiveRecompute, KeptLinearGradientsAreBitwiseThoseOfNoCheckpointing) {
       torch::randn({2, 3, 4, 5}),
       torch::randn({4, 5, 3}).transpose(1, 2),  // not contiguous
       torch::randn({1, 5}),                     // one row
+      torch::randn({5, 9}).t(),  // column-major rows (mm_mat1_backward's)
   };
   const auto segment = [&](const at::Tensor& t) {
     const torch::Tensor h = torch::gelu(kept_linear(torch::tanh(t), w1, b1));
-    return kept_linear(h, w2, {}) * t + kept_linear(h.sin(), w2, {});
+    return kept_linear(h, w2, {}) * t + kept_linear(h.sin(), w3.t(), {});
   };
   for (const torch::Tensor& input : inputs) {
     std::vector<torch::Tensor> grads[2];
     torch::Tensor out[2];
     for (int c = 0; c < 2; ++c) {
       const torch::Tensor x = input.detach().clone().requires_grad_(true);
-      for (const torch::Tensor& p : {w1, b1, w2})
+      for (const torch::Tensor& p : {w1, b1, w2, w3})
         p.mutable_grad() = torch::Tensor();
       out[c] =
           c == 0 ? segment(x) : checkpoint(segment, x, Recompute::kSelective);
       out[c].pow(2).sum().backward();
-      for (const torch::Tensor& p : {x, w1, b1, w2})
+      for (const torch::Tensor& p : {x, w1, b1, w2, w3})
         grads[c].push_back(p.grad().clone());
     }
     EXPECT_TRUE(torch::equal(out[0], out[1])) << input.sizes();
@@ -226,10 +229,10 @@ TEST(SelectiveRecompute, KeptLinearGradientsAreBitwiseThoseOfNoCheckpointing) {
   }
 }
 
-// The transformer block (open_clip's, causal and not) and a tiny CLIP:
-// selective keeps the projections' and the MLP's outputs, gives the
-// gradients of no checkpointing bit for bit, and holds a peak strictly
-// between full checkpointing's and none's.
+// The transformer block (open_clip's, causal and not): selective keeps the
+// projections' and the MLP's outputs, gives the gradients of no checkpointing
+// bit for bit, and holds a peak strictly between full checkpointing's and
+// none's.
 TEST(SelectiveRecompute, TransformerGradientsAreBitwiseThoseOfNoCheckpointing) {
   for (const bool causal : {false, true}) {
     torch::manual_seed(4);
@@ -258,6 +261,40 @@ TEST(SelectiveRecompute, TransformerGradientsAreBitwiseThoseOfNoCheckpointing) {
     EXPECT_LT(steps[1].peak, steps[0].peak) << causal;
     EXPECT_GT(steps[1].peak, steps[2].peak) << causal;
   }
+}
+
+// Under bf16 autocast the kept linears' and attention's outputs are bf16
+// and their backward casts rows and weight as autocast casts addmm's:
+// the gradients of bf16 without checkpointing (to rounding), not fp32's.
+TEST(SelectiveRecompute, TransformerBf16KeepsAutocastsCasts) {
+  torch::manual_seed(5);
+  Transformer t(32, 2, 2, 4.0, Activation::kGelu);
+  const torch::Tensor x = torch::randn({2, 9, 32});
+  std::vector<torch::Tensor> grads[3];
+  const bool bf16[3] = {true, true, false};
+  for (int c = 0; c < 3; ++c) {
+    for (auto& p : t.parameters())
+      p.mutable_grad() = torch::Tensor();
+    torch::Tensor y;
+    {
+      compat::AutocastGuard amp(bf16[c], false, torch::kBFloat16);
+      y = t.forward(x, false, c == 1 ? 2 : 0, Recompute::kSelective);
+    }
+    y.to(torch::kFloat32).pow(2).sum().backward();
+    for (auto& p : t.parameters())
+      grads[c].push_back(p.grad().clone());
+  }
+  double worst = 0, from_fp32 = 0;
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    const double scale = grads[0][i].abs().max().item<double>() + 1e-12;
+    worst = std::max(
+        worst, (grads[0][i] - grads[1][i]).abs().max().item<double>() / scale);
+    from_fp32 = std::max(
+        from_fp32,
+        (grads[0][i] - grads[2][i]).abs().max().item<double>() / scale);
+  }
+  EXPECT_LE(worst, 1e-6);
+  EXPECT_GT(from_fp32, 1e-4) << "bf16 must differ from fp32 for this to test";
 }
 
 // The MLP's blocks keep their linears' outputs and recompute the group
