@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -224,6 +225,20 @@ at::Tensor convolve(const ConvTerm& t, const ConvArgs& a) {
   return {};
 }
 
+// Whether any of `ts` (undefined ones aside) requires a gradient.
+bool any_requires_grad(std::initializer_list<at::Tensor> ts) {
+  return std::any_of(ts.begin(), ts.end(), [](const at::Tensor& t) {
+    return t.defined() && t.requires_grad();
+  });
+}
+
+// An operand of a kept op in its kept output's dtype, as autocast cast it
+// (undefined stays undefined).
+at::Tensor cast_like(const at::Tensor& t, const at::Tensor& kept) {
+  const auto dtype = kept.scalar_type();
+  return !t.defined() || t.scalar_type() == dtype ? t : t.to(dtype);
+}
+
 // What identifies a kept call, for the kept outputs' check: its kind, then
 // its operands' sizes and arguments.
 constexpr int64_t kConvCall = -1, kLinearCall = -2, kAttentionCall = -3;
@@ -250,17 +265,12 @@ at::Tensor with_conv_history(
     const ConvArgs& a) {
   at::Tensor out = kept.detach();
   bool any = false;
-  for (const ConvTerm& t : terms) {
-    any = any || t.x.requires_grad() || t.weight.requires_grad() ||
-          (t.bias.defined() && t.bias.requires_grad());
-  }
+  for (const ConvTerm& t : terms)
+    any = any || any_requires_grad({t.x, t.weight, t.bias});
   if (!torch::GradMode::is_enabled() || !any)
     return out;
   // Autocast casts a convolution's input and weight to its output's dtype.
-  const auto dtype = kept.scalar_type();
-  const auto cast = [dtype](const at::Tensor& t) {
-    return !t.defined() || t.scalar_type() == dtype ? t : t.to(dtype);
-  };
+  const auto cast = [&kept](const at::Tensor& t) { return cast_like(t, kept); };
   auto node = std::shared_ptr<KeptConvBackward>(
       new KeptConvBackward(), torch::autograd::deleteNode);
   torch::autograd::edge_list edges;
@@ -283,6 +293,29 @@ at::Tensor with_conv_history(
   node->set_next_edges(std::move(edges));
   torch::autograd::set_history(out, node);
   return out;
+}
+
+// A linear map's: its rows, weight and whether it has a bias.
+std::vector<int64_t> linear_call(
+    const at::Tensor& rows, const at::Tensor& weight, const at::Tensor& bias) {
+  std::vector<int64_t> call{kLinearCall};
+  call.insert(call.end(), rows.sizes().begin(), rows.sizes().end());
+  call.insert(call.end(), weight.sizes().begin(), weight.sizes().end());
+  call.push_back(bias.defined());
+  return call;
+}
+
+// An attention's: its operands' sizes (-1 for no bias) and causality.
+std::vector<int64_t> attention_call(
+    std::initializer_list<at::Tensor> operands, bool causal) {
+  std::vector<int64_t> call{kAttentionCall};
+  for (const at::Tensor& t : operands) {
+    if (t.defined())
+      call.insert(call.end(), t.sizes().begin(), t.sizes().end());
+    call.push_back(t.defined() ? t.dim() : -1);
+  }
+  call.push_back(causal);
+  return call;
 }
 
 // A kept linear map's: addmm's (or mm's) backward of rows x W^T (+ b), the
@@ -338,16 +371,12 @@ at::Tensor with_linear_history(
     const at::Tensor& weight,
     const at::Tensor& bias) {
   at::Tensor out = kept.detach();
-  const bool any = rows.requires_grad() || weight.requires_grad() ||
-                   (bias.defined() && bias.requires_grad());
-  if (!torch::GradMode::is_enabled() || !any)
+  if (!torch::GradMode::is_enabled() ||
+      !any_requires_grad({rows, weight, bias}))
     return out;
   // Autocast casts addmm's operands to its output's dtype.
-  const auto dtype = kept.scalar_type();
-  const auto cast = [dtype](const at::Tensor& t) {
-    return !t.defined() || t.scalar_type() == dtype ? t : t.to(dtype);
-  };
-  const at::Tensor x = cast(rows), w = cast(weight), b = cast(bias);
+  const at::Tensor x = cast_like(rows, kept), w = cast_like(weight, kept),
+                   b = cast_like(bias, kept);
   auto node = std::shared_ptr<KeptLinearBackward>(
       new KeptLinearBackward(), torch::autograd::deleteNode);
   node->rows = torch::autograd::SavedVariable(x, /*is_output=*/false);
@@ -638,20 +667,19 @@ at::Tensor kept_linear(
   std::vector<int64_t> out_sizes = x.sizes().vec();
   out_sizes.back() = weight.size(0);
   const at::Tensor rows = x.reshape({-1, weight.size(1)});
-  std::vector<int64_t> call{kLinearCall};
-  call.insert(call.end(), rows.sizes().begin(), rows.sizes().end());
-  call.insert(call.end(), weight.sizes().begin(), weight.sizes().end());
-  call.push_back(bias.defined());
   at::Tensor y;
   if (scope.source) {
     y = with_linear_history(
-        take_kept(*scope.source, call).t, rows, weight, bias);
+        take_kept(*scope.source, linear_call(rows, weight, bias)).t,
+        rows,
+        weight,
+        bias);
   } else {
     y = bias.defined() ? at::addmm(bias, rows, weight.t())
                        : rows.mm(weight.t());
   }
   if (scope.sink)
-    keep(*scope.sink, y, std::move(call));
+    keep(*scope.sink, y, linear_call(rows, weight, bias));
   return y.view(out_sizes);
 }
 
@@ -681,23 +709,21 @@ at::Tensor kept_attention(
     return compat::attention(q, k, v, bias, scale, causal);
 #endif
   const KeepScope scope = t_keep;
-  std::vector<int64_t> call{kAttentionCall};
-  for (const at::Tensor& t : {q, k, v, bias}) {
-    if (t.defined())
-      call.insert(call.end(), t.sizes().begin(), t.sizes().end());
-    call.push_back(t.defined() ? t.dim() : -1);
-  }
-  call.push_back(causal);
+  if (!scope.source && !scope.sink)  // not in a selective checkpoint
+    return blocked_attention(q, k, v, bias, scale, causal);
   AttentionRows fwd;
   if (scope.source) {
-    KeptOutputs::Kept kept = take_kept(*scope.source, call);
+    KeptOutputs::Kept kept =
+        take_kept(*scope.source, attention_call({q, k, v, bias}, causal));
     fwd = {kept.t, kept.aux};
   } else {
     fwd = blocked_attention_forward(
         q, k, v, bias, scale, causal, attention_block_rows(q, k.size(-2)));
   }
-  if (scope.sink)
-    keep(*scope.sink, fwd.out, std::move(call), fwd.lse);
+  if (scope.sink) {
+    keep(
+        *scope.sink, fwd.out, attention_call({q, k, v, bias}, causal), fwd.lse);
+  }
   return blocked_attention(q, k, v, bias, scale, causal, fwd);
 }
 
