@@ -20,9 +20,9 @@ namespace memtrain {
 // LibTorch 1.13 has no fused attention: compat::attention_math writes
 // softmax(q k^T * scale + bias) v out, and autograd then keeps the
 // (..., L, S) probabilities of every attention call until backward --
-// for SwinUNETR at 96³ (windows x heads, 343, 343) floats per block, the
-// floor that checkpointing a stage whole could not go below
-// (docs/benchmarks.md). Here the forward runs `rows` queries at a time
+// for SwinUNETR (windows x heads, 343, 343) floats per block; at 64³ every
+// checkpointed tier peaked alike, in the first stage's recomputed
+// attention (docs/benchmarks.md). Here the forward runs `rows` queries at a time
 // (a block's float32 scores within kAttentionBlockBytes) and keeps, per
 // query, the log of its softmax's denominator (lse); backward recomputes
 // each block's probabilities as exp(s - lse) and takes the gradients as
