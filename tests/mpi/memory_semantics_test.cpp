@@ -30,6 +30,34 @@ int64_t max_peak_reserved(const RunResult& r) {
   return max_over_windows(r, &WindowResult::mem_peak_reserved);
 }
 
+// The planner's tests' U-Net (feature 16, 3 levels, instance norm) on
+// 32^3 volumes of data seed `seed` written into `dir`, micro-batch 2 a
+// rank, no headroom: activations well above the parameters, so that the
+// tiers' peaks, and the two forms', are far apart.
+TrainConfig planning_unet(SharedDir& dir, uint64_t seed) {
+  SyntheticSpec spec;
+  spec.kind = "volumes";
+  spec.samples = 4;
+  spec.channels = 1;
+  spec.depth = 32;
+  spec.height = 32;
+  spec.width = 32;
+  spec.classes = 3;
+  spec.seed = seed;
+  make_shared_synthetic(dir, "train.h5", spec);
+  TrainConfig c = base_config(dir.file("train.h5"));
+  c.model.name = ModelName::kUnet3d;
+  c.model.feature_size = 16;
+  c.model.depth = 3;
+  c.model.norm = Norm::kInstance;
+  c.data.patch_size = {32, 32, 32};
+  c.data.patches_per_volume = 2;  // 8 samples: 2 on each of up to 4 ranks
+  c.training.effective_batch_size = 2 * world_size();
+  c.data.batch_size = 2;
+  c.memory.headroom = 0.0;
+  return c;
+}
+
 // Issue check: a fixed micro-batch that does not fit recovers, reports
 // oom_retries > 0 and ends with the weights of a run started at the
 // smaller micro-batch.
@@ -175,31 +203,14 @@ TEST(MemorySemantics, AutoFitRespectsBudgetAndEffectiveBatch) {
 // each rank's own.
 TEST(MemorySemantics, AutoCheckpointingTakesEachTierBetweenPeaks_OneRank) {
   SharedDir dir("tiers");
-  SyntheticSpec spec;
-  spec.kind = "volumes";
-  spec.samples = 4;
-  spec.channels = 1;
-  spec.depth = 32;
-  spec.height = 32;
-  spec.width = 32;
-  spec.classes = 3;
-  spec.seed = 4;
-  make_shared_synthetic(dir, "train.h5", spec);
-  TrainConfig c = base_config(dir.file("train.h5"));
-  // Activations well above the parameters, so that the tiers' peaks are
-  // far apart.
-  c.model.name = ModelName::kUnet3d;
-  c.model.feature_size = 16;
-  c.model.depth = 3;
-  c.model.norm = Norm::kInstance;
-  c.data.patch_size = {32, 32, 32};
-  c.data.patches_per_volume = 2;  // 8 samples: 2 on each of up to 4 ranks
-  c.training.effective_batch_size = 2 * world_size();
-  c.data.batch_size = 2;
+  TrainConfig c = planning_unet(dir, 4);
   c.training.max_windows = 1;
-  c.memory.headroom = 0.0;
+  // The lean form's tiers throughout: with a budget the faster form would
+  // be taken where it fits (Note [Planning the faster form]), a rung of
+  // its own between two tiers.
   Trainer::Options opts;
   opts.write_outputs = false;
+  opts.faster_forms = false;
   const auto plan_with = [&](Checkpointing mode, const std::string& budget) {
     TrainConfig x = c;
     x.training.gradient_checkpointing = mode;
@@ -224,9 +235,9 @@ TEST(MemorySemantics, AutoCheckpointingTakesEachTierBetweenPeaks_OneRank) {
     x.training.gradient_checkpointing = mode;
     x.data.batch_size = micro;
     x.training.max_windows = 1;
-    x.memory.budget = "1GiB";  // the lean forms a budget runs
-    const WindowResult w =
-        train(x, MPI_COMM_WORLD).summary.window_results.front();
+    x.memory.budget = "1GiB";  // a budget, and the lean form
+    const WindowResult w = train(x, MPI_COMM_WORLD, /*faster_forms=*/false)
+                               .summary.window_results.front();
     return Need{w.mem_peak, w.mem_peak_reserved};
   };
   const Need off = need_of(Checkpointing::kOff);
@@ -281,6 +292,63 @@ TEST(MemorySemantics, AutoCheckpointingTakesEachTierBetweenPeaks_OneRank) {
         std::string::npos)
         << e.what();
   }
+}
+
+// Note [Planning the faster form]: under a budget that fits it, the
+// U-Net's faster (concatenated) decoder input is taken, and the update is
+// a run's without a budget bit for bit; under one that fits only the lean
+// (split) form, the lean form, after a probe of the faster one that did
+// not fit.
+TEST(MemorySemantics, BudgetTakesTheFasterFormWhereItFits_OneRank) {
+  SharedDir dir("forms");
+  TrainConfig c = planning_unet(dir, 5);
+  c.training.max_windows = 2;
+  struct Planned {
+    MemoryPlan plan;
+    RunResult run;
+  };
+  const auto planned = [&](const std::string& budget, bool faster_forms) {
+    TrainConfig x = c;
+    x.memory.budget = budget;
+    MpiCommunicator comm(MPI_COMM_WORLD);
+    Trainer::Options opts;
+    opts.write_outputs = false;
+    opts.faster_forms = faster_forms;
+    Trainer t(x, comm, opts);
+    t.prepare();
+    Planned p;
+    p.plan = t.memory_plan();
+    p.run.summary = t.run();
+    for (auto& [name, q] : t.named_parameters())
+      p.run.params.emplace_back(name, q.detach().clone());
+    return p;
+  };
+  const RunResult free_run = train(c, MPI_COMM_WORLD);  // the faster form
+  const Planned roomy = planned("1GiB", true);
+  EXPECT_EQ(roomy.plan.form, "faster") << roomy.plan.note;
+  EXPECT_EQ(max_abs_diff(roomy.run.params, free_run.params), 0.0);
+  const Planned lean = planned("1GiB", false);
+  EXPECT_EQ(lean.plan.form, "lean") << lean.plan.note;
+  EXPECT_GT(max_abs_diff(lean.run.params, free_run.params), 0.0)
+      << "the split rounds differently: the first check is not vacuous";
+  // A budget between the lean form's sure bound (its reserved peak, no
+  // cap) and what the faster form's tensors need.
+  const int64_t faster_least =
+      max_over_windows(free_run, &WindowResult::mem_peak);
+  const int64_t lean_sure = max_peak_reserved(lean.run);
+  ASSERT_LT(lean_sure, faster_least);
+  const Planned tight =
+      planned(std::to_string((lean_sure + faster_least) / 2), true);
+  EXPECT_EQ(tight.plan.form, "lean") << tight.plan.note;
+  EXPECT_EQ(max_abs_diff(tight.run.params, lean.run.params), 0.0);
+  int asked = 0;
+  for (const ProbeRecord& p : tight.plan.probes) {
+    if (p.faster_form) {
+      ++asked;
+      EXPECT_FALSE(p.fits) << p.peak;
+    }
+  }
+  EXPECT_EQ(asked, 1) << "one probe of the faster form, at the micro-batch";
 }
 
 // Issue check: an injected leak produces the warning; a clean run does not.

@@ -92,10 +92,14 @@ struct RunResult {
   TrainSummary summary;
 };
 
-inline RunResult train(const TrainConfig& cfg, MPI_Comm comm_handle) {
+// faster_forms: Trainer::Options::faster_forms (false: a model keeps its
+// lean form, for tests that measure it).
+inline RunResult train(
+    const TrainConfig& cfg, MPI_Comm comm_handle, bool faster_forms = true) {
   MpiCommunicator comm(comm_handle);
   Trainer::Options opts;
   opts.write_outputs = false;
+  opts.faster_forms = faster_forms;
   Trainer t(cfg, comm, opts);
   RunResult r;
   r.summary = t.run();

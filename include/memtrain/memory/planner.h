@@ -86,6 +86,7 @@ struct ProbeRecord {
   double seconds_per_sample;
   int64_t host_bytes;
   int64_t chunk = 0;  // the extraction chunk probed (0: not a chunk probe)
+  bool faster_form = false;  // a probe of the model's faster form
 };
 
 struct MemoryPlan {
@@ -110,6 +111,10 @@ struct MemoryPlan {
   // the micro-batch; 0: not planned.
   int64_t chunk = 0;
   int64_t chunk_units = 0;
+  // A model with a lean and a faster form (Classifier::has_lean_form):
+  // "faster" or "lean", the one the plan runs (Note [Planning the faster
+  // form] in planning.cpp); empty: the model has one form.
+  std::string form;
   std::vector<ProbeRecord> probes;
   std::string note;  // how the choice was made, for the banner
 };

@@ -77,8 +77,13 @@ class Classifier : public torch::nn::Module {
 
   // Where a model can trade training speed for memory (the U-Net's decoder
   // input, Note [U-Net decoder input]): `lean` (the default) saves memory,
-  // otherwise the faster form. set_up_run passes whether memory.budget is
-  // set. The parameters and the function are the same either way.
+  // otherwise the faster form. Without memory.budget a run takes the
+  // faster; with one, the faster where it fits the plan (Note [Planning
+  // the faster form]). The parameters and the function are the same
+  // either way. has_lean_form: whether set_memory_lean changes anything.
+  virtual bool has_lean_form() const {
+    return false;
+  }
   virtual void set_memory_lean(bool lean) {
     (void)lean;
   }

@@ -189,6 +189,9 @@ class UNet3d : public Classifier {
     return head_(x);
   }
 
+  bool has_lean_form() const override {
+    return depth_ > 1;  // one level has no decoder
+  }
   void set_memory_lean(bool lean) override {
     lean_ = lean;
   }
@@ -358,9 +361,11 @@ class UNet3d : public Classifier {
 // kernels) took 14.5 ms per half against 10.8 ms for the whole, the
 // level-0 block 37-40 ms against 22-26 ms forward and backward. So a training
 // run without memory.budget (nothing asks for the memory) gives the block the
-// concatenation (set_memory_lean(false)); with a budget, and without
-// gradients (validation, inference: forward only, where the split is also
-// the faster, 4.9 vs 8.8 ms), the split.
+// concatenation (set_memory_lean(false)), and so does a run whose budget
+// fits it at the planned micro-batch and tier (Note [Planning the faster
+// form]); otherwise, and without gradients (validation, inference:
+// forward only, where the split is also the faster, 4.9 vs 8.8 ms), the
+// split.
 
 }  // namespace
 

@@ -1,5 +1,6 @@
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -255,9 +256,57 @@ void agree_chunk(RunState& run, const Tier& tier) {
       " slices a backbone call");
 }
 
+// Note [Planning the faster form]
+// A model with a lean and a faster form (Classifier::has_lean_form; the
+// U-Net's split or concatenated decoder input, Note [U-Net decoder
+// input]) is planned in the lean form, the one that fits most. Then, at
+// the agreed micro-batch and tier, the faster form is probed at every
+// micro-batch size a window runs; where it fits on every rank, the run
+// takes it and its largest peak becomes the predicted one. So a budget
+// costs time only where the memory is needed: the faster form never runs
+// where it would not fit, and the lean form's larger micro-batch or
+// cheaper tier, where the search found one, is kept (the faster form is
+// asked about that plan, not about a plan of its own). Without a budget
+// nothing is probed and the run takes the faster form.
+void agree_form(RunState& run, const Tier& tier) {
+  MemoryPlan& plan = run.plan;
+  bool fits = plan.fits;
+  int64_t peak = 0;
+  locally(run, "probing the model's faster form", [&] {
+    run.model->set_memory_lean(false);
+    std::vector<int64_t> sizes = {plan.micro_batch};
+    for (const int64_t k : plan.window_micro_batches) {
+      if (std::find(sizes.begin(), sizes.end(), k) == sizes.end())
+        sizes.push_back(k);
+    }
+    for (const int64_t k : sizes) {
+      if (!fits)
+        break;
+      const ProbeResult r = probe(run, k, tier);
+      ProbeRecord record{
+          k, tier, r.fits, r.peak, r.seconds_per_sample, r.host_bytes};
+      record.faster_form = true;
+      plan.probes.push_back(record);
+      fits = r.fits;
+      peak = std::max(peak, r.peak);
+    }
+  });
+  fits = all_ranks_ok(run.comm, fits);
+  run.model->set_memory_lean(!fits);
+  plan.form = fits ? "faster" : "lean";
+  if (fits)
+    plan.predicted_peak = std::max(plan.predicted_peak, peak);
+  plan.note += fits ? "; the model's faster form fits this plan: taken"
+                    : "; the model's faster form does not fit this plan: "
+                      "the lean form";
+}
+
 }  // namespace
 
-void plan_run(RunState& run) {
+void plan_run(RunState& run, bool faster_forms) {
+  // Planned in the lean form (Note [Planning the faster form]); a second
+  // plan (the host plan's) starts from it again.
+  run.model->set_memory_lean(run.budget.limited() || !faster_forms);
   PlanRequest req;
   req.rank_share = run.shape.rank_share;
   // kAuto (0) means search; a fixed micro-batch larger than the rank's share
@@ -338,6 +387,16 @@ void plan_run(RunState& run) {
   set_tier(*run.model, tier);
   if (chunked)
     agree_chunk(run, tier);
+  if (run.model->has_lean_form()) {
+    if (run.budget.limited() && faster_forms) {
+      agree_form(run, tier);
+    } else {
+      plan.form = faster_forms ? "faster" : "lean";
+      plan.note += faster_forms ? "; the model's faster form"
+                                : "; the model's lean form (the faster one "
+                                  "not asked)";
+    }
+  }
   // The probes' forward passes are not the first window's phases.
   (void)run.model->take_phase_peaks();
   // The probes' blocks go; training reserves what its micro-steps offload

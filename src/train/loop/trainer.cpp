@@ -115,6 +115,8 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm, Options options)
   const Placement& placement =
       options.placement ? *options.placement : *m.own_placement;
   m.run = set_up_run(cfg, comm, placement);
+  if (!options.faster_forms)
+    m.run->model->set_memory_lean(true);
   best_metric(*m.run);  // refuses a metric this run does not report
   m.counters.releases_at_start = memory::stats().cache_releases;
   m.leak = std::make_unique<memory::LeakDetector>(
@@ -136,10 +138,10 @@ void Trainer::prepare() {
   if (m.prepared)
     return;
   warm_up_host_plan(*m.run);
-  plan_run(*m.run);
+  plan_run(*m.run, m.options.faster_forms);
   if (!plan_host(*m.run, /*may_replan=*/true)) {
     const std::string first = m.run->plan.note;
-    plan_run(*m.run);
+    plan_run(*m.run, m.options.faster_forms);
     m.run->plan.note = first +
                        "; planned again under a lower cap: on a rank the "
                        "plan's peak with its slack passed what the host "

@@ -284,7 +284,8 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
          {"seconds_per_sample", p.seconds_per_sample},
          {"peak_bytes", p.peak},
          {"host_bytes", p.host_bytes},
-         {"extraction_chunk", p.chunk}});
+         {"extraction_chunk", p.chunk},
+         {"faster_form", p.faster_form}});
   }
   nlohmann::json host_holders = nlohmann::json::array();
   for (const auto& h : run.host_plan.holders)
@@ -311,6 +312,8 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
       // Note [Planning the extraction chunk]: 0, 0 when not planned.
       {"extraction_chunk", plan.chunk},
       {"extraction_units", plan.chunk_units},
+      // Note [Planning the faster form]: "" for a model of one form.
+      {"model_form", plan.form},
       {"gradient_checkpointing",
        to_string(run.cfg.training.gradient_checkpointing)},
       {"checkpointed_segments", segments},
@@ -449,6 +452,8 @@ std::string describe_run(const RunState& m) {
           << describe(p.tier, m.model->num_segments()) << ": "
           << format_bytes(static_cast<double>(p.peak)) << ", "
           << format_bytes(static_cast<double>(p.host_bytes)) << ", ";
+      if (p.faster_form)
+        out << "faster form, ";
       if (p.fits) {
         out << p.seconds_per_sample * 1e3 << " ms";
       } else {

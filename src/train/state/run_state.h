@@ -225,7 +225,9 @@ void warm_up_host_plan(RunState& run);
 
 // Collective. Plans the micro-batch and checkpointed segments (see
 // memory/planner.h), agrees on them across ranks, sets run.plan and
-// run.shape. Leaves parameters and random streams as it found them.
-void plan_run(RunState& run);
+// run.shape. Leaves parameters and random streams as it found them. With
+// `faster_forms`, a model's faster form where it fits the plan (Note
+// [Planning the faster form]); without, its lean form.
+void plan_run(RunState& run, bool faster_forms = true);
 
 }  // namespace memtrain

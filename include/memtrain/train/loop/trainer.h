@@ -34,6 +34,11 @@ class Trainer {
     // Where this rank trains (device/placement.h); null: the CPU, with the
     // accounting allocator (tests).
     const Placement* placement = nullptr;
+    // A model with a faster and a lean form runs the faster without
+    // memory.budget, and under one where it fits the plan (Note [Planning
+    // the faster form]); false: the lean form always (tests and
+    // benchmarks that measure it).
+    bool faster_forms = true;
   };
 
   // Opens and checks the data, builds model, optimizer, sampler and gradient
