@@ -15,7 +15,7 @@
 //                [--dino-variants vits16] [--dino-size 512]
 //                [--dino-slices 128] [--dino-contexts 0,2]
 //                [--dino-chunks 16] [--dino-micro 1]
-//                [--fits v100-16gb] [--csv FILE]
+//                [--fits v100-16gb] [--form faster|lean] [--csv FILE]
 //   -b/-e/-f  micro-batch sweep of mlp and cnn: begin, end, factor
 //   models    also unet3d (--unet-feature, --unet-depth, instance norm, one
 //             patch = a whole volume of --volume-size^3), swin_unetr
@@ -46,6 +46,11 @@
 //             un-checkpointed (offload: equal to all)
 //   --fits    a budget profile or size: a column says whether each row's
 //             peak fits it (less memory.headroom 0.1, as the planner)
+//   --form    a model with a lean and a faster form (the U-Net's decoder
+//             input, SwinUNETR's attention on the CPU): faster, what a
+//             run without memory.budget takes, or lean (Note [Planning the
+//             faster form]); the auto rows, under their budget, the faster
+//             where it fits (faster) or the lean (lean)
 // ckpt "auto:sel": the planner chose every segment selective; "auto:off":
 // it chose offload. time/off is per sample, against off at the same
 // micro-batch and AMP.
@@ -122,6 +127,7 @@ struct Result {
 };
 
 const Placement* g_placement = nullptr;  // chosen once from --device
+bool g_faster_forms = true;              // --form
 
 Result run(
     const TrainConfig& base,
@@ -145,6 +151,7 @@ Result run(
   Trainer::Options opts;
   opts.write_outputs = false;
   opts.placement = g_placement;
+  opts.faster_forms = g_faster_forms;
   Trainer t(c, comm, opts);
   t.prepare();
   const TrainSummary s = t.run();
@@ -439,6 +446,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--fits", fits, "a budget each row's peak is read against")
       ->capture_default_str();
+  std::string form = "faster";
+  app.add_option("--form", form, "faster or lean: a model's form")
+      ->check(CLI::IsMember({"faster", "lean"}))
+      ->capture_default_str();
   app.add_option("--csv", csv, "CSV output file")->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -447,6 +458,7 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return rc;
   }
+  g_faster_forms = form == "faster";
   {  // threads per rank as the trainer sets them (Note [Threads per rank])
     Environment env(nullptr, nullptr);  // MPI is initialised: not owned
     configure_cpu_threads(env);

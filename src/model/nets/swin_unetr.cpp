@@ -35,7 +35,24 @@ using Dims = std::array<int64_t, 3>;
 // fused kernels need a 4-D (batch, heads) layout, so a shifted block's
 // windows go in as (B, windows x heads, n, E) with the bias (the relative
 // position bias plus the window's mask) per (window, head): the same
-// attention, each (window, head) pair on its own. tests/e2e/
+// attention, each (window, head) pair on its own.
+//
+// Note [SwinUNETR's faster form]
+// Where kept_attention is blocked (LibTorch 1.13; the CPU on 2.x, whose
+// flash kernel takes no bias), its backward computes each block's
+// probabilities again, one more (q k^T) a block: at 64^3, feature 48,
+// micro-batch 1 on the CPU build without checkpointing it peaked 9% lower
+// than LibTorch's attention (2,536,707,584 B against 2,795,156,992) and
+// its window took 8% longer (8279 against 7662 ms, medians of six
+// alternating runs of two timed windows each: bench_memory --models
+// swin_unetr --swin-feature 48 --volume-size 64 --unet-micro 1 --amp off
+// --tiers off --form lean|faster, 1 thread). So it is the model's lean form
+// (Classifier::has_lean_form): a run without memory.budget, or whose
+// budget fits the faster form (Note [Planning the faster form]), runs
+// compat::attention outside a selective checkpoint (a selective segment
+// keeps kept_attention's output and lse), with or without gradients, so
+// that a checkpointed segment's recomputation repeats its forward.
+// tests/e2e/
 // swin_unetr_monai.sh builds MONAI's SwinUNETR with fixed weights and
 // compares the names, shapes and order and the logits (fp32).
 
@@ -276,16 +293,30 @@ struct WindowAttentionImpl : nn::Module {
       auto fold = [&](const torch::Tensor& t) {
         return t.reshape({bb, nw * heads, n, e});
       };
-      out = kept_attention(fold(q), fold(k), fold(v), bias, scale)
-                .reshape({b, heads, n, e});
+      out = attend(fold(q), fold(k), fold(v), bias).reshape({b, heads, n, e});
     } else {
-      out = kept_attention(q, k, v, rel, scale);
+      out = attend(q, k, v, rel);
     }
     return kept_linear(proj, out.transpose(1, 2).reshape({b, n, c}));
   }
 
+  // Note [SwinUNETR's faster form]: not lean and outside a selective
+  // checkpoint, LibTorch's attention, which keeps the probabilities for
+  // backward; otherwise kept_attention, blocked where LibTorch's would
+  // write them out.
+  torch::Tensor attend(
+      const torch::Tensor& q,
+      const torch::Tensor& k,
+      const torch::Tensor& v,
+      const torch::Tensor& bias) const {
+    if (!lean && !keeping_outputs())
+      return compat::attention(q, k, v, bias, scale);
+    return kept_attention(q, k, v, bias, scale);
+  }
+
   int64_t heads;
   double scale;
+  bool lean = true;
   torch::Tensor table, index;
   nn::Linear qkv{nullptr}, proj{nullptr};
 };
@@ -508,6 +539,18 @@ class SwinUnetr : public Classifier {
   }
 
   using Classifier::forward;
+
+  // Note [SwinUNETR's faster form]. On a GPU kept_attention is LibTorch's
+  // fused attention either way: one form.
+  bool has_lean_form() const override {
+    return !out_->conv->conv->weight.is_cuda();
+  }
+  void set_memory_lean(bool lean) override {
+    for (const auto& m : modules(/*include_self=*/false)) {
+      if (auto* a = dynamic_cast<WindowAttentionImpl*>(m.get()))
+        a->lean = lean;
+    }
+  }
 
   torch::Tensor forward(torch::Tensor x) override {
     check_input(x);

@@ -195,6 +195,45 @@ TEST(SwinUnetr, CheckpointedTiersGiveTheSameGradients) {
   memory::set_offload_pool(nullptr);
 }
 
+// Note [SwinUNETR's faster form]: on the CPU the model has a lean form
+// (the blocked attention) and a faster one (LibTorch's attention, its
+// probabilities kept for backward): the same output and gradients to fp32
+// rounding, a higher peak for the faster, and in the faster form every
+// segment checkpointed whole repeats the forward bit for bit.
+TEST(SwinUnetr, FasterFormIsTheLeanOneToRounding) {
+  const tier_test::VolumeBatch batch(1, {1, 32, 32, 64});
+  const torch::Tensor& x = batch.x;
+  const auto loss = [&](const torch::Tensor& y) { return batch.loss(y); };
+  const auto net = swin();
+  ASSERT_TRUE(net->has_lean_form());
+  const Step lean = tier_test::step(*net, Tier::kOff, x, loss);
+  net->set_memory_lean(false);
+  const Step faster = tier_test::step(*net, Tier::kOff, x, loss);
+  const Step faster_all = tier_test::step(*net, Tier::kAll, x, loss);
+  net->set_memory_lean(true);
+  EXPECT_TRUE(torch::equal(faster.out, faster_all.out));
+  const double out_scale = lean.out.abs().max().item<double>();
+  EXPECT_LE(
+      (faster.out - lean.out).abs().max().item<double>(), 1e-5 * out_scale);
+  // Two float32 attentions summing in other orders, carried through the
+  // network: bounded against the largest gradient of the model (a tensor
+  // whose gradients are all small differs by more of its own).
+  double scale = 0, worst = 0;
+  for (const auto& [name, g] : lean.grads)
+    scale = std::max(scale, g.abs().max().item<double>());
+  for (const auto& [name, g] : lean.grads) {
+    const double d = (g - faster.grads.at(name)).abs().max().item<double>();
+    EXPECT_LE(d, 1e-5 * scale) << name;
+    worst = std::max(worst, d);
+  }
+  std::printf(
+      "faster vs lean form: gradients within %.2g of the largest, %.3g\n",
+      worst / scale,
+      scale);
+  EXPECT_GT(faster.peak, lean.peak);
+  EXPECT_LT(faster_all.peak, faster.peak);
+}
+
 // bf16 autocast (CPU): the layer norms run in float32, as CUDA's autocast
 // runs them (LibTorch 1.13 threw on a bfloat16 input with float32
 // weights); the logits stay near fp32's, checkpointed or not, and the
