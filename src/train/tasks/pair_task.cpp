@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <numeric>
+#include <optional>
 
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/losses.h"
@@ -45,9 +46,13 @@ namespace memtrain {
 //      its rows of the embedding gradient: by the chain rule the parameter
 //      gradients summed over micro-batches and ranks are those of the
 //      one-batch loss.
+// A rank whose share is one micro-batch embeds it in step 1 with its graph
+// and back-propagates that in step 4: its embeddings are those a second
+// forward would give, so the forward runs once and the update is the same.
 // The device holds one micro-batch's activations at a time, as in a plain
-// window; the forward runs twice (docs/models.md "Contrastive pairs": 1.33 s vs
-// 1.01 s for local on one window of clip-heads-v100.yaml). The boundary
+// window; with several micro-batches the forward runs twice (docs/models.md
+// "Contrastive pairs": 1.33 s vs 1.01 s for local on one window of
+// clip-heads-v100.yaml). The boundary
 // all-reduce of the gradients is still the window's only gradient exchange; the
 // all-gather is counted apart (CommStats::allgather_*, the window record's
 // allgather_calls/bytes). An OOM anywhere replays the window at half the
@@ -178,14 +183,28 @@ at::Tensor PairTask::exact_window(
   const int64_t d = dual_->embed_dim();
   const auto on = torch::TensorOptions().device(run.placement.device());
 
-  // 1. Embed without a graph.
+  // 1. Embed without a graph; with one micro-batch on this rank, with its
+  // graph, kept for step 4 instead of a second forward (its embeddings are
+  // the same, so the loss and update are too).
+  const bool one = batches.size() == 1;
   const RngState rng = run.placement.rng_state();
   std::vector<Batch> kept;
   at::Tensor mine = torch::zeros({mine_n, 2, d}, on);
+  at::Tensor z_one;  // `one`: the micro-batch's embeddings, with the graph
   {
-    torch::NoGradGuard no_grad;
+    std::optional<torch::NoGradGuard> no_grad;
+    if (!one)
+      no_grad.emplace();
     int64_t row = 0;
     for (const auto& ids : batches) {
+      if (one) {
+        before_step(0);
+        Batch dev = load_batch(run, *run.loader, wp.epoch, ids);
+        z_one = forward(run, dev.x, dev.context);
+        dev = Batch();
+        mine.copy_(z_one.detach());
+        break;
+      }
       {
         memory::HostScope host;
         Batch b = run.loader->load(wp.epoch, ids);
@@ -225,6 +244,10 @@ at::Tensor PairTask::exact_window(
   const at::Tensor grad_mine = grads[0].narrow(0, wp.rank_offset, mine_n);
 
   // 4. Each micro-batch again, with its graph, from its embeddings' gradient.
+  if (one) {
+    torch::autograd::backward({z_one}, {grad_mine});
+    return loss;
+  }
   run.placement.set_rng_state(rng);
   int64_t row = 0;
   for (size_t k = 0; k < kept.size(); ++k) {
