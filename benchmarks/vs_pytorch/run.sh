@@ -6,10 +6,11 @@
 # alternation, R repeats of N windows each. Prints a table, writes
 # DIR/vs_pytorch.csv and DIR/vs_pytorch.png (gnuplot).
 #
-# usage: benchmarks/vs_pytorch/run.sh [--device cpu|cuda] [--models mlp,cnn,unet3d,seresnext50_32x4d]
+# usage: benchmarks/vs_pytorch/run.sh [--device cpu|cuda]
+#          [--models mlp,cnn,unet3d,seresnext50_32x4d,swin_unetr,clip]
 #          [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2]
 #          [--size full|smallest|gpu] [--warmup W] [--check-loss TOL]
-#          [--compute-floor on|off]
+#          [--compute-floor on|off] [--budget off|on|both] [--budget-bytes B]
 #   --size smallest   seconds-long sizes (CI); full: the sizes in README.md
 #   --warmup W        windows left out of the timing at the start of each run (1)
 #   --check-loss TOL  exit 1 when the losses after N windows differ by more
@@ -18,15 +19,27 @@
 #                     forward and backward alone, every rank at once (no
 #                     all-reduce, no step): the compute any trainer of these
 #                     kernels needs here, reported beside both windows
-# Environment: PYTHON (a python3 with torch, h5py and numpy, and timm for
-# seresnext50_32x4d; default: the first of python3, /usr/bin/python3 that
-# has them), MPIEXEC (mpirun).
+#   --budget          off (default): memtrain with memory.budget=none; on: with
+#                     memory.budget (a rank's share of this machine, as a
+#                     V100's 16 GB is a GPU rank's: --budget-bytes, default
+#                     80% of MemTotal over the ranks) and
+#                     training.gradient_checkpointing=auto, what the shipped
+#                     *-v100.yaml files run; both: each model twice, its rows
+#                     named MODEL and MODEL+budget. The micro-batch is the
+#                     race's on both sides either way.
+# Environment: PYTHON (a python3 with torch, h5py and numpy, and the peer's
+# framework for its model: timm for seresnext50_32x4d, MONAI for swin_unetr,
+# open_clip for clip; default: the first of python3, /usr/bin/python3 that
+# has torch, h5py and numpy), MPIEXEC (mpirun). For the race on LibTorch
+# 2.11: --memtrain build-cuda/memtrain (the torch-2.11 configuration runs on
+# the CPU too) and PYTHON=/opt/memtrain/torch-venv/bin/python
+# (launch/install_torch.sh), the same kernels on both sides.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-usage="usage: $0 [--device cpu|cuda] [--models mlp,cnn,unet3d,seresnext50_32x4d] [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2] [--size full|smallest|gpu] [--warmup W] [--check-loss TOL] [--compute-floor on|off]"
+usage="usage: $0 [--device cpu|cuda] [--models mlp,cnn,unet3d,seresnext50_32x4d,swin_unetr,clip] [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2] [--size full|smallest|gpu] [--warmup W] [--check-loss TOL] [--compute-floor on|off] [--budget off|on|both] [--budget-bytes B]"
 device=cpu models=mlp,cnn,unet3d windows=10 repeats=3 out="" memtrain="$root/build/memtrain"
-np=2 size=full warmup=1 check="" floor=on
+np=2 size=full warmup=1 check="" floor=on budget=off budget_bytes=""
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
   case "$1" in
@@ -41,6 +54,8 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2 ;;
     --check-loss) check=$2 ;;
     --compute-floor) floor=$2 ;;
+    --budget) budget=$2 ;;
+    --budget-bytes) budget_bytes=$2 ;;
     *) echo "$0: unknown option '$1'" >&2; echo "$usage" >&2; exit 2 ;;
   esac
   shift 2
@@ -49,12 +64,20 @@ done
 case "$device" in cpu | cuda) ;; *) echo "$0: --device must be cpu or cuda, got '$device'" >&2; exit 2 ;; esac
 case "$floor" in on | off) ;; *) echo "$0: --compute-floor must be on or off, got '$floor'" >&2; exit 2 ;; esac
 case "$size" in full | smallest | gpu) ;; *) echo "$0: --size must be full, smallest or gpu, got '$size'" >&2; exit 2 ;; esac
+case "$budget" in off) budgets=(off) ;; on) budgets=(on) ;; both) budgets=(off on) ;;
+  *) echo "$0: --budget must be off, on or both, got '$budget'" >&2; exit 2 ;; esac
 for v in windows repeats np warmup; do
   [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 -o "$v" = warmup ] ||
     { echo "$0: --$v must be a positive integer, got '${!v}'" >&2; exit 2; }
 done
 [ "$warmup" -lt "$windows" ] ||
   { echo "$0: --warmup $warmup leaves no timed window of --windows $windows" >&2; exit 2; }
+if [ -z "$budget_bytes" ]; then
+  mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
+  budget_bytes=$((mem_kib * 1024 * 8 / 10 / np / 1048576 * 1048576))
+fi
+[[ $budget_bytes =~ ^[0-9]+$ ]] && [ "$budget_bytes" -gt 0 ] ||
+  { echo "$0: --budget-bytes must be a positive number of bytes, got '$budget_bytes'" >&2; exit 2; }
 [ -x "$memtrain" ] ||
   { echo "$0: memtrain binary '$memtrain' not found: build it (bash launch/build.sh) or pass --memtrain PATH" >&2; exit 2; }
 memtrain=$(cd "$(dirname "$memtrain")" && pwd)/$(basename "$memtrain")
@@ -85,7 +108,13 @@ log() { echo "$*" >>"$out/commands.txt"; }
 # smallest: seconds in all, for CI.
 set_model() {  # MODEL
   local m=$1
-  opt=sgd lr=0.01 momentum=0.9 wd=0 accum=2
+  opt=sgd lr=0.01 momentum=0.9 wd=0 accum=2 clip=0
+  # The seeds' models train as their launch/configs/*-v100.yaml do (AdamW,
+  # its learning rate and weight decay; CLIP's clipping at 1.0), in fp32.
+  case $m in
+    swin_unetr) opt=adamw lr=0.0001 momentum=0 wd=0.00001 ;;
+    clip) opt=adamw lr=0.00001 momentum=0 wd=0.1 clip=1.0 accum=1 ;;
+  esac
   if [ "$size" = gpu ] && [ "$m" = unet3d ]; then
     # A GPU-sized U-Net (the 16 GB scenario's patch, a narrower width so that
     # fp32 fits a V100's budget): 96^3 patches of 128^3 volumes, feature 32.
@@ -99,6 +128,13 @@ set_model() {  # MODEL
         feat=8 depth=3 patch=32 micro=2 vols=4 ;;
       # timm's SE-ResNeXt50 at ImageNet's 224^2, a small batch.
       seresnext50_32x4d) data=(--kind images --channels 3 --height 224 --width 224 --classes 10); micro=2 ;;
+      # MONAI's SwinUNETR at its tutorials' feature size 48 on whole 64^3
+      # volumes as patches (96^3 does not leave two ranks room here).
+      swin_unetr) data=(--kind volumes --channels 1 --depth 64 --height 64 --width 64 --classes 3 --chunk 32)
+        feat=48 patch=64 micro=1 vols=4 ;;
+      # open_clip's ViT-B-32 at 224^2 and 77 tokens, one contrastive batch
+      # of 16 pairs a rank (32 at 2 ranks) a window.
+      clip) data=(--kind captions --height 224 --width 224); variant=ViT-B-32 micro=16 ;;
     esac
   else
     case $m in
@@ -107,6 +143,9 @@ set_model() {  # MODEL
       unet3d) data=(--kind volumes --channels 1 --depth 16 --height 16 --width 16 --classes 2 --chunk 8)
         feat=4 depth=2 patch=8 micro=1 vols=2 ;;
       seresnext50_32x4d) data=(--kind images --channels 3 --height 32 --width 32 --classes 4); micro=2 ;;
+      swin_unetr) data=(--kind volumes --channels 1 --depth 64 --height 32 --width 32 --classes 2 --chunk 16)
+        feat=12 patch=64,32,32 micro=1 vols=2 ;;
+      clip) data=(--kind captions --height 32 --width 32); variant=tiny micro=4 ;;
     esac
   fi
   batch=$((np * accum * micro))
@@ -120,15 +159,27 @@ set_model() {  # MODEL
     model_args+=(--data.augment=none --data.normalize=none)
     return
   fi
-  model_args+=(--model.depth=$depth)
-  py_args+=(--depth "$depth")
-  if [ "$m" = unet3d ]; then
+  if [ "$m" = clip ]; then
+    data+=(--samples "$need")
+    model_args+=(--model.variant=$variant)
+    py_args+=(--variant "$variant")
+    return
+  fi
+  if [ "$m" = unet3d ] || [ "$m" = swin_unetr ]; then
+    local p3
+    IFS=, read -r -a p3 <<<"$patch"
+    [ ${#p3[@]} = 3 ] || p3=("$patch" "$patch" "$patch")
     ppv=$(((need + vols - 1) / vols))
     data+=(--samples "$vols")
-    model_args+=(--model.feature_size=$feat --model.norm=instance --data.patch_size=$patch
+    model_args+=(--model.feature_size=$feat --model.norm=instance
+      "--data.patch_size=[${p3[0]},${p3[1]},${p3[2]}]"
       --data.patches_per_volume=$ppv --data.pos_fraction=0 --data.flip=none)
-    py_args+=(--feature-size "$feat" --norm instance --patch "$patch" "$patch" "$patch"
+    py_args+=(--feature-size "$feat" --norm instance --patch "${p3[@]}"
       --patches-per-volume "$ppv")
+    if [ "$m" = unet3d ]; then
+      model_args+=(--model.depth=$depth)
+      py_args+=(--depth "$depth")
+    fi
   else
     data+=(--samples "$need")
     model_args+=(--model.hidden=$hidden)
@@ -141,19 +192,30 @@ free_port() {
 }
 
 IFS=, read -r -a model_list <<<"$models"
+cases=()
 for m in "${model_list[@]}"; do
-  case "$m" in mlp | cnn | unet3d | seresnext50_32x4d) ;; *) echo "$0: unknown model '$m' (mlp, cnn, unet3d, seresnext50_32x4d)" >&2; exit 2 ;; esac
-  if [ "$m" = seresnext50_32x4d ] && ! "$py" -c 'import timm' >/dev/null 2>&1; then
-    echo "$0: seresnext50_32x4d is raced against timm's model, but $py cannot import timm. With Debian's python3-torch: apt-get install python3-torchvision; python3 -m venv --system-site-packages V; V/bin/pip install --no-deps timm; then PYTHON=V/bin/python" >&2
+  case "$m" in mlp | cnn | unet3d | seresnext50_32x4d | swin_unetr | clip) ;;
+    *) echo "$0: unknown model '$m' (mlp, cnn, unet3d, seresnext50_32x4d, swin_unetr, clip)" >&2; exit 2 ;; esac
+  peer=$(case $m in seresnext50_32x4d) echo timm ;; swin_unetr) echo monai ;; clip) echo open_clip ;; esac)
+  if [ -n "$peer" ] && ! "$py" -c "import $peer" >/dev/null 2>&1; then
+    echo "$0: $m is raced against $peer's own model, but $py cannot import $peer: set PYTHON to a python3 that has it (launch/install_torch.sh installs timm, MONAI and open_clip in /opt/memtrain/torch-venv; with Debian's python3-torch: python3 -m venv --system-site-packages V; V/bin/pip install --no-deps $peer)" >&2
     exit 2
   fi
+  for b in "${budgets[@]}"; do
+    if [ "$b" = on ]; then cases+=("$m+budget"); else cases+=("$m"); fi
+  done
+done
+for c in "${cases[@]}"; do
+  m=${c%+budget}
   set_model "$m"
+  budget_args=(--memory.budget=none)
+  [ "$c" = "$m" ] || budget_args=(--memory.budget="$budget_bytes" --training.gradient_checkpointing=auto)
   h5="$out/data/$m-$size-w$windows-np$np.h5"
   if [ ! -s "$h5" ]; then
     "$memtrain" make-data "${data[@]}" --seed 7 --out "$h5" >/dev/null
   fi
   for r in $(seq 1 "$repeats"); do
-    run="$out/runs/$m/r$r"
+    run="$out/runs/$c/r$r"
     rm -rf "$run"
     mkdir -p "$run"
     # memtrain first, then PyTorch from memtrain's initial parameters.
@@ -163,11 +225,11 @@ for m in "${model_list[@]}"; do
       --training.gradient_accumulation_steps=$accum --training.epochs=1
       --training.max_windows=$windows --training.optimizer=$opt --training.lr=$lr
       --training.momentum=$momentum --training.weight_decay=$wd
-      --training.grad_clip_norm=0 --training.amp=off --memory.budget=none
+      --training.grad_clip_norm=$clip --training.amp=off "${budget_args[@]}"
       --data.read_threads=1 --dist.device=$device --dist.check_replicas=off
       --output.dir="$run/memtrain" --output.save_initial=true --output.progress=lines)
     log "${cmd[*]}"
-    echo "[$m r$r/$repeats] memtrain" >&2
+    echo "[$c r$r/$repeats] memtrain" >&2
     "${cmd[@]}" >"$run/memtrain.log" 2>&1 || { tail -20 "$run/memtrain.log" >&2; echo "$0: memtrain failed ($run/memtrain.log)" >&2; exit 1; }
     threads=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["ranks"][0]["threads"])' "$run/memtrain/environment.json")
     mkdir -p "$run/pytorch"
@@ -178,16 +240,16 @@ for m in "${model_list[@]}"; do
       -x OPENBLAS_NUM_THREADS "$py" "$here/pytorch_ddp.py"
       "${py_args[@]}" --data "$h5" --init "$run/memtrain/initial.safetensors"
       --data-seed 0 --micro $micro --accum $accum --windows $windows --optimizer $opt
-      --lr $lr --momentum $momentum --weight-decay $wd --threads "$threads" --device $device
+      --lr $lr --momentum $momentum --weight-decay $wd --grad-clip $clip --threads "$threads" --device $device
       --out "$run/pytorch/result.json" --save "$run/pytorch/model.safetensors")
     [ "$floor" = off ] || cmd+=(--compute-floor)
     log "${cmd[*]}"
-    echo "[$m r$r/$repeats] pytorch (DDP, $threads thread(s) per rank)" >&2
+    echo "[$c r$r/$repeats] pytorch (DDP, $threads thread(s) per rank)" >&2
     "${cmd[@]}" >"$run/pytorch.log" 2>&1 || { tail -20 "$run/pytorch.log" >&2; echo "$0: the PyTorch run failed ($run/pytorch.log)" >&2; exit 1; }
   done
 done
 
-sum_args=(--out "$out" --models "$models" --repeats "$repeats" --windows "$windows"
+sum_args=(--out "$out" --models "$(IFS=,; echo "${cases[*]}")" --repeats "$repeats" --windows "$windows"
   --warmup "$warmup" --device "$device" --size "$size" --np "$np" --memtrain "$memtrain"
   --mpiexec "$mpiexec")
 [ -z "$check" ] || sum_args+=(--check-loss "$check")

@@ -29,7 +29,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import struct
 import subprocess
 import sys
@@ -110,6 +109,20 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
 
 
+def plan_of(a, case):
+    """memtrain's memory plan of a MODEL+budget case (run.sh --budget), from
+    its first repeat's memory_plan.json: its budget, checkpointed segments
+    and the model's form; "-" without a budget."""
+    if not case.endswith("+budget"):
+        return "-"
+    p = json.load(open(os.path.join(a.out, "runs", case, "r1", "memtrain", "memory_plan.json")))
+    segs = len(p["checkpointed_segments"])  # their names
+    tier = "none" if not segs else f"{segs} segs" + (" sel" if p["selective_recompute"] else "") + (
+        " offload" if p["offload"] else "")
+    form = p.get("model_form") or "one form"
+    return f"{p['budget_bytes'] / 2**30:.1f} GiB: {tier}, {form}"
+
+
 def model_row(a, m):
     side = {"memtrain": {"t": [], "loss": [], "rss": [], "peak": []}, "pytorch": {"t": [], "loss": [], "rss": [], "peak": []}}
     phases = {"compute": [], "comm_exposed": [], "optimizer": []}  # memtrain's
@@ -144,7 +157,7 @@ def model_row(a, m):
         # The parameters (PyTorch's file holds no buffers).
         weights_diff = max(weights_diff, max(float(np.max(np.abs(wm[k] - wp[k]))) for k in wp))
     row = {"model": m, "size": a.size, "device": a.device, "ranks": a.np, "effective_batch": batch,
-           "windows": a.windows, "warmup": a.warmup, "repeats": a.repeats}
+           "windows": a.windows, "warmup": a.warmup, "repeats": a.repeats, "memtrain_plan": plan_of(a, m)}
     for s in ("memtrain", "pytorch"):
         st = stats(side[s]["t"])
         for k, v in st.items():
@@ -244,13 +257,13 @@ def main():
         w.writeheader()
         w.writerows(rows)
     print("\n".join(head))
-    hdr = ("model", "batch", "memtrain ms/window", "PyTorch ms/window", "ratio", "memtrain smp/s", "PyTorch smp/s",
+    hdr = ("model", "memtrain plan", "batch", "memtrain ms/window", "PyTorch ms/window", "ratio", "memtrain smp/s", "PyTorch smp/s",
            "RSS MiB m/p", "mem_peak MiB", f"loss@{a.windows} memtrain", f"loss@{a.windows} PyTorch", "rel diff", "max |dw|")
     table = [hdr]
     for r in rows:
         t = lambda s: (f"{1e3 * r[f'{s}_window_s_median']:.1f} [{1e3 * r[f'{s}_window_s_p25']:.1f}-"
                        f"{1e3 * r[f'{s}_window_s_p75']:.1f}]")
-        table.append((r["model"], str(r["effective_batch"]), t("memtrain"), t("pytorch"), f"{r['ratio']:.3f}",
+        table.append((r["model"], r["memtrain_plan"], str(r["effective_batch"]), t("memtrain"), t("pytorch"), f"{r['ratio']:.3f}",
                       f"{r['memtrain_samples_per_s']:.0f}", f"{r['pytorch_samples_per_s']:.0f}",
                       f"{mib(r['memtrain_peak_rss_bytes'])}/{mib(r['pytorch_peak_rss_bytes'])}",
                       mib(r["memtrain_mem_peak_bytes"]) + (f"/{mib(r['pytorch_cuda_peak_allocated_bytes'])}" if a.device == "cuda" else ""),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Whole-volume validation against MONAI itself (issue 34): a 3D U-Net that
 # memtrain trained (2 ranks), its weights loaded into the same network in
-# PyTorch (benchmarks/vs_pytorch/pytorch_ddp.py), MONAI's
+# PyTorch (benchmarks/vs_pytorch/race_models.py), MONAI's
 # sliding_window_inference and DiceMetric (tests/peers/monai_reference.py) on
 # ragged validation cases: cases smaller than the roi on one or two axes
 # (odd and even padding), one larger than the roi, one whose labels lack a

@@ -1,6 +1,6 @@
 """An independent PyTorch check of a binary classifier's validation
 (model.num_classes=1): builds memtrain's feature MLP in PyTorch
-(benchmarks/vs_pytorch/pytorch_ddp.py's FeatureMlp, memtrain's names) from
+(benchmarks/vs_pytorch/race_models.py's FeatureMlp, memtrain's names) from
 model.safetensors, runs it on VAL.h5's /features, and recomputes
 - val_auc by counting every (positive, negative) pair (1 when the
   positive's logit is higher, 1/2 when equal): sklearn's roc_auc_score;
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "vs_pytorch"))
 sys.path.insert(0, str(ROOT / "tests" / "peers"))
-from pytorch_ddp import FeatureMlp  # noqa: E402
+from race_models import FeatureMlp  # noqa: E402
 import safetensors_read  # noqa: E402
 
 

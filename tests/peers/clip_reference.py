@@ -25,11 +25,15 @@ import json
 import struct
 import sys
 
+from pathlib import Path
+
 import h5py
 import numpy as np
 import open_clip
 import torch
-from open_clip.model import CLIPTextCfg, CLIPVisionCfg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "vs_pytorch"))
+from race_models import open_clip_model  # noqa: E402
 
 CAPTIONS = [
     "a photo of a cat sitting on a red sofa",
@@ -46,18 +50,8 @@ STD = (0.26862954, 0.26130258, 0.27577711)
 
 
 def build(variant, size):
-    quick = variant.endswith("-quickgelu")
-    base = variant[: -len("-quickgelu")] if quick else variant
-    if base == "tiny":
-        return open_clip.CLIP(
-            embed_dim=32,
-            vision_cfg=CLIPVisionCfg(image_size=size, patch_size=8, width=64, layers=2, head_width=16),
-            text_cfg=CLIPTextCfg(width=64, heads=4, layers=2),
-            quick_gelu=quick,
-        )
-    cfg = open_clip.get_model_config(base)
-    cfg["vision_cfg"]["image_size"] = size
-    return open_clip.CLIP(**cfg, quick_gelu=quick)
+    """open_clip's CLIP of VARIANT for SIZE^2 images (the race's builder)."""
+    return open_clip_model(variant, size)
 
 
 def make(d, variant, size, n, seed, fmt):

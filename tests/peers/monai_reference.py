@@ -16,7 +16,7 @@ with MONAI's DiceCELoss on PATCH-sized patches, written to OUT
 (safetensors, the network's names).
 
 NET: "unet,FEATURE,DEPTH,NORM", the 3D U-Net written after memtrain's
-(benchmarks/vs_pytorch/pytorch_ddp.py's UNet3d, memtrain's parameter
+(benchmarks/vs_pytorch/race_models.py's UNet3d, memtrain's parameter
 names), or "swin,FEATURE", MONAI's own SwinUNETR.
 
 check: NET with WEIGHTS (memtrain's model.safetensors, or MONAI-trained
@@ -26,7 +26,7 @@ BLEND, sigma_scale 0.125, zero padding, the predictor returning softmax
 probabilities: memtrain blends probabilities) and MONAI's DiceMetric
 (include_background=False, ignore_empty=True, reduction "none" and "mean")
 on the argmax; the loss is memtrain's (cross-entropy + 1 - soft Dice of the
-blended probabilities, pytorch_ddp.dice_ce_loss_sum on their clamped log).
+blended probabilities, race_models.dice_ce_loss_sum on their clamped log).
 MEMTRAIN.json is memtrain's eval (or validation) record of the same
 weights and settings. Every case's Dice per class must equal MONAI's within
 1e-6 (a NaN where MONAI's is NaN), except where near-ties between classes
@@ -46,7 +46,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "vs_pytorch"))
-from pytorch_ddp import UNet3d, dice_ce_loss_sum, load_safetensors  # noqa: E402
+from race_data import load_safetensors  # noqa: E402
+from race_models import UNet3d, dice_ce_loss_sum  # noqa: E402
 
 from monai.inferers import sliding_window_inference  # noqa: E402
 from monai.metrics import DiceMetric  # noqa: E402
@@ -125,7 +126,7 @@ def finetune(train, weights, spec, out, patch, steps=20):
         opt.zero_grad()
         loss.backward()
         opt.step()
-    from pytorch_ddp import save_safetensors
+    from race_data import save_safetensors
 
     save_safetensors(out, dict(net.state_dict()), {"format": "pt", "producer": "monai_reference.py finetune"})
     print(f"finetuned {steps} steps with MONAI's DiceCELoss: last loss {float(loss.detach()):.4f}")

@@ -46,7 +46,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "vs_pytorch"))
-from pytorch_ddp import load_safetensors, save_safetensors  # noqa: E402
+from race_data import load_safetensors, save_safetensors  # noqa: E402
 
 
 def save(path, tensors):
