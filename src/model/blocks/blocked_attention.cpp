@@ -22,8 +22,8 @@ namespace memtrain {
 // (..., L, S) probabilities of every attention call until backward --
 // for SwinUNETR (windows x heads, 343, 343) floats per block; at 64³ every
 // checkpointed tier peaked alike, in the first stage's recomputed
-// attention (docs/benchmarks.md). Here the forward runs `rows` queries at a time
-// (a block's float32 scores within kAttentionBlockBytes) and keeps, per
+// attention (docs/benchmarks.md). Here the forward runs `rows` queries at a
+// time (a block's float32 scores within kAttentionBlockBytes) and keeps, per
 // query, the log of its softmax's denominator (lse); backward recomputes
 // each block's probabilities as exp(s - lse) and takes the gradients as
 // flash attention's backward does (dV = P^T dO; dS = P (dO V^T - D), D =
