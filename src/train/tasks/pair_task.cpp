@@ -47,8 +47,11 @@ namespace memtrain {
 //      gradients summed over micro-batches and ranks are those of the
 //      one-batch loss.
 // A rank whose share is one micro-batch embeds it in step 1 with its graph
-// and back-propagates that in step 4: its embeddings are those a second
-// forward would give, so the forward runs once and the update is the same.
+// and back-propagates that in step 4 (under memory.budget, where step 3's
+// scoring fits half the headroom beside the graph: one_pass_fits): the
+// embeddings a second forward would give, so the forward runs once and the
+// update is the same (to rounding, across an OOM replay, which re-splits
+// the share and takes both passes).
 // The device holds one micro-batch's activations at a time, as in a plain
 // window; with several micro-batches the forward runs twice (docs/models.md
 // "Contrastive pairs": 1.33 s vs 1.01 s for local on one window of
@@ -172,6 +175,23 @@ class PairTask : public Task {
   std::shared_ptr<PairEncoder> dual_;
 };
 
+// Step 3 of a one-pass window runs beside the micro-batch's graph, which
+// the planner's probes (one micro-batch's own loss) did not measure with
+// it: the window's gathered n x 2 x d embeddings, their gradient and a
+// copy, and its n x n scoring at 12 bytes a pair (as host_holders counts
+// it). Under memory.budget the pass is taken where that fits in half the
+// headroom the planner keeps free; without a budget, always.
+namespace {
+bool one_pass_fits(const RunState& run, int64_t n, int64_t d) {
+  if (!run.budget.limited())
+    return true;
+  const int64_t scoring = 3 * n * 2 * d * 4 + 12 * n * n + 32 * n;
+  const double headroom =
+      static_cast<double>(run.budget.bytes) * run.budget.headroom;
+  return static_cast<double>(scoring) <= headroom / 2;
+}
+}  // namespace
+
 at::Tensor PairTask::exact_window(
     RunState& run,
     const WindowPlan& wp,
@@ -184,9 +204,9 @@ at::Tensor PairTask::exact_window(
   const auto on = torch::TensorOptions().device(run.placement.device());
 
   // 1. Embed without a graph; with one micro-batch on this rank, with its
-  // graph, kept for step 4 instead of a second forward (its embeddings are
-  // the same, so the loss and update are too).
-  const bool one = batches.size() == 1;
+  // graph, kept for step 4 instead of a second forward, where step 3's
+  // window-wide scoring fits the memory.budget's headroom beside it.
+  const bool one = batches.size() == 1 && one_pass_fits(run, n, d);
   const RngState rng = run.placement.rng_state();
   std::vector<Batch> kept;
   at::Tensor mine = torch::zeros({mine_n, 2, d}, on);
