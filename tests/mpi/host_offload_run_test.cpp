@@ -93,15 +93,15 @@ TEST(HostOffloadRun, OomReplaysWithOffload) {
   big.memory.budget = "1GiB";
   TrainConfig small = big;
   small.data.batch_size = 2;
-  const bool lean = false;  // faster_forms
-  const RunResult big_free = train(big, MPI_COMM_WORLD, lean);
-  const RunResult small_run = train(small, MPI_COMM_WORLD, lean);
+  const bool faster_forms = false;
+  const RunResult big_free = train(big, MPI_COMM_WORLD, faster_forms);
+  const RunResult small_run = train(small, MPI_COMM_WORLD, faster_forms);
   const int64_t p4 = max_over_windows(big_free, &WindowResult::mem_peak);
   const int64_t p2 = max_over_windows(small_run, &WindowResult::mem_peak);
   ASSERT_LT(p2, p4);
   big.memory.budget = std::to_string((p2 + p4) / 2);
   big.memory.headroom = 0.0;
-  const RunResult recovered = train(big, MPI_COMM_WORLD, lean);
+  const RunResult recovered = train(big, MPI_COMM_WORLD, faster_forms);
   EXPECT_GT(recovered.summary.oom_retries, 0);
   EXPECT_EQ(recovered.summary.window_results.back().micro_batch, 2);
   EXPECT_LT(max_abs_diff(recovered.params, small_run.params), 1e-5);

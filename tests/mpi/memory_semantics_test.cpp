@@ -331,8 +331,9 @@ TEST(MemorySemantics, BudgetTakesTheFasterFormWhereItFits_OneRank) {
   EXPECT_EQ(lean.plan.form, "lean") << lean.plan.note;
   EXPECT_GT(max_abs_diff(lean.run.params, free_run.params), 0.0)
       << "the split rounds differently: the first check is not vacuous";
-  // A budget between the lean form's sure bound (its reserved peak, no
-  // cap) and what the faster form's tensors need.
+  // A budget between the lean form's sure bound (its reserved peak under
+  // the 1 GiB cap, which it never neared) and what the faster form's
+  // tensors need.
   const int64_t faster_least =
       max_over_windows(free_run, &WindowResult::mem_peak);
   const int64_t lean_sure = max_peak_reserved(lean.run);

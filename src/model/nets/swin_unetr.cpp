@@ -303,7 +303,10 @@ struct WindowAttentionImpl : nn::Module {
   // Note [SwinUNETR's faster form]: not lean and outside a selective
   // checkpoint, LibTorch's attention, which keeps the probabilities for
   // backward; otherwise kept_attention, blocked where LibTorch's would
-  // write them out.
+  // write them out. On 2.x's CPU the bias here is 3-D, which the flash
+  // kernel does not take with or without gradients: a checkpoint's
+  // no-grad first pass and its recomputation both run the math kernel
+  // (FasterFormIsTheLeanOneToRounding holds them).
   torch::Tensor attend(
       const torch::Tensor& q,
       const torch::Tensor& k,

@@ -262,7 +262,8 @@ void agree_chunk(RunState& run, const Tier& tier) {
 // input]) is planned in the lean form, the one that fits most. Then, at
 // the agreed micro-batch and tier, the faster form is probed at every
 // micro-batch size a window runs; where it fits on every rank, the run
-// takes it and its largest peak becomes the predicted one. So a budget
+// takes it, and the predicted peak and host bytes become the larger of
+// the two forms' (conservative: the lean form's also fit). So a budget
 // costs time only where the memory is needed: the faster form never runs
 // where it would not fit, and the lean form's larger micro-batch or
 // cheaper tier, where the search found one, is kept (the faster form is
@@ -271,7 +272,7 @@ void agree_chunk(RunState& run, const Tier& tier) {
 void agree_form(RunState& run, const Tier& tier) {
   MemoryPlan& plan = run.plan;
   bool fits = plan.fits;
-  int64_t peak = 0;
+  int64_t peak = 0, host_bytes = 0;
   locally(run, "probing the model's faster form", [&] {
     run.model->set_memory_lean(false);
     std::vector<int64_t> sizes = {plan.micro_batch};
@@ -285,17 +286,21 @@ void agree_form(RunState& run, const Tier& tier) {
       const ProbeResult r = probe(run, k, tier);
       ProbeRecord record{
           k, tier, r.fits, r.peak, r.seconds_per_sample, r.host_bytes};
+      record.chunk = plan.chunk;
       record.faster_form = true;
       plan.probes.push_back(record);
       fits = r.fits;
       peak = std::max(peak, r.peak);
+      host_bytes = std::max(host_bytes, r.host_bytes);
     }
   });
   fits = all_ranks_ok(run.comm, fits);
   run.model->set_memory_lean(!fits);
   plan.form = fits ? "faster" : "lean";
-  if (fits)
+  if (fits) {  // the larger of the two forms' peaks: the host plan's too
     plan.predicted_peak = std::max(plan.predicted_peak, peak);
+    plan.predicted_host_bytes = std::max(plan.predicted_host_bytes, host_bytes);
+  }
   plan.note += fits ? "; the model's faster form fits this plan: taken"
                     : "; the model's faster form does not fit this plan: "
                       "the lean form";

@@ -199,7 +199,8 @@ TEST(SwinUnetr, CheckpointedTiersGiveTheSameGradients) {
 // (the blocked attention) and a faster one (LibTorch's attention, its
 // probabilities kept for backward): the same output and gradients to fp32
 // rounding, a higher peak for the faster, and in the faster form every
-// segment checkpointed whole repeats the forward bit for bit.
+// segment checkpointed whole repeats the forward bit for bit, its
+// recomputation giving no checkpointing's gradients.
 TEST(SwinUnetr, FasterFormIsTheLeanOneToRounding) {
   const tier_test::VolumeBatch batch(1, {1, 32, 32, 64});
   const torch::Tensor& x = batch.x;
@@ -211,7 +212,15 @@ TEST(SwinUnetr, FasterFormIsTheLeanOneToRounding) {
   const Step faster = tier_test::step(*net, Tier::kOff, x, loss);
   const Step faster_all = tier_test::step(*net, Tier::kAll, x, loss);
   net->set_memory_lean(true);
+  // The recomputation in backward takes the faster form too: the
+  // gradients are no checkpointing's to the tier test's 1e-6 above.
   EXPECT_TRUE(torch::equal(faster.out, faster_all.out));
+  for (const auto& [name, g] : faster.grads) {
+    EXPECT_LE(
+        (g - faster_all.grads.at(name)).abs().max().item<double>(),
+        1e-6 * g.abs().max().item<double>() + 1e-9)
+        << name;
+  }
   const double out_scale = lean.out.abs().max().item<double>();
   EXPECT_LE(
       (faster.out - lean.out).abs().max().item<double>(), 1e-5 * out_scale);
