@@ -80,9 +80,10 @@ def micro_batches(a, plan):
 def compute_floor(a, model, step, windows, plan, device, sync):
     """The same windows again, every rank at once, with the bare model:
     forward and backward of each micro-batch, read as in the run, and
-    nothing else -- no DDP, no all-reduce, no optimizer step. The time any
-    trainer running these kernels on this machine needs for the window's
-    compute, per window."""
+    nothing else -- no DDP, no gradient all-reduce, no optimizer step (CLIP's
+    loss keeps its all-gather of the embeddings and that one's backward:
+    the loss needs them). The time any trainer running these kernels on
+    this machine needs for the window's compute, per window."""
     batches = micro_batches(a, plan)
     floor_s = []
     dist.barrier()
@@ -241,6 +242,9 @@ def main():
             perms = {epoch: permutation(num_samples, a.data_seed, epoch)}
         ids = perms[epoch][w * B : min((w + 1) * B, num_samples)]
         n = len(ids)
+        if a.model == "clip" and n % world:
+            sys.exit(f"pytorch_ddp.py: window {step + 1} has {n} pairs, not a multiple of {world} ranks: "
+                     "open_clip's ClipLoss needs equal rows per rank (choose --windows within an epoch)")
         share = ids[n * rank // world : n * (rank + 1) // world]
         micro = [share[s : s + a.micro] for s in range(0, len(share), a.micro)]
         windows.append((n, len(micro)))

@@ -32,8 +32,9 @@
 # open_clip for clip; default: the first of python3, /usr/bin/python3 that
 # has torch, h5py and numpy), MPIEXEC (mpirun). For the race on LibTorch
 # 2.11: --memtrain build-cuda/memtrain (the torch-2.11 configuration runs on
-# the CPU too) and PYTHON=/opt/memtrain/torch-venv/bin/python
-# (launch/install_torch.sh), the same kernels on both sides.
+# the CPU too) and PYTHON=/opt/memtrain/torch-venv/bin/python (launch/
+# install_peers.sh, which runs install_torch.sh, puts torch 2.11, timm,
+# MONAI and open_clip there), the same kernels on both sides.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -198,7 +199,7 @@ for m in "${model_list[@]}"; do
     *) echo "$0: unknown model '$m' (mlp, cnn, unet3d, seresnext50_32x4d, swin_unetr, clip)" >&2; exit 2 ;; esac
   peer=$(case $m in seresnext50_32x4d) echo timm ;; swin_unetr) echo monai ;; clip) echo open_clip ;; esac)
   if [ -n "$peer" ] && ! "$py" -c "import $peer" >/dev/null 2>&1; then
-    echo "$0: $m is raced against $peer's own model, but $py cannot import $peer: set PYTHON to a python3 that has it (launch/install_torch.sh installs timm, MONAI and open_clip in /opt/memtrain/torch-venv; with Debian's python3-torch: python3 -m venv --system-site-packages V; V/bin/pip install --no-deps $peer)" >&2
+    echo "$0: $m is raced against $peer's own model, but $py cannot import $peer: set PYTHON to a python3 that has it (launch/install_peers.sh installs torch 2.11, timm, MONAI and open_clip in /opt/memtrain/torch-venv; with Debian's python3-torch: python3 -m venv --system-site-packages V; V/bin/pip install --no-deps $peer)" >&2
     exit 2
   fi
   for b in "${budgets[@]}"; do
