@@ -63,6 +63,14 @@ namespace memtrain {
 
 namespace {
 
+// The bytes of scoring n pairs' d-wide embeddings as one contrastive
+// batch (contrastive_losses): `copies` n x 2 x d float32 tensors of
+// embeddings, the n x n logits, pair-id and identity masks and the masked
+// copy at 12 bytes a pair, and a few vectors of n.
+int64_t scoring_bytes(int64_t n, int64_t d, int64_t copies) {
+  return copies * n * 2 * d * 4 + 12 * n * n + 32 * n;
+}
+
 // The pair ids of dataset rows `rows` (DatasetInfo::row_labels, or the row
 // index when the file has no /pair_ids), int64 in host memory, page-locked
 // when `pinned` (so that its copy to a GPU does not wait).
@@ -185,7 +193,8 @@ namespace {
 bool one_pass_fits(const RunState& run, int64_t n, int64_t d) {
   if (!run.budget.limited())
     return true;
-  const int64_t scoring = 3 * n * 2 * d * 4 + 12 * n * n + 32 * n;
+  // The gathered embeddings, their gradient and a copy.
+  const int64_t scoring = scoring_bytes(n, d, 3);
   const double headroom =
       static_cast<double>(run.budget.bytes) * run.budget.headroom;
   return static_cast<double>(scoring) <= headroom / 2;
@@ -297,7 +306,7 @@ std::vector<memory::HostHolder> PairTask::host_holders(
   const int64_t d = dual_->embed_dim();
   const int64_t mine = r * 2 * d * 4;
   const int64_t batches = val_batches_host_bytes(run);
-  const int64_t scoring = n * 2 * d * 4 + 12 * n * n + 32 * n;
+  const int64_t scoring = scoring_bytes(n, d, 1);
   memory::HostHolder h;
   h.name = "validation";
   h.bytes = mine + std::max(batches, scoring);
