@@ -9,7 +9,7 @@
 #   whole-volume validation with a Dice (validation.every_epochs 1, so
 #   that the one epoch validates);
 # - swin-unetr-v100.yaml: the same at feature size 12 on 64x32x32 patches
-#   (multiples of 32), its 14 segments planned;
+#   (multiples of 32), its 18 segments planned;
 # - fewshot-v100.yaml: one window of 8 few-shot episodes (cosine transformer
 #   on resnet50) at 40 x 40;
 # - clip-v100.yaml: one window of 96 caption pairs through open_clip's

@@ -52,6 +52,24 @@ using Dims = std::array<int64_t, 3>;
 // compat::attention outside a selective checkpoint (a selective segment
 // keeps kept_attention's output and lse), with or without gradients, so
 // that a checkpointed segment's recomputation repeats its forward.
+//
+// Note [SwinUNETR's segments]
+// The checkpoint segments are each Swin block (layersI.0.blocks.J; the
+// last block of a stage with its patch merging), each encoder and each
+// decoder block: 18, largest activations first. MONAI's use_checkpoint
+// checkpoints inside each block; whole stages (memtrain's segments until
+// 2026-12-01) recomputed both blocks of a stage at once in backward. A
+// shifted block makes its attention mask inside its segment, so that the
+// mask (161 MB at 96^3 in stage 1) is made again, not kept. Measured with
+// the torch-2.11 build on the CPU (bench_memory --models swin_unetr
+// --swin-feature 48 --volume-size 96 --unet-micro 1 --amp off -w 1 -n 2
+// -c 0, 2 threads): every segment whole peaked at 3,299,126,784 B against
+// 3,616,952,832 for stages (-8.8%; the accounting allocator's peaks are
+// the same in every run), its window 18,985 ms (18,946-19,014) against
+// 19,303 (19,238-21,398), medians of three alternating runs; selective
+// 4,577,100,288 B against 4,548,899,328 (+0.6%: the first block's output
+// is a segment input, kept), none unchanged (6,904,368,640).
+//
 // tests/e2e/
 // swin_unetr_monai.sh builds MONAI's SwinUNETR with fixed weights and
 // compares the names, shapes and order and the logits (fp32).
@@ -441,21 +459,27 @@ struct StageImpl : nn::Module {
         register_module("downsample", std::make_shared<MergingImpl>(dim));
   }
 
-  // (B, C, D, H, W) -> (B, 2C, D/2, H/2, W/2).
-  torch::Tensor forward(const torch::Tensor& input) {
-    const Dims size = {input.size(2), input.size(3), input.size(4)};
-    const Windows win = windows_of(size, kWindow, kShift);
-    // Only the shifted blocks use the mask; none is shifted where every
-    // axis fits one window.
+  // Block j of an input (B, C, D, H, W) for the first, of the previous
+  // block's output (B, D, H, W, C) otherwise; the last block's output goes
+  // through the merging: (B, 2C, D/2, H/2, W/2). Running them in order is
+  // MONAI's BasicLayer; each is one segment of SwinUnetr (Note
+  // [SwinUNETR's segments]). A shifted block makes its mask (MONAI's
+  // compute_mask, the stage's) itself, so that a checkpointed block's
+  // recomputation makes it again rather than keep it from the forward.
+  torch::Tensor block(size_t j, const torch::Tensor& x) {
+    BlockImpl* b = blocks[j]->as<BlockImpl>();
+    const torch::Tensor in = j == 0 ? x.permute({0, 2, 3, 4, 1}) : x;
+    const Windows win =
+        windows_of({in.size(1), in.size(2), in.size(3)}, b->window, b->shift);
     torch::Tensor mask;
     if (win.shifted()) {
       torch::NoGradGuard no_grad;
-      mask = compute_mask(win.padded, win.w, win.s, input.device());
+      mask = compute_mask(win.padded, win.w, win.s, in.device());
     }
-    torch::Tensor x = input.permute({0, 2, 3, 4, 1});
-    for (const auto& m : *blocks)
-      x = m->as<BlockImpl>()->forward(x, mask);
-    return downsample->forward(x).permute({0, 4, 1, 2, 3});
+    const torch::Tensor y = b->forward(in, mask);
+    if (j + 1 < blocks->size())
+      return y;
+    return downsample->forward(y).permute({0, 4, 1, 2, 3});
   }
 
   static constexpr Dims kWindow = {7, 7, 7};
@@ -524,21 +548,27 @@ class SwinUnetr : public Classifier {
     }
     out_ =
         register_module("out", std::make_shared<OutBlockImpl>(f, num_classes));
-    segment_names_ = {
-        "layers1",
-        "decoder1",
-        "encoder1",
-        "decoder2",
-        "encoder2",
-        "layers2",
-        "decoder3",
-        "encoder3",
-        "layers3",
-        "decoder4",
-        "encoder4",
-        "layers4",
-        "decoder5",
-        "encoder10"};
+    // Largest activations first; each Swin block a segment (Note
+    // [SwinUNETR's segments]).
+    const auto stage_blocks = [this](int64_t stage) {
+      std::vector<std::string> names;
+      const size_t depth =
+          vit_->layers[stage][0]->as<StageImpl>()->blocks->size();
+      for (size_t j = 0; j < depth; ++j)
+        names.push_back(block_segment(stage, j));
+      return names;
+    };
+    for (const auto& part : std::vector<std::vector<std::string>>{
+             stage_blocks(0),
+             {"decoder1", "encoder1", "decoder2", "encoder2"},
+             stage_blocks(1),
+             {"decoder3", "encoder3"},
+             stage_blocks(2),
+             {"decoder4", "encoder4"},
+             stage_blocks(3),
+             {"decoder5", "encoder10"}}) {
+      segment_names_.insert(segment_names_.end(), part.begin(), part.end());
+    }
   }
 
   using Classifier::forward;
@@ -563,12 +593,15 @@ class SwinUnetr : public Classifier {
     hidden[0] = proj_out(h);
     for (int64_t i = 0; i < 4; ++i) {
       StageImpl* stage = vit_->layers[i][0]->as<StageImpl>();
-      h =
-          run("layers" + std::to_string(i + 1),
-              {h.contiguous()},
-              [stage](const std::vector<at::Tensor>& t) {
-                return stage->forward(t[0]);
-              });
+      h = h.contiguous();
+      for (size_t j = 0; j < stage->blocks->size(); ++j) {
+        h =
+            run(block_segment(i, j),
+                {h},
+                [stage, j](const std::vector<at::Tensor>& t) {
+                  return stage->block(j, t[0]);
+                });
+      }
       hidden[i + 1] = proj_out(h);
     }
     h = torch::Tensor();
@@ -617,6 +650,13 @@ class SwinUnetr : public Classifier {
             ? Recompute::kAll
             : recompute();
     return checkpoint(fn, xs, mode);
+  }
+
+  // The segment of block j of stage i (0-based): its module's path,
+  // "layers1.0.blocks.0" ...; the last block's includes the merging.
+  static std::string block_segment(int64_t stage, size_t j) {
+    return "layers" + std::to_string(stage + 1) + ".0.blocks." +
+           std::to_string(j);
   }
 
   void check_input(const torch::Tensor& x) const {

@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "memtrain/compat.h"
 #include "memtrain/memory/host_pool.h"
@@ -151,9 +152,21 @@ TEST(TransferCounter, CountsMovesAndReadsOnly) {
 
 TEST(SwinUnetr, SegmentsAndMonaiNames) {
   const auto net = swin();
-  EXPECT_EQ(net->num_segments(), 14);
-  EXPECT_EQ(net->segment_names().front(), "layers1");
-  EXPECT_EQ(net->segment_names().back(), "encoder10");
+  // Note [SwinUNETR's segments]: each Swin block one segment (the last of
+  // a stage with its merging), the encoders and decoders one each.
+  const std::vector<std::string> names = net->segment_names();
+  EXPECT_EQ(names.size(), 18u);
+  EXPECT_EQ(names.front(), "layers1.0.blocks.0");
+  EXPECT_EQ(names[1], "layers1.0.blocks.1");
+  EXPECT_EQ(names[2], "decoder1");
+  EXPECT_EQ(names.back(), "encoder10");
+  for (int stage = 1; stage <= 4; ++stage) {
+    for (int block = 0; block < 2; ++block) {
+      const std::string name = "layers" + std::to_string(stage) + ".0.blocks." +
+                               std::to_string(block);
+      EXPECT_EQ(std::count(names.begin(), names.end(), name), 1) << name;
+    }
+  }
   const auto params = net->named_parameters();
   EXPECT_TRUE(params.contains(
       "swinViT.layers1.0.blocks.1.attn.relative_position_bias_table"));
