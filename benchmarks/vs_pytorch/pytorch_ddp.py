@@ -5,14 +5,16 @@ no_sync() on the accumulation micro-steps (gloo on CPU, NCCL on CUDA).
 Started once per rank by mpirun (rank and world from Open MPI's variables,
 or torchrun's RANK / WORLD_SIZE / LOCAL_RANK), with MASTER_ADDR and
 MASTER_PORT set. Standard library + torch + h5py + numpy, and the peer's
-framework for its model: timm (seresnext50_32x4d), MONAI (swin_unetr),
-open_clip (clip).
+framework for its model: timm (seresnext50_32x4d; fsct's ResNet-50), MONAI
+(swin_unetr), open_clip (clip).
 
 What is the same as memtrain, and where memtrain defines it:
 - models (race_models.py): memtrain's MLP, CNN and U-Net written module for
-  module; timm's, MONAI's and open_clip's own for the seeds' models;
+  module; timm's, MONAI's and open_clip's own for the seeds' models; FS-CT
+  as its official code lays it out, on timm's ResNet-50;
 - parameters: loaded from memtrain's output.dir/initial.safetensors (the
-  names are memtrain's, and the modules register the same ones);
+  names are memtrain's, and the modules register the same ones, or map
+  theirs: FS-CT's memtrain_name);
 - samples: window w of an epoch is the slice [w*B, (w+1)*B) of one global
   permutation (std::seed_seq + std::mt19937_64 + memtrain's Fisher-Yates,
   src/data/sampling/sharded_sampler.cpp), cut into `world` contiguous rank shares,
@@ -26,6 +28,8 @@ What is the same as memtrain, and where memtrain defines it:
   CLIP's loss is open_clip's ClipLoss of the world's batch (race_models.
   ClipStep), one micro-step a window: memtrain's exact contrastive loss;
   its logit scale is clamped to [0, log 100] after each step, as both do;
+  FS-CT's sample is an episode (race_data.episode_rows, memtrain's rule),
+  its loss each episode's mean query cross-entropy;
 - optimizer: torch.optim.SGD (momentum, weight decay) or AdamW with
   foreach=True, as memtrain's multi-tensor optimizers (Note [Multi-tensor
   optimizers]); --grad-clip: the global norm clipped as memtrain's
@@ -129,6 +133,9 @@ def build(a, data, rank, world):
         loss_fn = rm.dice_ce_loss_sum
     elif a.model == "swin_unetr":
         model, loss_fn = rm.swin_unetr(data.x.shape[1], data.num_classes, a.feature_size), rm.dice_ce_loss_sum
+    elif a.model == "fsct":
+        n, k, q = a.episodes[:3]
+        model, loss_fn = rm.FewShotTransformer(data.x.shape[1], a.embed_dim, n, k, q), rm.episode_loss_sum
     else:  # clip: the window's one contrastive batch (weight unused: DDP's mean is the batch's)
         model, clip = rm.open_clip_model(a.variant, data.x.shape[-1]), rm.ClipStep(rank, world)
 
@@ -148,7 +155,7 @@ def build(a, data, rank, world):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
-        "--model", choices=["mlp", "cnn", "unet3d", "seresnext50_32x4d", "swin_unetr", "clip"], required=True
+        "--model", choices=["mlp", "cnn", "unet3d", "seresnext50_32x4d", "swin_unetr", "clip", "fsct"], required=True
     )
     ap.add_argument("--variant", default="ViT-B-32", help="clip: open_clip's model name")
     ap.add_argument("--data", required=True, help="training HDF5 file")
@@ -159,6 +166,15 @@ def main():
     ap.add_argument("--norm", default="none")
     ap.add_argument("--patch", type=int, nargs=3, default=[32, 32, 32])
     ap.add_argument("--patches-per-volume", type=int, default=8)
+    ap.add_argument(
+        "--episodes",
+        type=int,
+        nargs=4,
+        metavar=("N", "K", "Q", "PER_EPOCH"),
+        help="fsct: n_way, k_shot, n_query and episodes per epoch (data.episodes.*)",
+    )
+    ap.add_argument("--val-classes", type=float, default=0.2, help="fsct: data.val_classes, a fraction")
+    ap.add_argument("--embed-dim", type=int, default=512, help="fsct: model.embed_dim")
     ap.add_argument("--micro", type=int, required=True, help="micro-batch per rank")
     ap.add_argument("--accum", type=int, required=True, help="micro-steps per window")
     ap.add_argument("--windows", type=int, required=True)
@@ -180,6 +196,9 @@ def main():
         help="after the run, time the same windows' forward and backward alone (no DDP, no step)",
     )
     a = ap.parse_args()
+    if (a.model == "fsct") != (a.episodes is not None):
+        sys.exit("pytorch_ddp.py: --episodes goes with --model fsct, and fsct needs it")
+    a.episodes = (*a.episodes, a.val_classes) if a.episodes else None
 
     rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK")
     world = env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE")
@@ -194,14 +213,16 @@ def main():
         backend = "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world)
 
-    data = Data(a.data, a.model, a.patch, a.patches_per_volume, a.data_seed)
+    data = Data(a.data, a.model, a.patch, a.patches_per_volume, a.data_seed, a.episodes)
     init = load_safetensors(a.init)
     if a.model == "clip" and a.accum != 1:
         sys.exit("pytorch_ddp.py: clip races one micro-step a window (--accum 1): open_clip's ClipLoss is the window's")
     model, step_fn = build(a, data, rank, world)
     # Parameters and persistent buffers (batch-norm's running statistics,
-    # SwinUNETR's relative position index; not CLIP's causal mask).
-    mine = model.state_dict(keep_vars=True)
+    # SwinUNETR's relative position index; not CLIP's causal mask), by
+    # memtrain's names.
+    name_of = getattr(model, "memtrain_name", lambda name: name)
+    mine = {name_of(k): v for k, v in model.state_dict(keep_vars=True).items()}
     if sorted(mine) != sorted(init):
         sys.exit(
             f"pytorch_ddp.py: {a.init} holds {sorted(set(init) - set(mine))} not in the model "
@@ -288,7 +309,8 @@ def main():
     dist.all_reduce(mem, op=dist.ReduceOp.MAX)
     rss, peak = mem[0].cpu(), int(mem[1].item())
     if a.save and rank == 0:
-        save_safetensors(a.save, dict(model.named_parameters()), {"format": "pt", "producer": "pytorch_ddp.py"})
+        params = {name_of(k): p for k, p in model.named_parameters()}
+        save_safetensors(a.save, params, {"format": "pt", "producer": "pytorch_ddp.py"})
     # After the run's figures and final parameters (it steps nothing).
     floor_s = compute_floor(a, model, step_fn, windows, plan, device, sync) if a.compute_floor else None
     if rank == 0:

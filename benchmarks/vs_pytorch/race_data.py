@@ -3,8 +3,10 @@
 of a window's samples (std::seed_seq + std::mt19937_64 + memtrain's
 Fisher-Yates, src/data/sampling/sharded_sampler.cpp), the volumes' patch
 corners (splitmix64, src/data/sampling/patch_sampler.cpp; pos_fraction 0
-and flip none only), memtrain's HDF5 layouts (docs/data-format.md) with
-h5py, and safetensors files. Standard library + torch + h5py + numpy."""
+and flip none only), the few-shot episodes' classes and rows (SplitMix64
+streams, src/data/sampling/episodes.cpp, Note [Episodes]), memtrain's HDF5
+layouts (docs/data-format.md) with h5py, and safetensors files. Standard
+library + torch + h5py + numpy."""
 
 import json
 import os
@@ -127,6 +129,71 @@ def patch_corner(seed, epoch, sample, shape, patch):
     return [below(2 + i, shape[i] - patch[i] + 1) for i in range(3)]
 
 
+class EpisodeRng:
+    """The SplitMix64 stream of (seed, stream, epoch, index) of
+    src/data/sampling/episodes.cpp: stream 0 training episodes, 1
+    validation, 2 the class split."""
+
+    G = 0x9E3779B97F4A7C15
+
+    def __init__(self, seed, stream, epoch, index):
+        h = _mix(seed + self.G)
+        h = _mix(h + stream + self.G)
+        h = _mix(h + epoch + self.G)
+        self.state = _mix(h + index + self.G)
+
+    def next(self):
+        self.state = (self.state + self.G) & M64
+        return _mix(self.state)
+
+    def below(self, n):
+        limit = M64 - (M64 % n)
+        while True:
+            r = self.next()
+            if r < limit:
+                return r % n
+
+
+def _mix(z):
+    """SplitMix64's finaliser (splitmix64 without its increment)."""
+    z &= M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def draw_distinct(items, m, rng):
+    """The first m of a partial Fisher-Yates shuffle of items by rng."""
+    items = list(items)
+    for i in range(m):
+        j = i + rng.below(len(items) - i)
+        items[i], items[j] = items[j], items[i]
+    return items[:m]
+
+
+def class_rows(labels):
+    """Each class's rows, ascending (classes 0..max label)."""
+    labels = np.asarray(labels)
+    return [sorted(np.nonzero(labels == c)[0].tolist()) for c in range(int(labels.max()) + 1)]
+
+
+def training_classes(num_classes, seed, fraction):
+    """data.val_classes as a fraction: the class split draws from stream 2
+    and holds out the first max(1, round(fraction * C)); the rest, ascending."""
+    perm = draw_distinct(range(num_classes), num_classes, EpisodeRng(seed, 2, 0, 0))
+    held = set(perm[: max(1, int(round(fraction * num_classes)))])
+    return [c for c in range(num_classes) if c not in held]
+
+
+def episode_rows(rows, train, n, k, q, seed, epoch, i):
+    """Training episode (epoch, i), stream 0: n classes of `train`, k + q
+    rows of each; the support's rows class-major, then the queries'."""
+    rng = EpisodeRng(seed, 0, epoch, i)
+    chosen = draw_distinct(train, n, rng)
+    picks = [draw_distinct(rows[c], k + q, rng) for c in chosen]
+    return [r for pk in picks for r in pk[:k]] + [r for pk in picks for r in pk[k:]]
+
+
 # ------------------------------------------------------------- safetensors
 
 _DT = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32}
@@ -171,11 +238,14 @@ def save_safetensors(path, tensors, metadata):
 class Data:
     """Reads memtrain's HDF5 layout (docs/data-format.md) with h5py."""
 
-    def __init__(self, path, model, patch, patches_per_volume, seed):
+    def __init__(self, path, model, patch, patches_per_volume, seed, episodes=None):
+        """episodes (fsct): (n_way, k_shot, n_query, per_epoch, val_fraction);
+        a sample is then an episode of /images, its rows drawn as memtrain's."""
         self.f = h5py.File(path, "r")
         self.model = model
         self.seed = seed
         self.volumes = model in VOLUME_MODELS
+        self.episodes = episodes
         key = "features" if model == "mlp" else "volumes" if self.volumes else "images"
         self.x = self.f[key]
         self.y = self.f["masks" if self.volumes else "tokens" if model == "clip" else "labels"]
@@ -186,7 +256,7 @@ class Data:
         shift = float(self.x.attrs.get("shift", 0.0))
         if model == "mlp":
             self.normalise = False
-        elif not self.volumes:  # images: the CNN, SE-ResNeXt, CLIP
+        elif not self.volumes:  # images: the CNN, SE-ResNeXt, CLIP, FS-CT
             self.normalise = integer
         else:
             self.normalise = scale != 1.0 or shift != 0.0
@@ -195,6 +265,10 @@ class Data:
             self.shape = self.x.shape[2:]
             self.patch = patch
             self.num_samples = self.x.shape[0] * patches_per_volume
+        elif episodes:
+            self.rows = class_rows(self.y[...])
+            self.train = training_classes(len(self.rows), seed, episodes[4])
+            self.num_samples = episodes[3]
         else:
             self.num_samples = self.x.shape[0]
 
@@ -209,14 +283,25 @@ class Data:
             x = (x - CLIP_MEAN) / CLIP_STD
         return x
 
+    def _rows(self, ids):
+        """Rows `ids` of /images or /features (any order, repeats allowed)."""
+        rows = sorted(set(ids))
+        pos = {r: k for k, r in enumerate(rows)}
+        order = [pos[i] for i in ids]
+        x = self._norm(self.x[rows])[order]
+        y = self.y[rows].astype(np.int64)[order]
+        return torch.from_numpy(x), torch.from_numpy(y)
+
     def load(self, epoch, ids):
+        if self.episodes:
+            # Episodes `ids` of the epoch: their images one after another,
+            # and each episode's query targets (n q), class-major.
+            n, k, q = self.episodes[:3]
+            rows = [r for i in ids for r in episode_rows(self.rows, self.train, n, k, q, self.seed, epoch, i)]
+            x, _ = self._rows(rows)
+            return x, torch.arange(n).repeat_interleave(q).repeat(len(ids), 1)
         if not self.volumes:
-            rows = sorted(set(ids))
-            pos = {r: k for k, r in enumerate(rows)}
-            order = [pos[i] for i in ids]
-            x = self._norm(self.x[rows])[order]
-            y = self.y[rows].astype(np.int64)[order]
-            return torch.from_numpy(x), torch.from_numpy(y)
+            return self._rows(ids)
         xs, ys = [], []
         nvol = self.x.shape[0]
         p = self.patch
@@ -243,5 +328,5 @@ class MicroBatches(torch.utils.data.Dataset):
     def __getitem__(self, k):
         if self.data is None:
             a = self.args
-            self.data = Data(a.data, a.model, a.patch, a.patches_per_volume, a.data_seed)
+            self.data = Data(a.data, a.model, a.patch, a.patches_per_volume, a.data_seed, a.episodes)
         return self.data.load(*self.plan[k])

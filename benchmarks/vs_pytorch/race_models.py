@@ -1,9 +1,10 @@
 """The models of benchmarks/vs_pytorch's PyTorch side: memtrain's own (the
 feature MLP, the small CNN, the residual 3D U-Net, written module for
 module after src/model with memtrain's parameter names, and its Dice + CE
-loss) and the seeds' models from their own frameworks (timm's
-SE-ResNeXt50, MONAI's SwinUNETR, open_clip's CLIP with its ClipLoss),
-whose parameter names memtrain's are."""
+loss), the seeds' models from their own frameworks (timm's SE-ResNeXt50,
+MONAI's SwinUNETR, open_clip's CLIP with its ClipLoss), whose parameter
+names memtrain's are, and FS-CT as its official code lays it out (not a
+package: its modules and names, mapped to memtrain's) on timm's ResNet-50."""
 
 import torch
 import torch.nn as nn
@@ -199,3 +200,124 @@ class ClipStep:
     def __call__(self, model, x, tokens):
         image, text, scale = model(x, tokens)
         return self.loss(image, text, scale), x.shape[0]
+
+
+# ------------------------------------------------------------------ FS-CT
+# The few-shot cosine transformer (variant "cosine") as the official code
+# lays it out (github.com/vinuni-vishc/Few-Shot-Cosine-Transformer,
+# methods/transformer.py and backbone.py's CosineDistLinear), one episode
+# at a time; tests/peers/fsct_reference.py runs it in float64 against
+# memtrain's head (ARCHITECTURE.md, Note [The few-shot cosine transformer]).
+
+
+def cosine_distance(x1, x2):
+    """x1 (h, a, n, d), x2 (h, b, d, m) -> (h, max(a, b), n, m): cosines."""
+    dots = torch.matmul(x1, x2)
+    return dots / (torch.norm(x1, dim=-1, keepdim=True) * torch.norm(x2, dim=-2, keepdim=True))
+
+
+class FsctAttention(nn.Module):
+    def __init__(self, dim, heads, dim_head):
+        super().__init__()
+        self.heads = heads
+        self.input_linear = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, heads * dim_head, bias=False))
+        project = not (heads == 1 and dim_head == dim)
+        self.output_linear = nn.Linear(heads * dim_head, dim) if project else nn.Identity()
+
+    def forward(self, q, k, v):
+        def split(t):  # 'q n (h d) -> h q n d'
+            t = self.input_linear(t)
+            return t.view(t.shape[0], t.shape[1], self.heads, -1).permute(2, 0, 1, 3)
+
+        f_q, f_k, f_v = split(q), split(k), split(v)
+        dots = cosine_distance(f_q, f_k.transpose(-1, -2))  # (h, Q, N, 1)
+        out = torch.matmul(dots, f_v)  # (h, Q, N, dh)
+        out = out.permute(1, 2, 0, 3).reshape(out.shape[1], out.shape[2], -1)
+        return self.output_linear(out)
+
+
+class CosineDistLinear(nn.Module):
+    def __init__(self, indim, outdim):
+        super().__init__()
+        self.L = nn.utils.parametrizations.weight_norm(nn.Linear(indim, outdim, bias=False), dim=0)
+        self.scale_factor = 2
+
+    def forward(self, x):  # (Q, N, d): the norm over the classes, as the official code
+        return self.scale_factor * self.L(x / (torch.norm(x, p=2, dim=1, keepdim=True) + 1e-5))
+
+
+class FsctHead(nn.Module):
+    def __init__(self, dim, n, k, heads, dim_head, mlp_dim, depth):
+        super().__init__()
+        self.depth = depth
+        self.ATTN = FsctAttention(dim, heads, dim_head)
+        self.proto_weight = nn.Parameter(torch.ones(n, k, 1))
+        self.FFN = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, mlp_dim), nn.GELU(), nn.Linear(mlp_dim, dim))
+        self.linear = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, dim_head), CosineDistLinear(dim_head, 1))
+
+    def forward(self, z_support, z_query):  # (N, K, D), (Q, D) -> (Q, N)
+        x = (z_support * self.proto_weight.softmax(-2)).sum(1).unsqueeze(0)
+        query = z_query.unsqueeze(1)
+        for _ in range(self.depth):
+            x = self.ATTN(q=x, k=query, v=query) + x
+            x = self.FFN(x) + x
+        return self.linear(x).squeeze(-1)
+
+    # memtrain's parameter names (fsct.*) -> this module's.
+    NAMES = {
+        "proto_weight": "proto_weight",
+        "attn_norm.weight": "ATTN.input_linear.0.weight",
+        "attn_norm.bias": "ATTN.input_linear.0.bias",
+        "attn_in.weight": "ATTN.input_linear.1.weight",
+        "attn_out.weight": "ATTN.output_linear.weight",
+        "attn_out.bias": "ATTN.output_linear.bias",
+        "ffn_norm.weight": "FFN.0.weight",
+        "ffn_norm.bias": "FFN.0.bias",
+        "ffn_fc1.weight": "FFN.1.weight",
+        "ffn_fc1.bias": "FFN.1.bias",
+        "ffn_fc2.weight": "FFN.3.weight",
+        "ffn_fc2.bias": "FFN.3.bias",
+        "out_norm.weight": "linear.0.weight",
+        "out_norm.bias": "linear.0.bias",
+        "out_fc.weight": "linear.1.weight",
+        "out_fc.bias": "linear.1.bias",
+        "cos_weight_g": "linear.2.L.parametrizations.weight.original0",
+        "cos_weight_v": "linear.2.L.parametrizations.weight.original1",
+    }
+
+
+class FewShotTransformer(nn.Module):
+    """The official FewShotTransformer's set_forward over a micro-batch of
+    episodes: timm's ResNet-50 embeds all their images at once (batch-norm
+    over the micro-batch, as memtrain's backbone), then FsctHead scores each
+    episode on its own. x: (m n (k + q), C, H, W), each episode's support
+    class-major then its queries class-major (memtrain's EpisodeSource) ->
+    logits (m, n q, n)."""
+
+    def __init__(self, in_channels, embed_dim, n, k, q, heads=8, dim_head=64, mlp_dim=512, depth=1):
+        super().__init__()
+        import timm
+
+        self.n, self.k, self.q = n, k, q
+        self.backbone = timm.create_model("resnet50", num_classes=embed_dim, in_chans=in_channels, pretrained=False)
+        self.fsct = FsctHead(embed_dim, n, k, heads, dim_head, mlp_dim, depth)
+        self._names = {"fsct." + own: "fsct." + mine for mine, own in FsctHead.NAMES.items()}
+
+    def memtrain_name(self, name):
+        """memtrain's name of this module's parameter or buffer `name`."""
+        return self._names.get(name, name)
+
+    def forward(self, x):
+        rows = self.n * (self.k + self.q)
+        z = self.backbone(x)
+        z = z.view(-1, rows, z.shape[-1])
+        support = self.n * self.k
+        return torch.stack(
+            [self.fsct(e[:support].view(self.n, self.k, -1), e[support:]) for e in z.unbind(0)]
+        )
+
+
+def episode_loss_sum(logits, targets):
+    """memtrain's episode_loss_sum: each episode's mean query cross-entropy,
+    summed over the micro-batch's episodes."""
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum") / logits.shape[1]

@@ -7,7 +7,7 @@
 # DIR/vs_pytorch.csv and DIR/vs_pytorch.png (gnuplot).
 #
 # usage: benchmarks/vs_pytorch/run.sh [--device cpu|cuda]
-#          [--models mlp,cnn,unet3d,seresnext50_32x4d,swin_unetr,clip]
+#          [--models mlp,cnn,unet3d,seresnext50_32x4d,swin_unetr,clip,fsct]
 #          [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2]
 #          [--size full|smallest|gpu] [--warmup W] [--check-loss TOL]
 #          [--compute-floor on|off] [--budget off|on|both] [--budget-bytes B]
@@ -28,8 +28,8 @@
 #                     named MODEL and MODEL+budget. The micro-batch is the
 #                     race's on both sides either way.
 # Environment: PYTHON (a python3 with torch, h5py and numpy, and the peer's
-# framework for its model: timm for seresnext50_32x4d, MONAI for swin_unetr,
-# open_clip for clip; default: the first of python3, /usr/bin/python3 that
+# framework for its model: timm for seresnext50_32x4d and fsct's ResNet-50,
+# MONAI for swin_unetr, open_clip for clip; default: the first of python3, /usr/bin/python3 that
 # has torch, h5py and numpy), MPIEXEC (mpirun). For the race on LibTorch
 # 2.11: --memtrain build-cuda/memtrain (the torch-2.11 configuration runs on
 # the CPU too) and PYTHON=/opt/memtrain/torch-venv/bin/python (launch/
@@ -38,7 +38,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-usage="usage: $0 [--device cpu|cuda] [--models mlp,cnn,unet3d,seresnext50_32x4d,swin_unetr,clip] [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2] [--size full|smallest|gpu] [--warmup W] [--check-loss TOL] [--compute-floor on|off] [--budget off|on|both] [--budget-bytes B]"
+usage="usage: $0 [--device cpu|cuda] [--models mlp,cnn,unet3d,seresnext50_32x4d,swin_unetr,clip,fsct] [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2] [--size full|smallest|gpu] [--warmup W] [--check-loss TOL] [--compute-floor on|off] [--budget off|on|both] [--budget-bytes B]"
 device=cpu models=mlp,cnn,unet3d windows=10 repeats=3 out="" memtrain="$root/build/memtrain"
 np=2 size=full warmup=1 check="" floor=on budget=off budget_bytes=""
 while [ $# -gt 0 ]; do
@@ -115,6 +115,7 @@ set_model() {  # MODEL
   case $m in
     swin_unetr) opt=adamw lr=0.0001 momentum=0 wd=0.00001 ;;
     clip) opt=adamw lr=0.00001 momentum=0 wd=0.1 clip=1.0 accum=1 ;;
+    fsct) opt=adamw lr=0.001 momentum=0 ;;
   esac
   if [ "$size" = gpu ] && [ "$m" = unet3d ]; then
     # A GPU-sized U-Net (the 16 GB scenario's patch, a narrower width so that
@@ -136,6 +137,10 @@ set_model() {  # MODEL
       # open_clip's ViT-B-32 at 224^2 and 77 tokens, one contrastive batch
       # of 16 pairs a rank (32 at 2 ranks) a window.
       clip) data=(--kind captions --height 224 --width 224); variant=ViT-B-32 micro=16 ;;
+      # FS-CT on a ResNet-50 as fewshot-v100.yaml: 5-way 5-shot episodes
+      # of 16 queries a class (105 images of 84^2), one a micro-step.
+      fsct) data=(--kind images --channels 3 --height 84 --width 84 --classes 8 --samples 384)
+        way=5 shot=5 query=16 micro=1 ;;
     esac
   else
     case $m in
@@ -147,6 +152,8 @@ set_model() {  # MODEL
       swin_unetr) data=(--kind volumes --channels 1 --depth 64 --height 32 --width 32 --classes 2 --chunk 16)
         feat=12 patch=64,32,32 micro=1 vols=2 ;;
       clip) data=(--kind captions --height 32 --width 32); variant=tiny micro=4 ;;
+      fsct) data=(--kind images --channels 3 --height 40 --width 40 --classes 8 --samples 96)
+        way=3 shot=1 query=2 micro=1 ;;
     esac
   fi
   batch=$((np * accum * micro))
@@ -158,6 +165,15 @@ set_model() {  # MODEL
     # normalisation (what auto gives a ResNet).
     data+=(--samples "$need")
     model_args+=(--data.augment=none --data.normalize=none)
+    return
+  fi
+  if [ "$m" = fsct ]; then
+    # A sample is an episode; the class split holds out 2 of the 8 classes.
+    model_args=(--model.name=resnet50 --model.head=cosine_transformer --model.embed_dim=512
+      --data.episodes.n_way=$way --data.episodes.k_shot=$shot --data.episodes.n_query=$query
+      --data.episodes.per_epoch=$need --data.val_classes=0.25 --validation.episodes=0
+      --data.augment=none --data.normalize=none)
+    py_args+=(--episodes "$way" "$shot" "$query" "$need" --val-classes 0.25 --embed-dim 512)
     return
   fi
   if [ "$m" = clip ]; then
@@ -195,9 +211,9 @@ free_port() {
 IFS=, read -r -a model_list <<<"$models"
 cases=()
 for m in "${model_list[@]}"; do
-  case "$m" in mlp | cnn | unet3d | seresnext50_32x4d | swin_unetr | clip) ;;
-    *) echo "$0: unknown model '$m' (mlp, cnn, unet3d, seresnext50_32x4d, swin_unetr, clip)" >&2; exit 2 ;; esac
-  peer=$(case $m in seresnext50_32x4d) echo timm ;; swin_unetr) echo monai ;; clip) echo open_clip ;; esac)
+  case "$m" in mlp | cnn | unet3d | seresnext50_32x4d | swin_unetr | clip | fsct) ;;
+    *) echo "$0: unknown model '$m' (mlp, cnn, unet3d, seresnext50_32x4d, swin_unetr, clip, fsct)" >&2; exit 2 ;; esac
+  peer=$(case $m in seresnext50_32x4d | fsct) echo timm ;; swin_unetr) echo monai ;; clip) echo open_clip ;; esac)
   if [ -n "$peer" ] && ! "$py" -c "import $peer" >/dev/null 2>&1; then
     echo "$0: $m is raced against $peer's own model, but $py cannot import $peer: set PYTHON to a python3 that has it (launch/install_peers.sh installs torch 2.11, timm, MONAI and open_clip in /opt/memtrain/torch-venv; with Debian's python3-torch: python3 -m venv --system-site-packages V; V/bin/pip install --no-deps $peer)" >&2
     exit 2

@@ -16,46 +16,11 @@ import sys
 from pathlib import Path
 
 import h5py
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-M64 = (1 << 64) - 1
-G = 0x9E3779B97F4A7C15
-
-
-def mix(z):
-    z &= M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-class Rng:
-    def __init__(self, seed, stream, epoch, index):
-        h = mix(seed + G)
-        h = mix(h + stream + G)
-        h = mix(h + epoch + G)
-        self.state = mix(h + index + G)
-
-    def next(self):
-        self.state = (self.state + G) & M64
-        return mix(self.state)
-
-    def below(self, n):
-        limit = M64 - (M64 % n)
-        while True:
-            r = self.next()
-            if r < limit:
-                return r % n
-
-
-def draw_distinct(items, m, rng):
-    items = list(items)
-    for i in range(m):
-        j = i + rng.below(len(items) - i)
-        items[i], items[j] = items[j], items[i]
-    return items[:m]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "vs_pytorch"))
+from race_data import class_rows, episode_rows, training_classes  # noqa: E402
 
 
 def load_safetensors(path):
@@ -78,27 +43,21 @@ def mlp_embed(p, x, depth):
 
 
 def read_split(data, seed, fraction):
-    """The features of DATA, each class's rows and the training classes:
-    the class split draws from stream 2 and holds out the first
-    max(1, round(fraction * C))."""
+    """The features of DATA, each class's rows and the training classes
+    (race_data: the split of Note [Episodes])."""
     with h5py.File(data, "r") as f:
         x_all = torch.tensor(f["features"][...])
         labels = f["labels"][...]
-    classes = int(labels.max()) + 1
-    rows = [sorted(np.nonzero(labels == c)[0].tolist()) for c in range(classes)]
-    perm = draw_distinct(range(classes), classes, Rng(seed, 2, 0, 0))
-    held = set(perm[: max(1, int(round(fraction * classes)))])
-    return x_all, rows, [c for c in range(classes) if c not in held]
+    rows = class_rows(labels)
+    return x_all, rows, training_classes(len(rows), seed, fraction)
 
 
 def draw_episode(x_all, rows, train, n, k, q, seed, i):
-    """Training episode i (stream 0): n classes of `train`, k + q rows of
-    each; the support (n k, F), the queries (n q, F) and their targets."""
-    rng = Rng(seed, 0, 0, i)
-    chosen = draw_distinct(train, n, rng)
-    picks = [draw_distinct(rows[c], k + q, rng) for c in chosen]
-    support = torch.stack([x_all[r] for pk in picks for r in pk[:k]])
-    query = torch.stack([x_all[r] for pk in picks for r in pk[k:]])
+    """Training episode i of epoch 0: the support (n k, F), the queries
+    (n q, F) and their targets."""
+    picked = episode_rows(rows, train, n, k, q, seed, 0, i)
+    support = torch.stack([x_all[r] for r in picked[: n * k]])
+    query = torch.stack([x_all[r] for r in picked[n * k :]])
     return support, query, torch.arange(n).repeat_interleave(q)
 
 

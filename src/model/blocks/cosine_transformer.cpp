@@ -91,9 +91,13 @@ torch::Tensor CosineTransformerHeadImpl::forward(
             ffn_fc2_, torch::gelu(kept_linear(ffn_fc1_, ffn_norm_(x)))) +
         x;
   }
-  // The cosine linear layer: 2 g cos(v, y), one logit per (query, class).
+  // The official CosineDistLinear, one logit per (query, class): y
+  // divided by its norm over the classes plus 1e-5 (its torch.norm(x,
+  // dim=1) of the (queries, classes, d) tensor), then 2 g (v / |v|) . that.
   const torch::Tensor y = kept_linear(out_fc_, out_norm_(x));  // (n, NQ, N, dh)
-  return 2.0 * cos_g_.squeeze() * (unit(y) * unit(cos_v_.squeeze(0))).sum(-1);
+  const torch::Tensor over_classes = y / (y.norm(2, {2}, true) + 1e-5);
+  return 2.0 * cos_g_.squeeze() *
+         (over_classes * unit(cos_v_.squeeze(0))).sum(-1);
 }
 
 }  // namespace memtrain
