@@ -133,5 +133,5 @@ print(f"dino-context-v100.yaml: one window of 16, all-reduced {w['allreduce_byte
 EOF
 
 volume_config unet3d-v100.yaml unet 32 8 9
-volume_config swin-unetr-v100.yaml swin 64 12 14
+volume_config swin-unetr-v100.yaml swin 64 12 18
 echo "PASS"

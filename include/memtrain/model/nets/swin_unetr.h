@@ -10,10 +10,12 @@
 // ("swinViT.layers1.0.blocks.0.attn.qkv.weight", ...), so a MONAI state
 // dict loads by name (Note [SwinUNETR as MONAI] in swin_unetr.cpp).
 //
-// Checkpoint segments, largest activations first: "layers1", "decoder1",
-// "encoder1", "decoder2", "encoder2", "layers2", "decoder3", "encoder3",
-// "layers3", "decoder4", "encoder4", "layers4", "decoder5", "encoder10":
-// each Swin stage (its blocks and patch merging), each decoder block (the
+// Checkpoint segments, largest activations first (Note [SwinUNETR's
+// segments] in swin_unetr.cpp): "layers1.0.blocks.0", "layers1.0.blocks.1",
+// "decoder1", "encoder1", "decoder2", "encoder2", the blocks of layers2,
+// "decoder3", "encoder3", the blocks of layers3, "decoder4", "encoder4",
+// the blocks of layers4, "decoder5", "encoder10": each Swin block (the
+// last of a stage with its patch merging), each decoder block (the
 // transposed convolution, the concatenation, the residual block) and each
 // encoder block.
 
