@@ -9,6 +9,7 @@ layouts (docs/data-format.md) with h5py, and safetensors files. Standard
 library + torch + h5py + numpy."""
 
 import json
+import math
 import os
 import struct
 
@@ -171,17 +172,22 @@ def draw_distinct(items, m, rng):
     return items[:m]
 
 
-def class_rows(labels):
-    """Each class's rows, ascending (classes 0..max label)."""
+def class_rows(labels, num_classes=0):
+    """Each class's rows, ascending: classes 0..C-1, C the file's
+    num_classes attribute where it has one (memtrain's rule), otherwise the
+    largest label + 1."""
     labels = np.asarray(labels)
-    return [sorted(np.nonzero(labels == c)[0].tolist()) for c in range(int(labels.max()) + 1)]
+    classes = num_classes or int(labels.max()) + 1
+    return [sorted(np.nonzero(labels == c)[0].tolist()) for c in range(classes)]
 
 
 def training_classes(num_classes, seed, fraction):
     """data.val_classes as a fraction: the class split draws from stream 2
-    and holds out the first max(1, round(fraction * C)); the rest, ascending."""
+    and holds out the first max(1, llround(fraction * C)) (halves away from
+    zero, as C++'s llround; Python's round() takes them to even); the rest,
+    ascending."""
     perm = draw_distinct(range(num_classes), num_classes, EpisodeRng(seed, 2, 0, 0))
-    held = set(perm[: max(1, int(round(fraction * num_classes)))])
+    held = set(perm[: max(1, int(math.floor(fraction * num_classes + 0.5)))])
     return [c for c in range(num_classes) if c not in held]
 
 
@@ -266,7 +272,7 @@ class Data:
             self.patch = patch
             self.num_samples = self.x.shape[0] * patches_per_volume
         elif episodes:
-            self.rows = class_rows(self.y[...])
+            self.rows = class_rows(self.y[...], self.num_classes)
             self.train = training_classes(len(self.rows), seed, episodes[4])
             self.num_samples = episodes[3]
         else:

@@ -48,7 +48,8 @@ def read_split(data, seed, fraction):
     with h5py.File(data, "r") as f:
         x_all = torch.tensor(f["features"][...])
         labels = f["labels"][...]
-    rows = class_rows(labels)
+        num_classes = int(f.attrs.get("num_classes", 0))
+    rows = class_rows(labels, num_classes)
     return x_all, rows, training_classes(len(rows), seed, fraction)
 
 
