@@ -21,6 +21,7 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/memory/host_pool.h"
 #include "memtrain/model/blocks/blocked_attention.h"
+#include "memtrain/model/blocks/fused_attention.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -111,12 +112,15 @@ namespace {
 // and kept_linear() calls).
 struct KeptOutputs {
   struct Kept {
-    at::Tensor t;    // detached: no autograd metadata, so no reference cycle
-    at::Tensor aux;  // what else its backward needs (attention's lse)
+    at::Tensor t;  // detached: no autograd metadata, so no reference cycle
+    // What else its backward needs: attention's log-sum-exp (and a fused
+    // kernel's RNG state, Note [Kept fused attention]).
+    std::vector<at::Tensor> aux;
     int64_t version = 0;
     // The call that made it (its kind, operand sizes and arguments),
     // compared when it is handed back.
     std::vector<int64_t> call;
+    int64_t backend = 0;  // a fused attention's kernel (FusedAttentionForward)
   };
   std::vector<Kept> outs;
   size_t next = 0;
@@ -242,6 +246,9 @@ at::Tensor cast_like(const at::Tensor& t, const at::Tensor& kept) {
 // What identifies a kept call, for the kept outputs' check: its kind, then
 // its operands' sizes and arguments.
 constexpr int64_t kConvCall = -1, kLinearCall = -2, kAttentionCall = -3;
+// An attention call's last entry: blocked (kept_attention's own) or fused
+// (LibTorch's kernel, Note [Kept fused attention]).
+constexpr int64_t kBlockedAttention = 0, kFusedAttention = 1;
 
 // A convolution sum's.
 std::vector<int64_t> conv_call(
@@ -305,9 +312,12 @@ std::vector<int64_t> linear_call(
   return call;
 }
 
-// An attention's: its operands' sizes (-1 for no bias) and causality.
+// An attention's: its operands' sizes (-1 for no bias), causality and
+// kind (kBlockedAttention or kFusedAttention).
 std::vector<int64_t> attention_call(
-    std::initializer_list<at::Tensor> operands, bool causal) {
+    std::initializer_list<at::Tensor> operands,
+    bool causal,
+    int64_t kind = kBlockedAttention) {
   std::vector<int64_t> call{kAttentionCall};
   for (const at::Tensor& t : operands) {
     if (t.defined())
@@ -315,6 +325,7 @@ std::vector<int64_t> attention_call(
     call.push_back(t.defined() ? t.dim() : -1);
   }
   call.push_back(causal);
+  call.push_back(kind);
   return call;
 }
 
@@ -604,7 +615,7 @@ KeptOutputs::Kept take_kept(
       src.outs.size());
   KeptOutputs::Kept k = std::move(src.outs[src.next++]);
   MT_INTERNAL_ASSERT(
-      k.t._version() == k.version,
+      !k.t.defined() || k.t._version() == k.version,
       "selective checkpoint: a kept output was modified in place after it "
       "was kept");
   MT_INTERNAL_ASSERT(
@@ -612,7 +623,7 @@ KeptOutputs::Kept take_kept(
       "selective checkpoint: kept output ",
       src.next,
       " of shape ",
-      k.t.sizes(),
+      k.t.defined() ? k.t.sizes() : c10::IntArrayRef(),
       " was made by another call (",
       c10::IntArrayRef(k.call),
       ") than the one (",
@@ -625,9 +636,14 @@ void keep(
     KeptOutputs& sink,
     const at::Tensor& y,
     std::vector<int64_t> call,
-    at::Tensor aux = {}) {
+    std::vector<at::Tensor> aux = {},
+    int64_t backend = 0) {
   sink.outs.push_back(
-      {y.detach(), std::move(aux), y._version(), std::move(call)});
+      {y.defined() ? y.detach() : y,
+       std::move(aux),
+       y.defined() ? y._version() : 0,
+       std::move(call),
+       backend});
 }
 
 }  // namespace
@@ -701,28 +717,57 @@ at::Tensor kept_attention(
     const at::Tensor& bias,
     double scale,
     bool causal) {
+  const KeepScope scope = t_keep;
 #if MEMTRAIN_TORCH_AT_LEAST(2, 1)
   // A GPU's fused kernels, or the CPU's flash kernel when there is no bias
   // (it takes no 3-D bias, nor one that requires a gradient: SwinUNETR's
-  // would go to the written-out math, which keeps the scores).
-  if (q.is_cuda() || !bias.defined())
-    return compat::attention(q, k, v, bias, scale, causal);
+  // would go to the written-out math, which keeps the scores). A selective
+  // checkpoint keeps the fused kernel's output where its backward can run
+  // from it (Note [Kept fused attention]), otherwise recomputes it.
+  if (q.is_cuda() || !bias.defined()) {
+    if (!scope.source && !scope.sink)
+      return compat::attention(q, k, v, bias, scale, causal);
+    // One record per call, kept or not (an undefined tensor: the kernel's
+    // backward could not run from it, so it is recomputed), its dtype in
+    // the call: a recomputation takes exactly what its forward kept.
+    std::vector<int64_t> call =
+        attention_call({q, k, v, bias}, causal, kFusedAttention);
+    call.push_back(static_cast<int64_t>(q.scalar_type()));
+    std::optional<FusedAttentionForward> fwd;
+    if (scope.source) {
+      KeptOutputs::Kept kept = take_kept(*scope.source, call);
+      if (kept.t.defined())
+        fwd = FusedAttentionForward{kept.backend, kept.t, std::move(kept.aux)};
+    } else {
+      fwd = fused_attention_forward(q, k, v, bias, scale, causal);
+    }
+    if (scope.sink) {
+      if (fwd)
+        keep(*scope.sink, fwd->out, call, fwd->aux, fwd->backend);
+      else
+        keep(*scope.sink, at::Tensor(), call);
+    }
+    return fwd ? fused_attention(q, k, v, scale, causal, std::move(*fwd))
+               : compat::attention(q, k, v, bias, scale, causal);
+  }
 #endif
-  const KeepScope scope = t_keep;
   if (!scope.source && !scope.sink)  // not in a selective checkpoint
     return blocked_attention(q, k, v, bias, scale, causal);
   AttentionRows fwd;
   if (scope.source) {
     KeptOutputs::Kept kept =
         take_kept(*scope.source, attention_call({q, k, v, bias}, causal));
-    fwd = {kept.t, kept.aux};
+    fwd = {kept.t, kept.aux.at(0)};
   } else {
     fwd = blocked_attention_forward(
         q, k, v, bias, scale, causal, attention_block_rows(q, k.size(-2)));
   }
   if (scope.sink) {
     keep(
-        *scope.sink, fwd.out, attention_call({q, k, v, bias}, causal), fwd.lse);
+        *scope.sink,
+        fwd.out,
+        attention_call({q, k, v, bias}, causal),
+        {fwd.lse});
   }
   return blocked_attention(q, k, v, bias, scale, causal, fwd);
 }

@@ -2,8 +2,14 @@
 // structure (model/nets/clip.h); the logits against open_clip itself are
 // tests/e2e/clip_open_clip.sh.
 
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "memtrain/compat.h"
 #include "memtrain/model/blocks/transformer.h"
@@ -141,6 +147,88 @@ TEST(Transformer, CheckpointedBlocksGiveTheSameGradients) {
   EXPECT_TRUE(torch::equal(out[0], out[1]));
   for (size_t i = 0; i < grads[0].size(); ++i)
     EXPECT_LE(max_diff(grads[0][i], grads[1][i]), 1e-6) << i;
+}
+
+#if MEMTRAIN_TORCH_AT_LEAST(2, 4)
+namespace {
+
+// The attention forwards LibTorch runs while one is alive (every thread):
+// scaled_dot_product_attention and its fused kernels' forward ops.
+std::atomic<int64_t> g_attention_forwards{0};
+
+struct AttentionCounter {
+  AttentionCounter() {
+    g_attention_forwards = 0;
+    handle = at::addGlobalCallback(
+        at::RecordFunctionCallback(
+            [](const at::RecordFunction& fn)
+                -> std::unique_ptr<at::ObserverContext> {
+              const std::string name = fn.name() ? fn.name() : "";
+              if (name == "aten::scaled_dot_product_attention" ||
+                  name == "aten::_scaled_dot_product_flash_attention_for_cpu" ||
+                  name == "aten::_scaled_dot_product_flash_attention" ||
+                  name == "aten::_scaled_dot_product_efficient_attention")
+                ++g_attention_forwards;
+              return nullptr;
+            })
+            .scopes({at::RecordScope::FUNCTION}));
+  }
+  ~AttentionCounter() {
+    at::removeCallback(handle);
+  }
+  at::CallbackHandle handle = 0;
+};
+
+}  // namespace
+#endif
+
+// A selective segment keeps each attention's output (Note [Kept fused
+// attention] on LibTorch 2.x, Note [Blocked attention] on 1.13): the
+// output and gradients of no checkpointing bit for bit, and on 2.x its
+// backward runs no attention forward, where recomputing every block whole
+// runs one per block.
+TEST(Transformer, SelectiveBlocksKeepTheirAttention) {
+  for (const bool causal : {false, true}) {
+    torch::manual_seed(4);
+    Transformer t(32, 3, 4, 4.0, Activation::kGelu);
+    const torch::Tensor x = torch::randn({2, 7, 32});
+    struct Run {
+      torch::Tensor out;
+      std::vector<torch::Tensor> grads;
+      int64_t backward_attention = -1;
+    };
+    const auto run = [&](int64_t checkpointed, Recompute mode) {
+      Run r;
+      for (auto& p : t.parameters())
+        p.mutable_grad() = torch::Tensor();
+      r.out = t.forward(x, causal, checkpointed, mode);
+      {
+#if MEMTRAIN_TORCH_AT_LEAST(2, 4)
+        AttentionCounter counter;
+#endif
+        r.out.pow(2).sum().backward();
+#if MEMTRAIN_TORCH_AT_LEAST(2, 4)
+        r.backward_attention = g_attention_forwards;
+#endif
+      }
+      for (auto& p : t.parameters())
+        r.grads.push_back(p.grad().clone());
+      return r;
+    };
+    const Run none = run(0, Recompute::kAll);
+    const Run selective = run(3, Recompute::kSelective);
+    const Run all = run(3, Recompute::kAll);
+    EXPECT_TRUE(torch::equal(none.out, selective.out)) << causal;
+    ASSERT_EQ(none.grads.size(), selective.grads.size());
+    for (size_t i = 0; i < none.grads.size(); ++i)
+      EXPECT_TRUE(torch::equal(none.grads[i], selective.grads[i]))
+          << "parameter " << i << ", causal " << causal;
+#if MEMTRAIN_TORCH_AT_LEAST(2, 4)
+    EXPECT_EQ(none.backward_attention, 0) << causal;
+    EXPECT_EQ(selective.backward_attention, 0) << causal;
+    EXPECT_GE(all.backward_attention, 3) << causal;
+#endif
+  }
 }
 
 // open_clip's names, in its state-dict order (the parameters of CLIP

@@ -113,13 +113,15 @@ at::Tensor kept_linear(LinearHolder& linear, const at::Tensor& x) {
 
 // Attention, softmax(q k^T * scale + bias) v (compat::attention's
 // arguments), whose output a selective checkpoint keeps where the
-// attention gives what its backward needs: on LibTorch 1.13, and on the
-// CPU with a bias on 2.x (which LibTorch's CPU flash kernel does not
-// take), it is blocked_attention (blocked_attention.h; the output and its
-// softmax's log-denominators kept, so a recomputation runs no attention
-// forward); otherwise compat::attention, LibTorch's
-// scaled_dot_product_attention, recomputed in a selective segment's
-// backward like the cheap ops.
+// attention gives what its backward needs, so that a recomputation runs
+// no attention forward: on LibTorch 1.13, and on the CPU with a bias on
+// 2.x (which LibTorch's CPU flash kernel does not take), it is
+// blocked_attention (blocked_attention.h; the output and its softmax's
+// log-denominators kept); otherwise compat::attention, LibTorch's
+// scaled_dot_product_attention, whose fused kernel's output and
+// log-sum-exp a selective checkpoint keeps where fused_attention.h can
+// run its backward from them (Note [Kept fused attention]) and otherwise
+// recomputes like the cheap ops.
 at::Tensor kept_attention(
     const at::Tensor& q,
     const at::Tensor& k,
