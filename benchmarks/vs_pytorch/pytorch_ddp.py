@@ -3,8 +3,8 @@ loss weighting and optimizer, trained with DistributedDataParallel and
 no_sync() on the accumulation micro-steps (gloo on CPU, NCCL on CUDA).
 
 Started once per rank by mpirun (rank and world from Open MPI's variables,
-or torchrun's RANK / WORLD_SIZE / LOCAL_RANK), with MASTER_ADDR and
-MASTER_PORT set. Standard library + torch + h5py + numpy, and the peer's
+or torchrun's RANK / WORLD_SIZE / LOCAL_RANK), meeting through --rendezvous
+(a file: no port to pick) or MASTER_ADDR and MASTER_PORT. Standard library + torch + h5py + numpy, and the peer's
 framework for its model: timm (seresnext50_32x4d; fsct's ResNet-50), MONAI
 (swin_unetr), open_clip (clip).
 
@@ -48,6 +48,7 @@ window_s waits for its reader.
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import math
 import os
@@ -175,6 +176,18 @@ def main():
     )
     ap.add_argument("--val-classes", type=float, default=0.2, help="fsct: data.val_classes, a fraction")
     ap.add_argument("--embed-dim", type=int, default=512, help="fsct: model.embed_dim")
+    ap.add_argument(
+        "--rendezvous",
+        help="a file that does not exist yet, on a file system every rank sees: the ranks meet through "
+        "torch.distributed's FileStore on it (default: MASTER_ADDR and MASTER_PORT)",
+    )
+    ap.add_argument(
+        "--stacks-after",
+        type=float,
+        default=0,
+        help="seconds: if the run is still going then, every thread's Python stack to stderr, once (a hang's "
+        "where; 0: never)",
+    )
     ap.add_argument("--micro", type=int, required=True, help="micro-batch per rank")
     ap.add_argument("--accum", type=int, required=True, help="micro-steps per window")
     ap.add_argument("--windows", type=int, required=True)
@@ -199,6 +212,8 @@ def main():
     if (a.model == "fsct") != (a.episodes is not None):
         sys.exit("pytorch_ddp.py: --episodes goes with --model fsct, and fsct needs it")
     a.episodes = (*a.episodes, a.val_classes) if a.episodes else None
+    if a.stacks_after > 0:
+        faulthandler.dump_traceback_later(a.stacks_after, exit=False)
 
     rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK")
     world = env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE")
@@ -211,7 +226,8 @@ def main():
     else:
         device = torch.device("cpu")
         backend = "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=world)
+    meet = {"init_method": "file://" + os.path.abspath(a.rendezvous)} if a.rendezvous else {}
+    dist.init_process_group(backend, rank=rank, world_size=world, **meet)
 
     data = Data(a.data, a.model, a.patch, a.patches_per_volume, a.data_seed, a.episodes)
     init = load_safetensors(a.init)
@@ -333,6 +349,7 @@ def main():
             json.dump(res, f)
         os.replace(a.out + ".tmp", a.out)
     dist.barrier()
+    faulthandler.cancel_dump_traceback_later()
     dist.destroy_process_group()
 
 

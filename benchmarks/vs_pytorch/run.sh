@@ -11,6 +11,7 @@
 #          [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2]
 #          [--size full|smallest|gpu] [--warmup W] [--check-loss TOL]
 #          [--compute-floor on|off] [--budget off|on|both] [--budget-bytes B]
+#          [--run-limit S]
 #   --size smallest   seconds-long sizes (CI); full: the sizes in README.md
 #   --warmup W        windows left out of the timing at the start of each run (1)
 #   --check-loss TOL  exit 1 when the losses after N windows differ by more
@@ -27,6 +28,9 @@
 #                     *-v100.yaml files run; both: each model twice, its rows
 #                     named MODEL and MODEL+budget. The micro-batch is the
 #                     race's on both sides either way.
+#   --run-limit S     a run (one side, one repeat) still going after S seconds
+#                     is stopped and the race fails naming it, with the PyTorch
+#                     side's Python stacks in its log (0, the default: no limit)
 # Environment: PYTHON (a python3 with torch, h5py and numpy, and the peer's
 # framework for its model: timm for seresnext50_32x4d and fsct's ResNet-50,
 # MONAI for swin_unetr, open_clip for clip; default: the first of python3, /usr/bin/python3 that
@@ -38,9 +42,9 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-usage="usage: $0 [--device cpu|cuda] [--models mlp,cnn,unet3d,seresnext50_32x4d,swin_unetr,clip,fsct] [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2] [--size full|smallest|gpu] [--warmup W] [--check-loss TOL] [--compute-floor on|off] [--budget off|on|both] [--budget-bytes B]"
+usage="usage: $0 [--device cpu|cuda] [--models mlp,cnn,unet3d,seresnext50_32x4d,swin_unetr,clip,fsct] [--windows N] [--repeats R] --out DIR [--memtrain PATH] [--np 2] [--size full|smallest|gpu] [--warmup W] [--check-loss TOL] [--compute-floor on|off] [--budget off|on|both] [--budget-bytes B] [--run-limit S]"
 device=cpu models=mlp,cnn,unet3d windows=10 repeats=3 out="" memtrain="$root/build/memtrain"
-np=2 size=full warmup=1 check="" floor=on budget=off budget_bytes=""
+np=2 size=full warmup=1 check="" floor=on budget=off budget_bytes="" limit=0
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
   case "$1" in
@@ -57,6 +61,7 @@ while [ $# -gt 0 ]; do
     --compute-floor) floor=$2 ;;
     --budget) budget=$2 ;;
     --budget-bytes) budget_bytes=$2 ;;
+    --run-limit) limit=$2 ;;
     *) echo "$0: unknown option '$1'" >&2; echo "$usage" >&2; exit 2 ;;
   esac
   shift 2
@@ -67,9 +72,9 @@ case "$floor" in on | off) ;; *) echo "$0: --compute-floor must be on or off, go
 case "$size" in full | smallest | gpu) ;; *) echo "$0: --size must be full, smallest or gpu, got '$size'" >&2; exit 2 ;; esac
 case "$budget" in off) budgets=(off) ;; on) budgets=(on) ;; both) budgets=(off on) ;;
   *) echo "$0: --budget must be off, on or both, got '$budget'" >&2; exit 2 ;; esac
-for v in windows repeats np warmup; do
-  [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 -o "$v" = warmup ] ||
-    { echo "$0: --$v must be a positive integer, got '${!v}'" >&2; exit 2; }
+for v in windows repeats np warmup limit; do
+  [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 -o "$v" = warmup -o "$v" = limit ] ||
+    { echo "$0: --${v/limit/run-limit} must be a positive integer, got '${!v}'" >&2; exit 2; }
 done
 [ "$warmup" -lt "$windows" ] ||
   { echo "$0: --warmup $warmup leaves no timed window of --windows $windows" >&2; exit 2; }
@@ -204,8 +209,25 @@ set_model() {  # MODEL
   fi
 }
 
-free_port() {
-  "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+# Runs one side's command (its log: LOG) within --run-limit; on failure the
+# log's tail and what failed.
+run_side() {  # WHAT LOG COMMAND...
+  local what=$1 log=$2 rc=0
+  shift 2
+  if [ "$limit" -gt 0 ]; then
+    timeout --kill-after=20 "$limit" "$@" >"$log" 2>&1 || rc=$?
+  else
+    "$@" >"$log" 2>&1 || rc=$?
+  fi
+  [ "$rc" != 0 ] || return 0
+  if [ "$limit" -gt 0 ] && { [ "$rc" = 124 ] || [ "$rc" = 137 ]; }; then
+    tail -150 "$log" >&2  # every rank's stacks
+    echo "$0: $what was still running after --run-limit $limit s and was stopped: a hang, or a machine much slower than this size expects ($log)" >&2
+  else
+    tail -40 "$log" >&2
+    echo "$0: $what failed, exit $rc ($log)" >&2
+  fi
+  exit 1
 }
 
 IFS=, read -r -a model_list <<<"$models"
@@ -247,7 +269,7 @@ for c in "${cases[@]}"; do
       --output.dir="$run/memtrain" --output.save_initial=true --output.progress=lines)
     log "${cmd[*]}"
     echo "[$c r$r/$repeats] memtrain" >&2
-    "${cmd[@]}" >"$run/memtrain.log" 2>&1 || { tail -20 "$run/memtrain.log" >&2; echo "$0: memtrain failed ($run/memtrain.log)" >&2; exit 1; }
+    run_side "memtrain ($c, repeat $r)" "$run/memtrain.log" "${cmd[@]}"
     # The run's checkpoints (the model and its optimizer state, twice) are
     # not compared: left, those of 10 FS-CT and 5 SE-ResNeXt50 runs took
     # 3.7 GB and filled a nearly full disk.
@@ -255,18 +277,21 @@ for c in "${cases[@]}"; do
     threads=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["ranks"][0]["threads"])' "$run/memtrain/environment.json")
     mkdir -p "$run/pytorch"
     # The same threads per rank: LibTorch's (--threads), and OpenMP's and
-    # OpenBLAS's pools, which read these at start-up.
-    cmd=(env MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" OMP_NUM_THREADS="$threads"
-      OPENBLAS_NUM_THREADS="$threads" "$mpiexec" -np "$np" -x MASTER_ADDR -x MASTER_PORT -x OMP_NUM_THREADS
-      -x OPENBLAS_NUM_THREADS "$py" "$here/pytorch_ddp.py"
+    # OpenBLAS's pools, which read these at start-up. The ranks meet through
+    # a file (a port picked here could be taken by the time they bind it).
+    cmd=(env OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads"
+      "$mpiexec" -np "$np" -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS "$py" "$here/pytorch_ddp.py"
+      --rendezvous "$run/pytorch/rendezvous"
       "${py_args[@]}" --data "$h5" --init "$run/memtrain/initial.safetensors"
       --data-seed 0 --micro $micro --accum $accum --windows $windows --optimizer $opt
       --lr $lr --momentum $momentum --weight-decay $wd --grad-clip $clip --threads "$threads" --device $device
       --out "$run/pytorch/result.json" --save "$run/pytorch/model.safetensors")
     [ "$floor" = off ] || cmd+=(--compute-floor)
+    # Its stacks in its log before the limit stops it.
+    [ "$limit" = 0 ] || cmd+=(--stacks-after $((limit > 30 ? limit - 10 : limit * 2 / 3)))
     log "${cmd[*]}"
     echo "[$c r$r/$repeats] pytorch (DDP, $threads thread(s) per rank)" >&2
-    "${cmd[@]}" >"$run/pytorch.log" 2>&1 || { tail -20 "$run/pytorch.log" >&2; echo "$0: the PyTorch run failed ($run/pytorch.log)" >&2; exit 1; }
+    run_side "the PyTorch run ($c, repeat $r)" "$run/pytorch.log" "${cmd[@]}"
   done
 done
 
