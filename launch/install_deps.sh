@@ -38,6 +38,8 @@ packages=(
   python3-nibabel python3-scipy              # e2e predict: nibabel reads the NIfTI
                                              # outputs, scipy's EDT checks HD95
   python3-venv                               # install_peers.sh's venv (tensorboard)
+  iproute2                                   # ip, tc: the emulated nodes of the
+                                             # multi-node tests (tests/multinode)
 )
 missing=()
 for p in "${packages[@]}"; do

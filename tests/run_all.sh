@@ -8,14 +8,36 @@
 # configuration (V100): torch 2.10.0 for CUDA 12.8 (install_torch.sh
 # --cuda 12), the executable built into build-cuda12 and checked.
 # MEMTRAIN_CUDA_TESTS=0 skips both CUDA parts, MEMTRAIN_CUDA12=0 the second.
+# It ends with a table of every test that skipped, in whole or in part, and
+# why (tests/tools/skips.py); a skip for want of something this command
+# installs fails it: only what the machine cannot give (a GPU, root,
+# namespaces) or the configuration leaves out may skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+junits=()  # LABEL=FILE: each ctest run's JUnit file, every test's output whole
+ctest_junit() {  # LABEL DIR CTEST_ARGS...: ctest in DIR, its JUnit file kept
+  local label=$1 dir=$2
+  shift 2
+  rm -f "$dir/junit.xml"
+  junits+=("$label=$PWD/$dir/junit.xml")
+  (cd "$dir" && ctest --output-junit "$PWD/junit.xml" --test-output-size-passed 100000000 \
+    --test-output-size-failed 100000000 "$@")
+}
+skip_table() {
+  local rc=$? have=() j
+  for j in "${junits[@]}"; do [ ! -f "${j#*=}" ] || have+=("$j"); done
+  if [ ${#have[@]} -gt 0 ]; then
+    python3 tests/tools/skips.py "${have[@]}" || { [ "$rc" != 0 ] || rc=1; }
+  fi
+  exit "$rc"
+}
+trap skip_table EXIT
 bash launch/install_deps.sh
 # Independent readers the tests check outputs with (tensorboard, from PyPI).
 bash launch/install_peers.sh
 bash launch/build.sh
 source launch/env.sh
-(cd build && ctest --output-on-failure)
+ctest_junit cpu build --output-on-failure
 echo "run_all.sh: CPU configuration: ${SECONDS} s (dependencies, build, tests)"
 
 if [ "${MEMTRAIN_CUDA_TESTS:-1}" = 0 ]; then
@@ -62,7 +84,7 @@ bench=$((SECONDS - start - wheel - build))
 # configuration's, tested there at 1, 2 and 4 ranks (the whole suite at 1
 # and 4 here took 265 and 274 s of the command's time). The end-to-end scripts run in
 # the CPU configuration only, to keep the whole command within its time.
-(cd build-cuda && ctest --output-on-failure -L cuda -LE e2e -E '^cuda_mpi_np[14]$')
+ctest_junit cuda build-cuda --output-on-failure -L cuda -LE e2e -E '^cuda_mpi_np[14]$'
 echo "run_all.sh: CUDA configuration: wheel ${wheel} s, build ${build} s, benchmarks ${bench} s, tests $((SECONDS - start - wheel - build - bench)) s"
 
 if [ "${MEMTRAIN_CUDA12:-1}" = 0 ]; then

@@ -25,7 +25,7 @@ TPY=""  # torch, h5py, numpy: the reference and a file make-data does not write
 for c in "$PY" /usr/bin/python3; do
   if "$c" -c 'import torch, h5py, numpy' >/dev/null 2>&1; then TPY=$c; break; fi
 done
-[ -n "$TPY" ] || echo "skipped below: the PyTorch reference and the one-class file (no Python with torch, h5py and numpy)"
+[ -n "$TPY" ] || echo "SKIP: the PyTorch reference and the one-class file below (no Python with torch, h5py and numpy)"
 
 expect_fail() {  # NAME NP MESSAGE COMMAND-ARGS...: exit 2 and the message
   local name=$1 np=$2 pattern=$3

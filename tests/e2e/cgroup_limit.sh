@@ -75,7 +75,7 @@ make_group() {
 }
 
 if ! make_group; then
-  echo "SKIP: $WHY"
+  echo "SKIP (machine): $WHY"
   exit 77
 fi
 if [ "$(awk '/SwapTotal/ {print $2}' /proc/meminfo)" != 0 ] &&

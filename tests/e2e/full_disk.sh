@@ -23,7 +23,7 @@ PYN=/usr/bin/python3  # Debian's: nibabel, PIL, h5py, numpy
 
 mkdir -p disk
 if ! why=$(unshare -m sh -c 'mount -t tmpfs -o size=64k tmpfs disk' 2>&1); then
-  echo "SKIP: no private mount namespace with a tmpfs here (unshare -m;" \
+  echo "SKIP (machine): no private mount namespace with a tmpfs here (unshare -m;" \
     "mount -t tmpfs): ${why:-not permitted}"
   cd / && rm -rf "$WORK"
   exit 77

@@ -255,7 +255,7 @@ fi
 ctest_s=$((SECONDS - t0))
 took "unit and MPI tests" "$ctest_s"
 ctest_sum=$(grep -E 'tests passed|tests failed|No tests were found|not run' "$out/ctest.log" | tail -1 || true)
-{ grep -ho 'Skipping [0-9]* GPU-only tests* (\*_CUDA): [^"]*' "$out/tests-output.log" 2>/dev/null |
+{ grep -ho 'SKIP ([a-z]*): [0-9]* GPU-only tests* (\*_CUDA): [^"]*' "$out/tests-output.log" 2>/dev/null |
     sort | uniq -c || true; } | detail "tests: the mains' lines about skipped *_CUDA tests (count of test runs)"
 { grep -E '^ *[0-9]+/[0-9]+ Test|FAILED' "$out/ctest.log" || true; } | detail "tests ($ctest_sum, ${ctest_s} s, args: ${ctest_args:-none})"
 
@@ -447,7 +447,7 @@ point_h() {
   [ "$gpu" = 0 ] || backend=nccl
   bash "$src/tests/multinode/cluster.sh" up "$C" 2 >h_up.log 2>&1 || rc=$?
   if [ $rc = 77 ]; then
-    row h "NOT RUN" "no namespaces here: $(grep -o 'SKIP: .*' h_up.log | cut -c7-)"
+    row h "NOT RUN" "no namespaces here: $(sed -n 's/^SKIP[^:]*: //p' h_up.log)"
     return 0
   fi
   [ $rc = 0 ] || { bash "$src/tests/multinode/cluster.sh" down "$C"; row h FAIL "cluster.sh up: exit $rc: $(tail -1 h_up.log)"; return 0; }

@@ -296,7 +296,7 @@ TEST(ResolveBackend, NcclWithACpuDeviceIsRefused) {
 
 TEST(ResolveBackend, NcclOnACpuBuildIsRefusedNamingTheBuild) {
   if (MEMTRAIN_CUDA)
-    GTEST_SKIP() << "a CUDA build has NCCL";
+    GTEST_SKIP() << "(build) a CUDA build has NCCL";
   CommunicatorSpec spec;
   spec.backend = BackendChoice::kNccl;
   spec.cuda_device = true;

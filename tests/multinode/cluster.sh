@@ -34,10 +34,11 @@
 #        cluster.sh check DIR      exit 1 naming what of DIR's cluster is
 #                                  still there (namespaces, bridge, mounts,
 #                                  processes)
-# Exit 77 with one line (SKIP: ...) where namespaces cannot be made here:
-# not root, a program missing (ip, unshare, nsenter, setsid, taskset,
-# mount, hostname), or the kernel refuses (network namespaces, a bridge, a
-# veth pair).
+# Exit 77 with one line where namespaces cannot be made here: "SKIP
+# (machine): ..." where the machine cannot give them (not root, the kernel
+# refuses network namespaces, a bridge or a veth pair), "SKIP: ..." where a
+# program is missing (ip, unshare, nsenter, setsid, taskset, mount,
+# hostname), which launch/install_deps.sh installs (tests/tools/skips.py).
 # Each node gets its share of this machine's cores: node K of N the CPUs
 # [K*C/N, (K+1)*C/N) when N <= C cores, else CPU (K-1) mod C.
 set -euo pipefail
@@ -72,8 +73,8 @@ if [ -z "$subnet" ]; then
 fi
 gateway=$subnet.254
 
-skip() {
-  echo "SKIP: $*"
+skip() {  # KIND WHY: machine (what this machine cannot give) or other
+  if [ "$1" = machine ]; then echo "SKIP (machine): $2"; else echo "SKIP: $2"; fi
   exit 77
 }
 
@@ -227,18 +228,18 @@ esac
 # up
 n=${3:-}
 [[ "$n" =~ ^[1-8]$ ]] || { echo "cluster.sh: N must be 1 to 8 nodes, not '$n'" >&2; exit 2; }
-[ "$(id -u)" = 0 ] || skip "network namespaces need root (this is uid $(id -u))"
+[ "$(id -u)" = 0 ] || skip machine "network namespaces need root (this is uid $(id -u))"
 for t in ip unshare nsenter setsid taskset mount hostname; do
-  command -v "$t" >/dev/null || skip "no '$t' on this machine (Debian: iproute2, util-linux, mount, hostname)"
+  command -v "$t" >/dev/null || skip other "no '$t' on this machine (Debian: iproute2, util-linux, mount, hostname)"
 done
 down  # what a killed earlier run left
 trap 'rc=$?; [ $rc = 0 ] || [ $rc = 77 ] || down; exit $rc' EXIT
 # What the kernel must offer, tried in a namespace of its own first (it
 # takes its links with it when it goes).
-err=$(ip netns add "${tag}probe" 2>&1) || skip "the kernel refuses network namespaces (ip netns add: $err)"
+err=$(ip netns add "${tag}probe" 2>&1) || skip machine "the kernel refuses network namespaces (ip netns add: $err)"
 for what in "bridge:type bridge" "veth pair:type veth peer name ${tag}pp"; do
   err=$(ip -n "${tag}probe" link add "${tag}pl" ${what#*:} 2>&1) ||
-    { ip netns del "${tag}probe"; skip "the kernel makes no ${what%%:*} (ip link add ... ${what#*:}: $err)"; }
+    { ip netns del "${tag}probe"; skip machine "the kernel makes no ${what%%:*} (ip link add ... ${what#*:}: $err)"; }
   ip -n "${tag}probe" link del "${tag}pl"
 done
 ip netns del "${tag}probe"

@@ -54,7 +54,7 @@ if [ "$cmd" = stop ]; then
   exit 0
 fi
 [ "$cmd" = start ] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
-[ "$(id -u)" = 0 ] || { echo "SKIP: a test SLURM needs root (its daemons run as root here)"; exit 77; }
+[ "$(id -u)" = 0 ] || { echo "SKIP (machine): a test SLURM needs root (its daemons run as root here)"; exit 77; }
 
 need=()
 for p in slurmctld slurmd slurm-client munge; do

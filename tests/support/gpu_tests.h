@@ -17,11 +17,15 @@ namespace memtrain::test {
 inline void filter_gpu_tests(bool report) {
   if (GTEST_FLAG_GET(list_tests))
     return;
+  // The kind of skip, as tests/tools/skips.py reads it.
   const char* why = nullptr;
-  if (!MEMTRAIN_CUDA)
+  const char* kind = "build";
+  if (!MEMTRAIN_CUDA) {
     why = "this is a CPU build (MEMTRAIN_CUDA=OFF)";
-  else if (!torch::cuda::is_available())
+  } else if (!torch::cuda::is_available()) {
     why = "no usable GPU (torch::cuda::is_available() is false)";
+    kind = "machine";
+  }
   if (why == nullptr)
     return;
   auto cuda_name = [](const char* name) {
@@ -39,9 +43,10 @@ inline void filter_gpu_tests(bool report) {
   filter += filter.find('-') == std::string::npos ? "-" : ":";
   filter += "*_CUDA:*_CUDA.*";
   GTEST_FLAG_SET(filter, filter);
-  if (report)
+  if (report && n > 0)
     std::printf(
-        "Skipping %d GPU-only test%s (*_CUDA): %s\n",
+        "SKIP (%s): %d GPU-only test%s (*_CUDA): %s\n",
+        kind,
         n,
         n == 1 ? "" : "s",
         why);

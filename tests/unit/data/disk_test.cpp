@@ -330,7 +330,8 @@ TEST(FullDisk, PredictOutputIsReadBackBeforeItIsPublished) {
   ::waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   if (WEXITSTATUS(status) == 77)
-    GTEST_SKIP() << "no mount namespace with a tmpfs here (needs root)";
+    GTEST_SKIP()
+        << "(machine) no mount namespace with a tmpfs here (needs root)";
   std::ifstream in(said);
   std::string what, left;
   std::getline(in, what);

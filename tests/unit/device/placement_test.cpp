@@ -57,7 +57,7 @@ TEST(Placement, AutoSaysWhyACudaBuildFallsBackToTheCpu) {
 
 TEST(Placement, CudaIsRefusedByNameWhereThereIsNone) {
   if (MEMTRAIN_CUDA && torch::cuda::device_count() > 0)
-    GTEST_SKIP() << "this machine has a GPU";
+    GTEST_SKIP() << "(machine) this machine has a GPU";
   const std::string msg = error_of([] {
     Placement::choose(DeviceChoice::kCuda, 0, "expandable_segments:True");
   });
