@@ -30,7 +30,7 @@ class CudaClock final : public DeviceClock {
     marks_.back()->record(c10::cuda::getCurrentCUDAStream(device_));
   }
   std::vector<double> finish() override {
-    count_host_sync();
+    const HostSync sync;
     marks_.back()->synchronize();
     std::vector<double> out;
     for (const auto& m : marks_)

@@ -44,7 +44,7 @@ class HostClock final : public DeviceClock {
     marks_.push_back(std::chrono::steady_clock::now());
   }
   std::vector<double> finish() override {
-    count_host_sync();
+    const HostSync sync;
     std::vector<double> out;
     for (const auto& m : marks_)
       out.push_back(std::chrono::duration<double>(m - marks_.front()).count());
@@ -154,7 +154,7 @@ std::unique_ptr<DeviceClock> Placement::start_clock() const {
 }
 
 at::Tensor Placement::to_host(const at::Tensor& t) const {
-  count_host_sync();
+  const HostSync sync;
   memory::HostScope host;
   return t.to(c10::Device(c10::kCPU), /*non_blocking=*/false, /*copy=*/true);
 }

@@ -141,9 +141,13 @@ TEST(TrainerSemantics, OneAllReducePerWindowWhateverTheAccumulation) {
 }
 
 // Note [One host read per window]: the totals' read and the window's end,
-// whatever the accumulation steps, with clipping or without; the window's
-// phases add up to no more than its time.
+// whatever the accumulation steps, with clipping or without, counted by
+// the code and seen by the dispatcher (Note [Host reads seen by the
+// dispatcher]); the window's phases add up to no more than its time.
 TEST(TrainerSemantics, TwoHostSyncsPerWindowWhateverTheAccumulation) {
+  const char* was = std::getenv("MEMTRAIN_WATCH_HOST_READS");
+  const std::string saved = was == nullptr ? "" : was;
+  ::setenv("MEMTRAIN_WATCH_HOST_READS", "1", 1);
   SharedDir dir("syncs");
   make_features(dir, "train.h5", 256);
   for (int64_t k : {1, 2, 4}) {
@@ -160,6 +164,8 @@ TEST(TrainerSemantics, TwoHostSyncsPerWindowWhateverTheAccumulation) {
         EXPECT_EQ(win.micro_steps, k);
         EXPECT_EQ(win.host_syncs, 2)
             << "accumulation " << k << ", clip " << clip;
+        EXPECT_EQ(win.host_syncs_seen, 2)
+            << "accumulation " << k << ", clip " << clip;
         EXPECT_GT(win.compute_s, 0.0);
         EXPECT_GE(win.comm_exposed_s, 0.0);
         EXPECT_GT(win.optimizer_s, 0.0);
@@ -168,6 +174,10 @@ TEST(TrainerSemantics, TwoHostSyncsPerWindowWhateverTheAccumulation) {
       }
     }
   }
+  if (was == nullptr)
+    ::unsetenv("MEMTRAIN_WATCH_HOST_READS");
+  else
+    ::setenv("MEMTRAIN_WATCH_HOST_READS", saved.c_str(), 1);
 }
 
 // model.channels_last: auto is off on a CPU, so the run is the run without

@@ -48,6 +48,10 @@ def main():
         # Note [One host read per window]: the totals' read and the
         # window's end, whatever the accumulation steps.
         assert w["host_syncs"] == 2, f"host_syncs {w['host_syncs']}: {w}"
+        # The same, as the dispatcher saw them (Note [Host reads seen by
+        # the dispatcher]), wherever the run was watched.
+        if os.environ.get("MEMTRAIN_WATCH_HOST_READS", "0") != "0":
+            assert w.get("host_syncs_seen") == 2, f"host_syncs_seen {w.get('host_syncs_seen')}: {w}"
     assert len(epoch_rows) == epochs, f"{len(epoch_rows)} epoch records"
     for e in epoch_rows:
         assert "val_loss" in e and "val_accuracy" in e, e

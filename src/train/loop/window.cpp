@@ -380,6 +380,9 @@ WindowResult run_window(
     const WindowPlan& wp,
     const WindowPlan* next) {
   const auto start = Clock::now();
+  // Note [Host reads seen by the dispatcher] (host_sync.cpp).
+  const HostReadWatching watching = host_read_watching();
+  const HostReadWatch watch(watching != HostReadWatching::kOff);
   const std::unique_ptr<DeviceClock> clock = run.placement.start_clock();
   const int64_t syncs_before = host_syncs();
   const CommStats before = run.comm.stats();
@@ -402,6 +405,23 @@ WindowResult run_window(
   r.comm_exposed_s = at[2] - at[1];
   r.optimizer_s = at[3] - at[2];
   r.host_syncs = host_syncs() - syncs_before;
+  if (watch.on()) {
+    r.host_syncs_seen = watch.seen();
+    if (!watch.bare().empty()) {
+      const std::string what = "window " + std::to_string(wp.window) +
+                               " of epoch " + std::to_string(wp.epoch) +
+                               " read the device from the host outside "
+                               "read_to_host(): " +
+                               watch.bare();
+      MT_CHECK(
+          watching != HostReadWatching::kStrict,
+          what,
+          " (MEMTRAIN_WATCH_HOST_READS=strict). Each is a host sync on a "
+          "GPU: keep the value on the device and read it with the window's "
+          "totals (Note [One host read per window])");
+      log_event("host reads: " + what, /*echo=*/true);
+    }
+  }
 
   if (run.cfg.memory.test_leak_kib_per_window > 0) {
     counters.test_leak.push_back(torch::empty(

@@ -144,6 +144,8 @@ nlohmann::json window_record(
       {"cache_release_s", s.cache_release_seconds}};
   for (const auto& [phase, bytes] : r.phase_peaks)
     j["mem_peak_" + phase] = bytes;
+  if (r.host_syncs_seen >= 0)  // MEMTRAIN_WATCH_HOST_READS
+    j["host_syncs_seen"] = r.host_syncs_seen;
   if (r.feature_cache_hits >= 0) {
     j["feature_cache_hits"] = r.feature_cache_hits;
     j["feature_cache_misses"] = r.feature_cache_misses;

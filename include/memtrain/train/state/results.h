@@ -76,6 +76,9 @@ struct WindowResult {
   // Device-to-host reads and waits of the window (Note [One host read per
   // window]): 2, whatever the accumulation steps.
   int64_t host_syncs = 0;
+  // The same as the dispatcher saw them on the window's thread (Note [Host
+  // reads seen by the dispatcher]); -1: not watched.
+  int64_t host_syncs_seen = -1;
   // Gradient buckets whose all-reduce started during backward (overlap).
   int64_t buckets_early = 0;
   // Device bytes allocated at the start of each micro-step (the last try).

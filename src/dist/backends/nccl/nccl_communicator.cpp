@@ -284,8 +284,8 @@ struct NcclCommunicator::Impl {
     void wait() override {
       if (waited_)
         return;
-      waited_ = true;     // if it throws, the destructor does not try again
-      count_host_sync();  // the host waits for the device
+      waited_ = true;       // if it throws, the destructor does not try again
+      const HostSync sync;  // the host waits for the device
       const c10::cuda::CUDAGuard guard(m_.device);
       // Later work on the caller's stream runs after the collective, with
       // no host sync; the host then polls for the timeout and for NCCL's
