@@ -25,8 +25,10 @@ VAL.h5 MONAI's sliding_window_inference (roi ROI, overlap OVERLAP, mode
 BLEND, sigma_scale 0.125, zero padding, the predictor returning softmax
 probabilities: memtrain blends probabilities) and MONAI's DiceMetric
 (include_background=False, ignore_empty=True, reduction "none" and "mean")
-on the argmax; the loss is memtrain's (cross-entropy + 1 - soft Dice of the
-blended probabilities, race_models.dice_ce_loss_sum on their clamped log).
+on the argmax; the loss is MONAI's DiceCELoss (to_onehot_y, softmax, its
+defaults: include_background, smooth 1e-5 above and below) of the blended
+probabilities' clamped log, whose softmax is the probabilities again: the
+cross-entropy + 1 - soft Dice of the probabilities, as memtrain's.
 MEMTRAIN.json is memtrain's eval (or validation) record of the same
 weights and settings. Every case's Dice per class must equal MONAI's within
 1e-6 (a NaN where MONAI's is NaN), except where near-ties between classes
@@ -47,9 +49,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "vs_pytorch"))
 from race_data import load_safetensors  # noqa: E402
-from race_models import UNet3d, dice_ce_loss_sum  # noqa: E402
+from race_models import UNet3d  # noqa: E402
 
 from monai.inferers import sliding_window_inference  # noqa: E402
+from monai.losses import DiceCELoss  # noqa: E402
 from monai.metrics import DiceMetric  # noqa: E402
 
 
@@ -97,7 +100,6 @@ def finetune(train, weights, spec, out, patch, steps=20):
     PyTorch with MONAI's DiceCELoss (softmax, one-hot labels) and Adam, on
     random patches of PATCH ("d,h,w") of TRAIN: a network whose weights come
     from MONAI's training, not memtrain's."""
-    from monai.losses import DiceCELoss
 
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
@@ -155,6 +157,7 @@ def check(val, weights, spec, roi, overlap, blend, record):
     def predictor(x):
         return torch.softmax(net(x), 1)
 
+    dice_ce = DiceCELoss(to_onehot_y=True, softmax=True)
     none = DiceMetric(include_background=False, reduction="none", ignore_empty=True)
     mean = DiceMetric(include_background=False, reduction="mean", ignore_empty=True)
     got = {c["case"]: c for c in rec["val_cases"]}
@@ -166,7 +169,7 @@ def check(val, weights, spec, roi, overlap, blend, record):
                 sigma_scale=0.125, padding_mode="constant", cval=0.0)
             probs = probs.as_tensor() if hasattr(probs, "as_tensor") else probs
             target = torch.from_numpy(y)[None]
-            loss_sum += float(dice_ce_loss_sum(probs.clamp_min(1e-8).log(), target))
+            loss_sum += float(dice_ce(probs.clamp_min(1e-8).log(), target[:, None]))
             pred = probs.argmax(1)
             p1h = torch.nn.functional.one_hot(pred, k).permute(0, 4, 1, 2, 3).float()
             y1h = torch.nn.functional.one_hot(target, k).permute(0, 4, 1, 2, 3).float()
