@@ -1,13 +1,12 @@
 // Blocked attention (Note [Blocked attention]) and kept_attention: against
-// an independent float64 softmax attention written here, forward and the
-// gradients of q, k, v and the bias, in one block and in many; what it
+// an independent float64 softmax attention (reference_attention.h), forward and
+// the gradients of q, k, v and the bias, in one block and in many; what it
 // keeps for backward; and a selective checkpoint's handing back of its
 // output.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "memtrain/memory/device_memory.h"
 #include "memtrain/model/blocks/blocked_attention.h"
 #include "memtrain/model/blocks/checkpointed.h"
+#include "reference_attention.h"
 
 namespace memtrain {
 namespace {
@@ -26,26 +26,7 @@ double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
       .item<double>();
 }
 
-// softmax(q k^T * scale + bias) v in float64, with autograd's own
-// gradients: shares no code with memtrain's attention.
-torch::Tensor reference(
-    const torch::Tensor& q,
-    const torch::Tensor& k,
-    const torch::Tensor& v,
-    const torch::Tensor& bias,
-    double scale,
-    bool causal) {
-  torch::Tensor s = torch::matmul(q, k.transpose(-2, -1)) * scale;
-  if (bias.defined())
-    s = s + bias;
-  if (causal) {
-    const int64_t l = q.size(-2);
-    s = s.masked_fill(
-        torch::ones({l, l}, torch::kBool).triu(1),
-        -std::numeric_limits<double>::infinity());
-  }
-  return torch::matmul(torch::softmax(s, -1), v);
-}
+using test::reference_attention;
 
 struct Case {
   std::string name;
@@ -79,7 +60,8 @@ TEST(BlockedAttention, AgreesWithAFloat64SoftmaxInAnyBlocks) {
       ins64.push_back(b64);
     for (auto& t : ins64)
       t.requires_grad_(true);
-    const torch::Tensor want = reference(q64, k64, v64, b64, 0.3, c.causal);
+    const torch::Tensor want =
+        reference_attention(q64, k64, v64, b64, 0.3, c.causal);
     const torch::Tensor g64 = torch::randn_like(want);
     const auto want_grads = torch::autograd::grad({want}, ins64, {g64});
     const torch::Tensor q = q64.detach().to(torch::kFloat32),
@@ -119,7 +101,7 @@ TEST(BlockedAttention, AutogradOpGivesTheGradients) {
   const torch::Tensor q64 = q.detach().to(torch::kFloat64).requires_grad_(),
                       k64 = k.detach().to(torch::kFloat64).requires_grad_();
   const torch::Tensor want =
-      reference(q64, k64, v.to(torch::kFloat64), {}, 0.5, true);
+      reference_attention(q64, k64, v.to(torch::kFloat64), {}, 0.5, true);
   const auto want_grads =
       torch::autograd::grad({want}, {q64, k64}, {g.to(torch::kFloat64)});
   EXPECT_LE(max_diff(y, want), 1e-6);
