@@ -67,7 +67,17 @@ int64_t parse_memory_size(const std::string& text) {
       text,
       "' is not a positive size; write e.g. 512MiB, 14GiB, 1.5GiB or "
       "16GB (GB = 10^9 bytes)");
-  return static_cast<int64_t>(std::llround(value * scale));
+  // 2^63 bytes and more do not fit the int64_t every size is held in (a
+  // cast would wrap them negative); under a byte rounds to none.
+  const double bytes = std::round(value * scale);
+  MT_CHECK(
+      bytes >= 1 && bytes < 9223372036854775808.0,
+      "memory size '",
+      text,
+      "' is ",
+      bytes < 1 ? "less than one byte" : "2^63 bytes (8 EiB) or more",
+      "; write the size of a machine's memory, e.g. 14GiB");
+  return static_cast<int64_t>(bytes);
 }
 
 BudgetSpec::BudgetSpec(const std::string& text) : text_(text) {
@@ -80,7 +90,11 @@ BudgetSpec::BudgetSpec(const std::string& text) : text_(text) {
     }
   }
   if (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.') {
-    bytes_ = parse_memory_size(text);
+    try {
+      bytes_ = parse_memory_size(text);
+    } catch (const Error& e) {
+      throw Error("memory.budget = '" + text + "': " + e.what());
+    }
     return;
   }
   std::string names;

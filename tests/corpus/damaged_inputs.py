@@ -1049,6 +1049,10 @@ def config_cases():
              Refused(None, field, outputs=TRAIN_OUTPUTS))
     cli("config/cli-memory.budget-empty", "--memory.budget=", r"memory\.budget")
     cli("config/cli-training.lr-empty", "--training.lr=", r"training\.lr")
+    # Sizes of 2^63 bytes and more wrapped negative in an int64_t.
+    cli("config/cli-memory.host_budget-2^64", "--memory.host_budget=10000000000000000000",
+        r"memory\.host_budget.*2\^63")
+    cli("config/cli-memory.budget-2^64", "--memory.budget=18446744073709551616", r"memory\.budget.*2\^63")
 
     # --config on non-regular files: refused (named), never read forever.
     def fifo(d):

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "memtrain/config/memory_size.h"
 #include "memtrain/memory/allocator_conf.h"
 #include "memtrain/memory/block_pool.h"
 #include "memtrain/memory/budget.h"
@@ -40,6 +41,23 @@ TEST(Budget, ProfilesSizesAndErrors) {
   }
   EXPECT_THROW(resolve_budget("12 parsecs", 0), Error);
   EXPECT_THROW(resolve_budget("-5MiB", 0), Error);
+  // 2^63 bytes and more would wrap negative in an int64_t; under a byte
+  // would be none.
+  EXPECT_EQ(parse_memory_size("9223372036854774784"), 9223372036854774784);
+  for (const char* text :
+       {"9223372036854775808",
+        "10000000000000000000",
+        "8388608TiB",
+        "1e300",
+        "0.4"}) {
+    try {
+      parse_memory_size(text);
+      ADD_FAILURE() << text << " was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 class AccountingTest : public ::testing::Test {
