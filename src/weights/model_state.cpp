@@ -3,9 +3,11 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 
 #include "memtrain/dist/communicator.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/file_kind.h"
 #include "memtrain/weights/torch_file.h"
 #include "weights/names.h"
 
@@ -274,6 +276,15 @@ TorchWeights read_weights_file(
     int64_t* renamed) {
   TorchWeights file;
   try {
+    // Never opened unless a regular file: a FIFO would block the open.
+    const std::string why = not_a_regular_file(path);
+    MT_CHECK(
+        why.empty(),
+        "'",
+        path,
+        "' is ",
+        why,
+        "; name a weights file (.safetensors, or a torch.save .pt/.pth)");
     MT_CHECK(
         std::ifstream(path, std::ios::binary).good(),
         "cannot open '",
@@ -298,6 +309,33 @@ LoadReport load_weights_file(
     const std::vector<std::string>& rename) {
   int64_t renamed = 0;
   const TorchWeights file = read_weights_file(path, what, rename, &renamed);
+  // A NaN or inf in a weight the model takes makes every step non-finite;
+  // said here, it is not blamed on the data or the learning rate windows
+  // later. (A tensor the model does not take is not its business.)
+  std::set<std::string> takes;
+  for (const auto& p : model.named_parameters())
+    takes.insert(p.key());
+  for (const auto& b : model.named_buffers())
+    takes.insert(b.key());
+  for (const auto& [name, t] : file.tensors) {
+    if (!t.is_floating_point() || takes.count(name) == 0)
+      continue;
+    const int64_t bad = t.numel() - torch::isfinite(t).sum().item<int64_t>();
+    MT_CHECK(
+        bad == 0,
+        what,
+        ": '",
+        path,
+        "': '",
+        name,
+        "' holds ",
+        bad,
+        " non-finite value",
+        bad == 1 ? "" : "s",
+        " (NaN or inf) of ",
+        t.numel(),
+        ": the file is damaged, or was saved from a run that diverged");
+  }
   std::string head;
   for (const auto& c : model.named_children())
     head = c.key();  // the last registered module: the head

@@ -26,6 +26,7 @@ import errno
 import gzip
 import json
 import logging
+import math
 import os
 import re
 import resource
@@ -1049,6 +1050,34 @@ def config_cases():
              Refused(None, field, outputs=TRAIN_OUTPUTS))
     cli("config/cli-memory.budget-empty", "--memory.budget=", r"memory\.budget")
     cli("config/cli-training.lr-empty", "--training.lr=", r"training\.lr")
+    # model.pretrained that is not a weights file, or holds a NaN: refused at
+    # load, naming it (a FIFO never opened: it would block).
+    def pretrained(name, make, *fields):
+        def build(d):
+            make_features(d)
+            make(os.path.join(d, "w.safetensors"))
+        case(name, build, lambda ctx: TRAIN + ["--data.train=good.h5", "--model.pretrained=w.safetensors"],
+             Refused("w.safetensors", *fields, outputs=TRAIN_OUTPUTS))
+
+    def nan_weights(path):
+        # The model's own weights after one window, one value made NaN.
+        d = os.path.dirname(path)
+        r = subprocess.run([MEMTRAIN_PATH[0]] + TRAIN + ["--data.train=good.h5", "--output.dir=src",
+                                                         "--training.max_windows=1"],
+                           cwd=d, capture_output=True, text=True, timeout=120, preexec_fn=limit_memory)
+        if r.returncode != 0:
+            raise RuntimeError(f"nan weights: memtrain train exit {r.returncode}: {summary_of(r.stdout, r.stderr)}")
+        data = bytearray(open(os.path.join(d, "src", "model.safetensors"), "rb").read())
+        n = struct.unpack("<Q", data[:8])[0]
+        header = json.loads(data[8:8 + n])
+        name = "blocks.0.fc1.weight"
+        start = 8 + n + header[name]["data_offsets"][0]
+        data[start:start + 4] = struct.pack("<f", math.nan)
+        write(path, bytes(data))
+        shutil.rmtree(os.path.join(d, "src"))
+    pretrained("weights/pretrained-fifo", os.mkfifo, r"FIFO")
+    pretrained("weights/pretrained-directory", os.mkdir, r"directory")
+    pretrained("weights/pretrained-nan", nan_weights, r"blocks\.0\.fc1\.weight", r"non-finite")
     # Sizes of 2^63 bytes and more wrapped negative in an int64_t.
     cli("config/cli-memory.host_budget-2^64", "--memory.host_budget=10000000000000000000",
         r"memory\.host_budget.*2\^63")
