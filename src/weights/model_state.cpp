@@ -1,5 +1,7 @@
 #include "memtrain/weights/model_state.h"
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <map>
 #include <regex>
@@ -277,14 +279,15 @@ TorchWeights read_weights_file(
   TorchWeights file;
   try {
     // Never opened unless a regular file: a FIFO would block the open.
-    const std::string why = not_a_regular_file(path);
+    struct stat st {};
     MT_CHECK(
-        why.empty(),
+        ::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode),
         "'",
         path,
         "' is ",
-        why,
-        "; name a weights file (.safetensors, or a torch.save .pt/.pth)");
+        file_kind(st.st_mode),
+        ", not a regular file; name a weights file (.safetensors, or a "
+        "torch.save .pt/.pth)");
     MT_CHECK(
         std::ifstream(path, std::ios::binary).good(),
         "cannot open '",
