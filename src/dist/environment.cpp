@@ -229,33 +229,60 @@ std::string NodeLayout::name_ranks(const std::vector<int>& ranks) const {
 LocalRank local_rank_from_env(
     const std::function<const char*(const char*)>& getenv) {
   LocalRank out;
+  // The variables the rank and the size came from, for the check below
+  // (size_from "": no size given, the rank's own count is taken).
+  std::string rank_from, size_from;
+  const auto size_of = [&](const char* name) {
+    const char* s = getenv(name);
+    if (s == nullptr)
+      return false;
+    out.local_size = parse_int(name, s);
+    size_from = std::string(name) + "=" + s;
+    return true;
+  };
   if (const char* r = getenv("OMPI_COMM_WORLD_LOCAL_RANK")) {
     out.local_rank = parse_int("OMPI_COMM_WORLD_LOCAL_RANK", r);
-    const char* s = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    out.local_size = s ? parse_int("OMPI_COMM_WORLD_LOCAL_SIZE", s) : 1;
+    rank_from = std::string("OMPI_COMM_WORLD_LOCAL_RANK=") + r;
+    size_of("OMPI_COMM_WORLD_LOCAL_SIZE");
     out.source = "openmpi";
   } else if (const char* r = getenv("SLURM_LOCALID")) {
     out.local_rank = parse_int("SLURM_LOCALID", r);
+    rank_from = std::string("SLURM_LOCALID=") + r;
     // The step's layout by node first: --ntasks-per-node=3 over 4 tasks
     // on 2 nodes places 3,1, and SLURM_NTASKS_PER_NODE=3 says only the
     // most a node holds.
-    const char* layout = getenv("SLURM_STEP_TASKS_PER_NODE");
-    if (!layout)
-      layout = getenv("SLURM_TASKS_PER_NODE");
+    const char* name = "SLURM_STEP_TASKS_PER_NODE";
+    const char* layout = getenv(name);
+    if (!layout) {
+      name = "SLURM_TASKS_PER_NODE";
+      layout = getenv(name);
+    }
     if (layout) {
       const char* id = getenv("SLURM_NODEID");
-      out.local_size =
-          slurm_tasks_on_node(layout, id ? parse_int("SLURM_NODEID", id) : 0);
-    } else if (const char* s = getenv("SLURM_NTASKS_PER_NODE")) {
-      out.local_size = parse_int("SLURM_NTASKS_PER_NODE", s);
+      const int node = id ? parse_int("SLURM_NODEID", id) : 0;
+      out.local_size = slurm_tasks_on_node(layout, node);
+      size_from = detail::concat(
+          name, "=", layout, " (", out.local_size, " on node ", node, ")");
+    } else {
+      size_of("SLURM_NTASKS_PER_NODE");
     }
     out.source = "slurm";
   } else if (const char* r = getenv("LOCAL_RANK")) {
     out.local_rank = parse_int("LOCAL_RANK", r);
-    const char* s = getenv("LOCAL_WORLD_SIZE");
-    out.local_size = s ? parse_int("LOCAL_WORLD_SIZE", s) : 1;
+    rank_from = std::string("LOCAL_RANK=") + r;
+    size_of("LOCAL_WORLD_SIZE");
     out.source = "torchrun";
   }
+  // A rank at or beyond its node's count would share a device with
+  // another rank on a GPU node: the launcher's variables contradict each
+  // other (a wrapper that sets one of them?).
+  MT_CHECK(
+      size_from.empty() || out.local_rank < out.local_size,
+      rank_from,
+      " is not a node-local rank below ",
+      size_from,
+      ": the launcher's environment contradicts itself; launch with mpirun "
+      "or srun directly, or fix the wrapper that sets these variables");
   if (out.local_size < out.local_rank + 1)
     out.local_size = out.local_rank + 1;
   return out;

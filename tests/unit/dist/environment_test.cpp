@@ -49,6 +49,40 @@ TEST(LocalRank, OpenMpiSlurmTorchrunInThatOrder) {
   EXPECT_EQ(r.local_rank, 0);
 }
 
+// A local rank at or beyond the node's count the launcher gave: refused
+// naming both variables (on a GPU node two ranks would take one device);
+// without a count, the rank's own is taken.
+TEST(LocalRank, ARankBeyondItsNodesCountIsRefused) {
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>>
+      bad = {
+          {{{"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+            {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}},
+           "OMPI_COMM_WORLD_LOCAL_RANK=2 is not a node-local rank below "
+           "OMPI_COMM_WORLD_LOCAL_SIZE=2"},
+          {{{"SLURM_LOCALID", "3"},
+            {"SLURM_NODEID", "1"},
+            {"SLURM_TASKS_PER_NODE", "4,3"}},
+           "SLURM_LOCALID=3 is not a node-local rank below "
+           "SLURM_TASKS_PER_NODE=4,3 (3 on node 1)"},
+          {{{"SLURM_LOCALID", "8"}, {"SLURM_NTASKS_PER_NODE", "8"}},
+           "SLURM_LOCALID=8 is not a node-local rank below "
+           "SLURM_NTASKS_PER_NODE=8"},
+          {{{"LOCAL_RANK", "9"}, {"LOCAL_WORLD_SIZE", "4"}},
+           "LOCAL_RANK=9 is not a node-local rank below LOCAL_WORLD_SIZE=4"},
+      };
+  for (const auto& [vars, want] : bad) {
+    try {
+      from(vars);
+      ADD_FAILURE() << want << ": taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos)
+          << e.what();
+    }
+  }
+  const LocalRank r = from({{"LOCAL_RANK", "3"}});
+  EXPECT_EQ(r.local_size, 4);
+}
+
 TEST(LocalRank, SlurmTasksPerNodeIsReadForThisNode) {
   // Two nodes of two tasks: 2(x2); node 1 of "3,1" has one task.
   LocalRank r = from(
