@@ -121,11 +121,29 @@ NamedTensors load_safetensors(
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
   nlohmann::json header;
+  // A name given twice would keep its last entry silently (the safetensors
+  // library refuses it).
+  std::set<std::string> names;
+  std::string twice;
   try {
-    header = nlohmann::json::parse(text);
+    header = nlohmann::json::parse(
+        text,
+        [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& k) {
+          if (depth == 1 && event == nlohmann::json::parse_event_t::key &&
+              !names.insert(k.get<std::string>()).second && twice.empty())
+            twice = k.get<std::string>();
+          return true;
+        });
   } catch (const nlohmann::json::exception& e) {
     throw Error("safetensors: '" + path + "' header is not JSON: " + e.what());
   }
+  MT_CHECK(
+      twice.empty(),
+      "safetensors: '",
+      path,
+      "' names tensor '",
+      twice,
+      "' twice in its header; the file is damaged");
   const uint64_t data_start = 8 + n;
   const uint64_t data_size = file_size - data_start;
   struct Entry {
@@ -180,8 +198,49 @@ NamedTensors load_safetensors(
     entries.push_back(std::move(e));
   }
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin < b.begin;
+    return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
   });
+  // The tensors tile the data, in order, without overlap or hole (the
+  // safetensors format's rule): two tensors sharing bytes would load as
+  // each other's values.
+  uint64_t at = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    MT_CHECK(
+        e.begin >= at,
+        "safetensors: '",
+        path,
+        "' tensors '",
+        i > 0 ? entries[i - 1].name : std::string(),
+        "' and '",
+        e.name,
+        "' overlap (bytes ",
+        e.begin,
+        "-",
+        e.end,
+        " of the data start before ",
+        at,
+        "); the file is damaged");
+    MT_CHECK(
+        e.begin == at,
+        "safetensors: '",
+        path,
+        "' leaves bytes ",
+        at,
+        "-",
+        e.begin,
+        " of its data to no tensor (before '",
+        e.name,
+        "'); the file is damaged");
+    at = e.end;
+  }
+  MT_CHECK(
+      at == data_size,
+      "safetensors: '",
+      path,
+      "' holds ",
+      data_size - at,
+      " bytes after its last tensor's data; the file is damaged");
   NamedTensors out;
   for (const auto& e : entries) {
     at::Tensor t = torch::empty(e.shape, torch::TensorOptions(e.type));

@@ -1075,6 +1075,25 @@ def config_cases():
         data[start:start + 4] = struct.pack("<f", math.nan)
         write(path, bytes(data))
         shutil.rmtree(os.path.join(d, "src"))
+    def safetensors(header, data):
+        def make(path):
+            h = header.encode()
+            write(path, struct.pack("<Q", len(h)) + h + data)
+        return make
+    f32 = '{"dtype": "F32", "shape": [%d], "data_offsets": [%d, %d]}'
+    eight = struct.pack("<8f", *range(8))
+    # What the safetensors library refuses: a name twice (the last entry
+    # was kept), tensors sharing bytes (one loaded as the other's values),
+    # bytes of no tensor.
+    pretrained("weights/safetensors-name-twice",
+               safetensors('{"a": %s, "a": %s}' % (f32 % (4, 0, 16), f32 % (4, 16, 32)), eight),
+               r"'a' twice")
+    pretrained("weights/safetensors-overlap",
+               safetensors('{"a": %s, "b": %s}' % (f32 % (4, 0, 16), f32 % (4, 8, 24)), eight[:24]),
+               r"overlap")
+    pretrained("weights/safetensors-hole",
+               safetensors('{"a": %s, "b": %s}' % (f32 % (2, 0, 8), f32 % (4, 16, 32)), eight),
+               r"bytes 8-16")
     pretrained("weights/pretrained-fifo", os.mkfifo, r"FIFO")
     pretrained("weights/pretrained-directory", os.mkdir, r"directory")
     pretrained("weights/pretrained-nan", nan_weights, r"blocks\.0\.fc1\.weight", r"non-finite")
