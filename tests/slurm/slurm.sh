@@ -155,7 +155,12 @@ rc=0
 wait "$waiter" || rc=$?
 took=$((SECONDS - start))
 [ "$rc" != 0 ] && [ "$rc" != 124 ] || { cat killed-sbatch.txt; tail -20 "killed-$job.out"; fail "killed rank: sbatch --wait exit $rc (0: not noticed, 124: hung)"; }
-[ "$took" -lt 60 ] || fail "killed rank: the job took ${took} s to end"
+# The survivor names the dead peer within dist.timeout_s (5 s) and its
+# step ends; measured 6 to 8 s from the SIGKILL to the job's end (4
+# runs, 2026-12-01). The bound: the timeout and 15 s for the step's and
+# the job's teardown on a loaded machine (train.sbatch's own wait for a
+# step, MEMTRAIN_STEP_WAIT_S, is 60 s: a job that waited for it fails).
+[ "$took" -lt 20 ] || fail "killed rank: the job took ${took} s to end (dist.timeout_s 5 s + 15 s)"
 grep -qE "srun: error: .*task [01]: Killed" "killed-$job.out" ||
   { tail -20 "killed-$job.out"; fail "killed rank: srun named no killed task"; }
 echo "killed rank: job $job ended (sbatch exit $rc) ${took} s after SIGKILL: $(grep -m1 'srun: error' "killed-$job.out")"
