@@ -2,8 +2,9 @@
 # tests/tools/skips.py on a real ctest run's JUnit file: a throwaway
 # project whose tests skip in each way the suite's do (a script's line of
 # each kind, ctest's SKIP_RETURN_CODE with and without a line, a gtest
-# skip's message, the same skip from two MPI ranks, a long passing output
-# with its skip at the end), and one that does not skip.
+# skip's message, plain and coloured as gtest colours it under mpirun, the
+# same skip from two MPI ranks, a long passing output with its skip at the
+# end), and one that does not skip.
 # - the table names every skip once, with its kind and reason;
 # - exit 1 naming the skips of kind other and the unexplained one; exit 0
 #   when only machine and build skips are left.
@@ -41,14 +42,15 @@ write_project "$work/bad" \
   'silent:exit 77' \
   "gtest:$gtest_skip" \
   'ranks:echo "SKIP (build): 3 GPU-only tests (*_CUDA): a CPU build"; echo "SKIP (build): 3 GPU-only tests (*_CUDA): a CPU build"' \
+  "colour:printf '\\033[0;32m[ RUN      ] \\033[mNet.Nccl\\n/x/comm_test.cpp:299: Skipped\\nno nccl here\\n\\033[0;32m[  SKIPPED ] \\033[mNet.Nccl (0 ms)\\n'" \
   'late:seq 1 20000; echo "SKIP: the reference (no h5py)"' \
   'plain:echo all compared'
 rc=0
 python3 "$src/tests/tools/skips.py" cpu="$work/bad/b/junit.xml" >"$work/out" 2>"$work/err" || rc=$?
 cat "$work/out" "$work/err"
 [ "$rc" = 1 ] || fail "exit $rc with skips of kind other, want 1"
-grep -qx 'skips: 7 (allowed: machine, build; every other kind fails the test command)' "$work/out" ||
-  fail "the table's head does not count 7 skips"
+grep -qx 'skips: 8 (allowed: machine, build; every other kind fails the test command)' "$work/out" ||
+  fail "the table's head does not count 8 skips"
 want=(
   'cpu  machine  machine  no GPU'
   'cpu  other  other  no open_clip in the venv'
@@ -57,12 +59,13 @@ want=(
   'cpu  gtest (Tok.Ids)  other  no bpe file'
   'cpu  ranks  build  3 GPU-only tests (*_CUDA): a CPU build'
   'cpu  late  other  the reference (no h5py)'
+  'cpu  colour (Net.Nccl)  other  no nccl here'
 )
 squeezed=$(sed 's/   */  /g; s/^  //' "$work/out")
 for w in "${want[@]}"; do
   grep -qxF "$w" <<<"$squeezed" || fail "no row '$w'"
 done
-for w in 'other (cpu)' 'silent (cpu)' 'gtest (Tok.Ids) (cpu)' 'late (cpu)'; do
+for w in 'other (cpu)' 'silent (cpu)' 'gtest (Tok.Ids) (cpu)' 'late (cpu)' 'colour (Net.Nccl) (cpu)'; do
   grep -qF "$w" "$work/err" || fail "the failure does not name $w"
 done
 grep -qF 'machine (cpu)' "$work/err" && fail "the failure names an allowed skip"

@@ -31,13 +31,16 @@ SCRIPT = re.compile(r"^SKIP(?: \((\w+)\))?: (.*)$")
 GTEST_AT = re.compile(r": Skipped$")
 GTEST_END = re.compile(r"^\[  SKIPPED \] (\S+) \(\d+ ms\)$")
 KIND = re.compile(r"^\((\w+)\) (.*)$")
+# Colour codes (gtest colours its lines under mpirun), as written and as
+# ctest's JUnit file spells their escape character.
+COLOUR = re.compile(r"(?:\x1b|\[NON-XML-CHAR-0x1B\])\[[0-9;]*m")
 
 
 def skips_of(output):
     """(subtest, kind, reason) for each skip line in one test's output."""
     found, message = [], None
     for raw in output.splitlines():
-        line = raw.strip()
+        line = COLOUR.sub("", raw).strip()
         m = SCRIPT.match(line)
         if m:
             found.append(("", m.group(1) or "other", m.group(2)))
