@@ -140,8 +140,8 @@ std::string host_read(const at::RecordFunction& fn) {
     return v.isTensor() && v.toTensor().defined() ? v.toTensor().device().str()
                                                   : std::string("?");
   };
-  if (std::strcmp(name, "aten::_local_scalar_dense") ==
-      0)  // its device, if boxed
+  // Its device where the inputs are boxed.
+  if (std::strcmp(name, "aten::_local_scalar_dense") == 0)
     return fn.inputs().empty()
                ? std::string(name)
                : std::string(name) + "(" + device(fn.inputs()[0]) + ")";

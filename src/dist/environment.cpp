@@ -233,12 +233,10 @@ LocalRank local_rank_from_env(
   // (size_from "": no size given, the rank's own count is taken).
   std::string rank_from, size_from;
   const auto size_of = [&](const char* name) {
-    const char* s = getenv(name);
-    if (s == nullptr)
-      return false;
-    out.local_size = parse_int(name, s);
-    size_from = std::string(name) + "=" + s;
-    return true;
+    if (const char* s = getenv(name)) {
+      out.local_size = parse_int(name, s);
+      size_from = std::string(name) + "=" + s;
+    }
   };
   if (const char* r = getenv("OMPI_COMM_WORLD_LOCAL_RANK")) {
     out.local_rank = parse_int("OMPI_COMM_WORLD_LOCAL_RANK", r);

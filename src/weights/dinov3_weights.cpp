@@ -211,8 +211,13 @@ NamedTensors dinov3_state(
              : " - this looks like " + looks) +
         "; set model.variant to the file's size");
   }
-  // A non-finite tensor the backbone would take.
+  // A non-finite tensor whose cause can be named: a bias mask, a qkv bias
+  // made from timm's q_bias and v_bias. load_state refuses any other the
+  // backbone takes, naming it.
   for (const auto& [name, ignored] : mine) {
+    const bool made = timm && ends_with(name, ".qkv.bias");
+    if (!ends_with(name, ".bias_mask") && !made)
+      continue;
     const auto it = converted.find(name);
     if (it == converted.end() || !it->second.is_floating_point() ||
         torch::isfinite(it->second).all().item<bool>())
@@ -225,8 +230,7 @@ NamedTensors dinov3_state(
           "the released weights, or call model.init_weights() before "
           "torch.save");
     throw Error(
-        where + name + " is not finite (NaN or inf)" +
-        (timm && ends_with(name, ".qkv.bias") ? " (from q_bias, v_bias)" : ""));
+        where + name + " is not finite (NaN or inf) (from q_bias, v_bias)");
   }
   return out;
 }

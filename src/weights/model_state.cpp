@@ -5,7 +5,6 @@
 #include <fstream>
 #include <map>
 #include <regex>
-#include <set>
 
 #include "memtrain/dist/communicator.h"
 #include "memtrain/util/error.h"
@@ -205,6 +204,29 @@ LoadReport load_state(
                               : ""),
         prefix_hint));
   }
+  // A NaN or inf in a tensor the model takes makes every step non-finite;
+  // said here, it is not blamed on the data or the learning rate windows
+  // later. (A tensor the model does not take is not its business.)
+  for (const auto& [name, src] : to_copy) {
+    if (!src.is_floating_point())
+      continue;
+    const int64_t bad =
+        src.numel() - torch::isfinite(src).sum().item<int64_t>();
+    MT_CHECK(
+        bad == 0,
+        what,
+        ": '",
+        path,
+        "': '",
+        name,
+        "' holds ",
+        bad,
+        " non-finite value",
+        bad == 1 ? "" : "s",
+        " (NaN or inf) of ",
+        src.numel(),
+        ": the file is damaged, or was saved from a run that diverged");
+  }
   torch::NoGradGuard no_grad;
   std::map<std::string, at::Tensor> live;
   for (const auto& [name, t] : mine)
@@ -312,33 +334,6 @@ LoadReport load_weights_file(
     const std::vector<std::string>& rename) {
   int64_t renamed = 0;
   const TorchWeights file = read_weights_file(path, what, rename, &renamed);
-  // A NaN or inf in a weight the model takes makes every step non-finite;
-  // said here, it is not blamed on the data or the learning rate windows
-  // later. (A tensor the model does not take is not its business.)
-  std::set<std::string> takes;
-  for (const auto& p : model.named_parameters())
-    takes.insert(p.key());
-  for (const auto& b : model.named_buffers())
-    takes.insert(b.key());
-  for (const auto& [name, t] : file.tensors) {
-    if (!t.is_floating_point() || takes.count(name) == 0)
-      continue;
-    const int64_t bad = t.numel() - torch::isfinite(t).sum().item<int64_t>();
-    MT_CHECK(
-        bad == 0,
-        what,
-        ": '",
-        path,
-        "': '",
-        name,
-        "' holds ",
-        bad,
-        " non-finite value",
-        bad == 1 ? "" : "s",
-        " (NaN or inf) of ",
-        t.numel(),
-        ": the file is damaged, or was saved from a run that diverged");
-  }
   std::string head;
   for (const auto& c : model.named_children())
     head = c.key();  // the last registered module: the head

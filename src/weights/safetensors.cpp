@@ -197,6 +197,8 @@ NamedTensors load_safetensors(
         "(truncated file?)");
     entries.push_back(std::move(e));
   }
+  // By offset; an empty tensor before a full one at the same offset, so
+  // that both tile.
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
   });

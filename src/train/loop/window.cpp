@@ -407,12 +407,13 @@ WindowResult run_window(
   r.host_syncs = host_syncs() - syncs_before;
   if (watch.on()) {
     r.host_syncs_seen = watch.seen();
-    if (!watch.bare().empty()) {
+    const std::string bare = watch.bare();
+    if (!bare.empty()) {
       const std::string what = "window " + std::to_string(wp.window) +
                                " of epoch " + std::to_string(wp.epoch) +
                                " read the device from the host outside "
                                "read_to_host(): " +
-                               watch.bare();
+                               bare;
       MT_CHECK(
           watching != HostReadWatching::kStrict,
           what,
