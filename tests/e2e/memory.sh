@@ -110,6 +110,8 @@ for p in probes:
     assert (p["seconds_per_sample"] > 0) == p["fits"], p
     if p["fits"]:
         assert p["peak_bytes"] <= plan["usable_bytes"], (p, plan["usable_bytes"])
+# Nothing offloaded: no saving to say (Note [Offload that saves nothing]).
+assert plan["offload_saving_bytes"] is None and plan["offload_saving_micro_batch"] == 0, plan
 lines = open("auto.log").read().split("memory probes (micro-batch, tier: peak, host bytes, time per sample):\n")[1].splitlines()
 listed = [l.strip() for l in lines[:len(probes)]]
 for p, l in zip(probes, listed):

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,11 @@ struct MemoryPlan {
   // "faster" or "lean", the one the plan runs (Note [Planning the faster
   // form] in planning.cpp); empty: the model has one form.
   std::string form;
+  // Note [Offload that saves nothing]: every segment whole's peak less
+  // offload's, at the largest micro-batch where both were probed and fit
+  // (offload_saving_micro); unset where no such pair was probed.
+  std::optional<int64_t> offload_saving;
+  int64_t offload_saving_micro = 0;
   std::vector<ProbeRecord> probes;
   std::string note;  // how the choice was made, for the banner
 };

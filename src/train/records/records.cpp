@@ -328,6 +328,11 @@ nlohmann::json plan_json(const RunState& run, const RunCounters& counters) {
       {"host_pool_cap_bytes",
        run.host_pool ? run.host_pool->stats().budget : 0},
       {"predicted_host_bytes", plan.predicted_host_bytes},
+      // Note [Offload that saves nothing]: null where not probed.
+      {"offload_saving_bytes",
+       plan.offload_saving ? nlohmann::json(*plan.offload_saving)
+                           : nlohmann::json(nullptr)},
+      {"offload_saving_micro_batch", plan.offload_saving_micro},
       {"amp", to_string(run.cfg.training.amp)},
       {"predicted_peak_bytes", plan.predicted_peak},
       {"window_micro_batches", plan.window_micro_batches},

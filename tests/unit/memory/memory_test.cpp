@@ -514,11 +514,54 @@ TEST(Planner, OffloadOnlyWhenFasterPerSampleThanWholeAtItsMicroBatch) {
   EXPECT_EQ(dear.checkpointed_segments, 4);
   EXPECT_EQ(dear.memory_micro_batch, 32);  // the plan by memory offloads
   EXPECT_EQ(dear.memory_tier_index, 6);
+  // Both were probed and fit at 1, 2, 4, 8 and 16 (offload's search
+  // doubled on to 32): offload saved (20 - 10) x 16 at 16.
+  ASSERT_TRUE(dear.offload_saving.has_value());
+  EXPECT_EQ(*dear.offload_saving, 160);
+  EXPECT_EQ(dear.offload_saving_micro, 16);
+  EXPECT_EQ(dear.note.find("saves nothing"), std::string::npos) << dear.note;
   // Free offload: 1.3 x 1.125 = 1.46: offload at 32.
   const MemoryPlan free =
       plan_memory(req, timed_curve(1500, 4, 0.3, &calls, 0.0));
   EXPECT_TRUE(free.offload);
   EXPECT_EQ(free.micro_batch, 32);
+}
+
+// Note [Offload that saves nothing]: a model whose offload peak is every
+// segment whole's gets no larger micro-batch from it, and the plan says
+// so, with both peaks; a search that never probed the two at one
+// micro-batch records nothing.
+TEST(Planner, OffloadThatSavesNothingIsSaid) {
+  int64_t calls = 0;
+  PlanRequest req;
+  req.rank_share = 32;
+  req.checkpointing = Checkpointing::kAuto;
+  req.num_segments = 4;
+  const ProbeFn same = [&calls](int64_t micro, const Tier& tier) {
+    ProbeResult r = curve(1500, 4, &calls)(micro, tier);
+    if (tier.offload) {  // every segment whole's peak: 1000 + 20 per sample
+      r.peak = 1000 + 20 * micro;
+      r.fits = r.peak <= 1500;
+    }
+    return r;
+  };
+  const MemoryPlan p = plan_memory(req, same);
+  EXPECT_FALSE(p.offload);
+  EXPECT_EQ(p.micro_batch, 16);  // 25 fits; 16 divides 32
+  ASSERT_TRUE(p.offload_saving.has_value());
+  EXPECT_EQ(*p.offload_saving, 0);
+  EXPECT_EQ(p.offload_saving_micro, 25);
+  EXPECT_NE(
+      p.note.find("offload saves nothing at micro-batch 25 (peak 1.5 KiB "
+                  "against 1.5 KiB with every segment whole)"),
+      std::string::npos)
+      << p.note;
+  // Fixed at 32: every segment whole does not fit, offload does (1320);
+  // no micro-batch has both fitting.
+  req.fixed_micro = 32;
+  const MemoryPlan q = plan_memory(req, curve(1500, 4, &calls));
+  EXPECT_TRUE(q.offload);
+  EXPECT_FALSE(q.offload_saving.has_value());
 }
 
 // A budget between none's peak and the selective tier's: auto takes
