@@ -6,12 +6,16 @@
 #    SLURM (launcher "slurm"), environment.json names the job, both ranks
 #    and their cores (one each, different), and the weights equal an mpirun
 #    run's of the same config bit for bit;
-# 2. preemption: scancel --signal=USR1 reaches the ranks mid-run; they
-#    checkpoint at a window boundary and exit 3, train.sbatch requeues the
-#    job, SLURM starts it again, it resumes with --resume auto and ends with
-#    an uninterrupted mpirun run's weights bit for bit and its window
-#    losses record for record; the job's log (--open-mode=append) holds
-#    both attempts and environment.json its restart count;
+# 2. the time limit: SLURM itself sends train.sbatch's --signal=USR1@120
+#    (its own #SBATCH line) when the running job's limit comes within
+#    reach (scontrol update TimeLimit); the ranks checkpoint at a window
+#    boundary and exit 3, train.sbatch requeues the job, SLURM starts it
+#    again, it resumes with --resume auto and ends with an uninterrupted
+#    mpirun run's weights bit for bit and its window losses record for
+#    record; the job's log (--open-mode=append) holds both attempts and
+#    environment.json its restart count (scancel --signal=USR1, a user's
+#    or a preemption script's signal, takes the same path in
+#    multinode.sh);
 # 3. a rank SIGKILLed under srun ends the job within a minute (no hang),
 #    and the last checkpoint on disk resumes under mpirun;
 # 4. sbatch launch/slurm/scaling.sbatch runs bench_scaling.py through srun
@@ -80,7 +84,15 @@ PYEOF
 cmp sb/model.safetensors mp/model.safetensors || fail "srun's and mpirun's weights differ"
 echo "train.sbatch: model.safetensors equals mpirun's"
 
-# 2. Preemption and requeue.
+# 2. The time limit, and the requeue. SLURM sends the --signal warning
+#    from its periodic check (every 30 s: slurmctld's PERIODIC_TIMEOUT) once
+#    the limit is less than the warning plus 30 s away. So that a fast
+#    machine does not finish the run before that check, the ranks are
+#    stopped (SIGSTOP) once it is going, the job's limit is brought within
+#    reach (scontrol update TimeLimit=2), and SLURM's signal wakes them
+#    (slurmstepd sends SIGCONT with it: they checkpoint and exit); the
+#    test wakes any in which the USR1 is only pending (/proc/PID/status
+#    ShdPnd: signal 10, the mask's 0x200).
 "$MEMTRAIN" make-data --kind features --out big.h5 --samples 16384 >/dev/null || fail make-data
 cat >pre.yaml <<EOF
 data:
@@ -97,7 +109,7 @@ EOF
 "$MPIEXEC" --oversubscribe -np 2 "$MEMTRAIN" train --config pre.yaml \
   --output.dir="$WORK/full" >full.log 2>&1 || { tail -20 full.log; fail "uninterrupted run"; }
 timeout 300 sbatch --wait --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 \
-  --time=5 --output="$WORK/pre-%j.out" \
+  --time=30 --output="$WORK/pre-%j.out" \
   --export=ALL,MEMTRAIN_HOME="$REPO",MEMTRAIN_BIN="$MEMTRAIN" \
   "$REPO/launch/slurm/train.sbatch" "$WORK/pre.yaml" >pre-sbatch.txt 2>&1 &
 waiter=$!
@@ -106,17 +118,46 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 job=$(awk '/Submitted batch job/ {print $4}' pre-sbatch.txt)
-[ -n "$job" ] || { cat pre-sbatch.txt; fail "preemption: no job id"; }
-scancel --signal=USR1 "$job" || fail "scancel --signal=USR1 $job"
+[ -n "$job" ] || { cat pre-sbatch.txt; fail "time limit: no job id"; }
+ranks=$(pgrep -f "^$MEMTRAIN train --config $WORK/pre.yaml")  # not srun's
+[ "$(echo $ranks | wc -w)" = 2 ] || fail "time limit: want 2 rank processes, found: $ranks"
+kill -STOP $ranks
+scontrol update JobId="$job" TimeLimit=2 || { kill -CONT $ranks; fail "scontrol update JobId=$job TimeLimit=2"; }
+updated=$SECONDS
+usr1_reached() {  # PID: gone (woken by SLURM), or SIGUSR1 (10) pending
+  local m
+  m=$(awk '/^ShdPnd:/ {print $2}' "/proc/$1/status" 2>/dev/null) || return 0
+  [ -n "$m" ] && (( (16#$m >> 9) & 1 ))
+}
+for _ in $(seq 450); do
+  all=1
+  for p in $ranks; do usr1_reached "$p" || all=0; done
+  [ "$all" = 1 ] && break
+  sleep 0.1
+done
+warned=$((SECONDS - updated))
+kill -CONT $ranks 2>/dev/null
+[ "$all" = 1 ] || fail "time limit: SLURM sent no USR1 within 45 s of TimeLimit=2 (train.sbatch: --signal=USR1@120)"
+# Requeued, the job gets its 30 minutes back before it starts again
+# (SLURM holds it 30 s: cred_expire, cluster.sh), so that the resumed leg
+# is not warned at once too.
+for _ in $(seq 600); do
+  grep -q "requeueing job $job" "pre-$job.out" 2>/dev/null && break
+  sleep 0.1
+done
+grep -q "requeueing job $job" "pre-$job.out" ||
+  { tail -30 "pre-$job.out"; fail "time limit: the job was not requeued within 60 s of SLURM's USR1"; }
+scontrol update JobId="$job" TimeLimit=30 || fail "scontrol update JobId=$job TimeLimit=30 (requeued)"
 rc=0
 wait "$waiter" || rc=$?
-[ "$rc" = 0 ] || { cat pre-sbatch.txt; squeue; tail -30 "pre-$job.out"; fail "preempted job: exit $rc"; }
-grep -q "requeueing job $job" "pre-$job.out" || { tail -30 "pre-$job.out"; fail "preemption: the job was not requeued"; }
+[ "$rc" = 0 ] || { cat pre-sbatch.txt; squeue; tail -30 "pre-$job.out"; fail "job warned of its time limit: exit $rc"; }
+grep -q "stop requested (SIGTERM, SIGUSR1 or SIGINT on a rank): checkpoint written" "pre-$job.out" ||
+  { tail -30 "pre-$job.out"; fail "time limit: no checkpoint on SLURM's signal in pre-$job.out"; }
 [ "$(grep -c '^memtrain 0.1.0:' "pre-$job.out")" = 2 ] ||
-  { tail -30 "pre-$job.out"; fail "preemption: want 2 attempts in pre-$job.out (--open-mode=append)"; }
+  { tail -30 "pre-$job.out"; fail "time limit: want 2 attempts in pre-$job.out (--open-mode=append)"; }
 cmp pre/model.safetensors full/model.safetensors ||
-  fail "preempted and requeued run's weights differ from the uninterrupted run's"
-"$PY" - "$job" <<'PYEOF' || fail "preemption records"
+  fail "the run requeued at its time limit ends with weights that differ from the uninterrupted run's"
+"$PY" - "$job" "$warned" <<'PYEOF' || fail "time-limit records"
 import json, sys
 def windows(d):
     return [(j["step"], j["loss"]) for j in map(json.loads, open(d + "/metrics.jsonl"))
@@ -125,7 +166,8 @@ a, b = windows("full"), windows("pre")
 assert a == b, next(((x, y) for x, y in zip(a, b) if x != y), (len(a), len(b)))
 e = json.load(open("pre/environment.json"))
 assert e["slurm"]["job_id"] == sys.argv[1] and e["slurm"]["restart_count"] == "1", e["slurm"]
-print(f"preemption: job {sys.argv[1]} checkpointed on USR1, requeued, resumed (restart_count 1): "
+print(f"time limit: job {sys.argv[1]} warned by SLURM (its USR1@120) {sys.argv[2]} s after its limit "
+      f"came within reach; checkpointed, requeued, resumed (restart_count 1): "
       f"{len(a)} window losses and the weights equal the uninterrupted run's")
 PYEOF
 
