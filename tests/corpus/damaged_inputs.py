@@ -2,9 +2,9 @@
 """The damaged-input corpus (issue 35, point 7).
 
 Builds, in a temporary folder, damaged NIfTI headers (NIfTI-1, NIfTI-2,
-Analyze), dataset folders, image folders, HDF5 files, configs and options,
-runs each against the memtrain command that reads it, and asserts the
-verdict the issue requires:
+Analyze), dataset folders, image folders, caption CSVs (caption_cases.py),
+HDF5 files, configs and options, runs each against the memtrain command
+that reads it, and asserts the verdict the issue requires:
 
 - refused: exit status 2, exactly one `memtrain: error:` line on stderr,
   naming the file (its path or basename) and the field (header field, HDF5
@@ -44,6 +44,8 @@ import zlib
 import h5py
 import nibabel as nib
 import numpy as np
+
+import caption_cases
 
 # nibabel reads some of the damaged headers here; its warnings are not ours.
 logging.getLogger("nibabel").setLevel(logging.ERROR)
@@ -1319,6 +1321,7 @@ def all_cases():
         options_cases()
         dataset_cases()
         images_cases()
+        caption_cases.add(sys.modules[__name__])
         hdf5_cases()
         config_cases()
         predict_cases()

@@ -240,7 +240,7 @@ MEMTRAIN_CLIP_BPE= MEMTRAIN_TORCH_VENV=/nowhere expect_error \
 expect_error "--csv 'none.csv': no such file" --csv none.csv --out out/pairs.h5
 expect_error "no usable row (26 of 26 skipped" --csv caps.csv --images-root nowhere --out out/pairs.h5
 printf 'filepath\ttitle\nimgs/im1.png\t"open\n' >open.csv
-expect_error "line 2: a quoted field (\") is not closed" --csv open.csv --images-root data --out out/pairs.h5
+expect_error "line 2, column 'title' (field 2): a quoted field (\") is not closed" --csv open.csv --images-root data --out out/pairs.h5
 expect_error "--val-fraction 1 is not in [0, 1)" --csv caps.csv --out out/pairs.h5 --val-fraction 1
 expect_error "--sep 'ab' is not one character" --csv caps.csv --out out/pairs.h5 --sep ab
 cmp -s keep.h5 out/pairs.h5 || fail "a failed run changed out/pairs.h5"

@@ -6,6 +6,18 @@
 
 namespace memtrain {
 
+std::string csv_position(
+    const std::string& where,
+    const std::vector<std::string>& header,
+    int64_t line,
+    size_t index) {
+  std::string s = where + " line " + std::to_string(line) + ", ";
+  if (index < header.size())
+    return s + "column '" + header[index] + "' (field " +
+           std::to_string(index + 1) + ")";
+  return s + "field " + std::to_string(index + 1);
+}
+
 CsvTable parse_csv(
     const std::string& text,
     char sep,
@@ -26,6 +38,19 @@ CsvTable parse_csv(
   };
   auto is_break = [&](size_t k) { return text[k] == '\n' || text[k] == '\r'; };
   bool have_header = false;
+  // The header is empty while the header record is read.
+  auto at = [&](int64_t at_line, size_t index) {
+    return csv_position(where, table.header, at_line, index);
+  };
+  // A NUL byte would end the field where it is used as a C string (an
+  // image path cut short opens another image): refused wherever it is.
+  auto no_nul = [&](int64_t at_line, size_t index) {
+    MT_CHECK(
+        text[i] != '\0',
+        at(at_line, index),
+        ": a NUL byte (\\0); a text CSV holds none (is it UTF-16, or not "
+        "text?): remove it, or save the file as UTF-8");
+  };
   while (i < n) {
     // A blank line (or one of only spaces, tabs too when they do not
     // separate) is skipped, as pandas' skip_blank_lines.
@@ -57,17 +82,17 @@ CsvTable parse_csv(
         ++i;
         continue;
       }
+      no_nul(line, rec.fields.size());
       if (c == '"' && at_field_start) {  // a quoted field
         const int64_t opened = line;
         ++i;
         for (;;) {
           MT_CHECK(
               i < n,
-              where,
-              " line ",
-              opened,
+              at(opened, rec.fields.size()),
               ": a quoted field (\") is not closed before the end of the file; "
               "close it, or double the quotes inside it (\"\")");
+          no_nul(line, rec.fields.size());
           if (text[i] == '"') {
             if (i + 1 < n && text[i + 1] == '"') {
               field += '"';
@@ -86,6 +111,24 @@ CsvTable parse_csv(
             continue;
           }
           field += text[i++];
+        }
+        // pandas goes on unquoted ("a"b -> ab); after an unclosed quote that
+        // joins the rows up to the next quote into this field. Refused.
+        if (i < n && text[i] != sep && !is_break(i)) {
+          if (line != opened)
+            throw Error(
+                at(opened, rec.fields.size()) +
+                ": the quote (\") opened on this line is not closed on it; the "
+                "next quote, on line " +
+                std::to_string(line) +
+                ", would end the field with text after it, joining the rows "
+                "between into this field; close the quote (inner quotes "
+                "doubled: \"\")");
+          throw Error(
+              at(opened, rec.fields.size()) +
+              ": text after the closing quote (\"...\"x); a field that starts "
+              "with \" is quoted up to the next single \": quote the whole "
+              "field and double the quotes inside it (\"\"\"a\"\" b\")");
         }
         at_field_start = false;
         continue;

@@ -1,7 +1,6 @@
 // The CLIP tokenizer (formats/text/clip_tokenizer.h) against ids and cleaned
 // text taken from open_clip 3.3.0 (open_clip.tokenize and
-// open_clip.tokenizer._clean_lower in the torch venv), and the CSV reader
-// of convert-captions (formats/text/csv_table.h). The tokenizer tests need
+// open_clip.tokenizer._clean_lower in the torch venv). The tokenizer tests need
 // open_clip's bpe_simple_vocab_16e6.txt.gz (ClipTokenizer::default_bpe_path)
 // and are skipped, saying so, without it.
 
@@ -12,7 +11,6 @@
 #include <vector>
 
 #include "memtrain/formats/text/clip_tokenizer.h"
-#include "memtrain/formats/text/csv_table.h"
 #include "memtrain/util/error.h"
 
 namespace memtrain {
@@ -149,32 +147,6 @@ TEST(ClipTokenizer, PreTokensAsOpenClipsPattern) {
          "x"}));
   // A combining mark is neither \p{L} nor \p{N}.
   EXPECT_EQ(clip_pre_tokens("i\u0307x"), (S{"i", "\u0307", "x"}));
-}
-
-TEST(CsvTable, PandasQuoting) {
-  const std::string text =
-      "\xEF\xBB\xBF"
-      "filepath\ttitle\n"
-      "a.jpg\tplain \"inner\" quote\n"
-      "\n"
-      "b.jpg\t\"tab\there and\nnewline, \"\"doubled\"\"\"\r\n"
-      "c.jpg\t\"\"\n"
-      "d.jpg\r"
-      "e.jpg\t\"a\"b\n";
-  const CsvTable t = parse_csv(text, '\t', "t.csv");
-  EXPECT_EQ(t.header, (std::vector<std::string>{"filepath", "title"}));
-  ASSERT_EQ(t.rows.size(), 5u);
-  EXPECT_EQ(t.rows[0].line, 2);
-  EXPECT_EQ(t.rows[0].fields[1], "plain \"inner\" quote");
-  EXPECT_EQ(t.rows[1].line, 4);
-  EXPECT_EQ(t.rows[1].fields[1], "tab\there and\nnewline, \"doubled\"");
-  EXPECT_EQ(t.rows[2].line, 6);
-  EXPECT_EQ(t.rows[2].fields[1], "");
-  EXPECT_EQ(t.rows[3].fields, (std::vector<std::string>{"d.jpg"}));
-  EXPECT_EQ(t.rows[4].line, 8);
-  EXPECT_EQ(t.rows[4].fields[1], "ab");
-  EXPECT_THROW(parse_csv("a,b\n1,2,3\n", ',', "x"), Error);
-  EXPECT_THROW(parse_csv("a,b\n1,\"open\n", ',', "x"), Error);
 }
 
 }  // namespace
