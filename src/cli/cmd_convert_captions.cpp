@@ -30,8 +30,9 @@ void add_convert_captions(CLI::App& app) {
   cmd->add_option(
       "--images-root",
       spec.images_root,
-      "folder that relative image paths are below (default: the current "
-      "folder, as open_clip opens them)");
+      "folder that relative image paths are below: one that leaves it "
+      "(../) is refused; an absolute path is read as written (default: the "
+      "current folder, as open_clip opens them, .. included)");
   cmd->add_option("--out", spec.out, "training file (.h5)")->required();
   cmd->add_option(
       "--val-out",

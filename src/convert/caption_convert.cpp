@@ -15,11 +15,11 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "convert/caption_csv.h"
 #include "data/h5/h5_util.h"
 #include "data/h5/layout.h"
 #include "memtrain/formats/images/image_decode.h"
 #include "memtrain/formats/text/clip_tokenizer.h"
-#include "memtrain/formats/text/csv_table.h"
 #include "memtrain/util/counter_rng.h"
 #include "memtrain/util/error.h"
 #include "memtrain/util/file_kind.h"
@@ -58,24 +58,6 @@ struct Output {
   std::unordered_map<int64_t, int64_t> local_id;  // image -> pair id
 };
 
-std::string read_file(const std::string& path, const char* flag) {
-  const std::string kind = not_a_regular_file(path);
-  MT_CHECK(kind.empty(), kCmd, ": ", flag, " '", path, "': ", kind);
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  MT_CHECK(
-      in.good() || in.eof(),
-      kCmd,
-      ": ",
-      flag,
-      " '",
-      path,
-      "': cannot read: ",
-      std::strerror(errno));
-  return text.str();
-}
-
 std::string read_image(const fs::path& p, std::string* why) {
   const std::string kind = not_a_regular_file(p.string());
   if (!kind.empty()) {
@@ -104,10 +86,6 @@ std::string caption_start(const std::string& caption) {
     if (c == '\n' || c == '\r' || c == '\t')
       c = ' ';
   return "'" + s + (end < caption.size() ? "...'" : "'");
-}
-
-std::string sep_name(char sep) {
-  return sep == '\t' ? std::string("\\t (tab)") : std::string(1, sep);
 }
 
 void open_output(Output* o, const CaptionConvertSpec& spec, TempFiles* temps) {
@@ -271,34 +249,6 @@ void check_spec(const CaptionConvertSpec& spec, const std::string& val_path) {
       " cannot separate fields (it is the quote or a line break)");
 }
 
-// The column `key` of the header; a clear refusal naming the columns found.
-size_t column(
-    const std::vector<std::string>& header,
-    const std::string& key,
-    const char* flag,
-    const CaptionConvertSpec& spec) {
-  const auto it = std::find(header.begin(), header.end(), key);
-  if (it != header.end())
-    return static_cast<size_t>(it - header.begin());
-  std::string found;
-  for (const std::string& h : header)
-    found += (found.empty() ? "'" : ", '") + h + "'";
-  std::string hint;
-  if (header.size() == 1)
-    for (char c : {',', '\t', ';', '|'})
-      if (c != spec.sep && header[0].find(c) != std::string::npos) {
-        hint = std::string("; the header has one column holding '") +
-               (c == '\t' ? "\\t" : std::string(1, c)) + "': try --sep " +
-               (c == '\t' ? "'\\t'" : std::string(1, c));
-        break;
-      }
-  throw Error(
-      std::string(kCmd) + ": --csv '" + spec.csv + "' has no column '" + key +
-      "' (" + flag + "); its header (separator " + sep_name(spec.sep) +
-      ", --sep) has " + std::to_string(header.size()) + " column(s): " + found +
-      "; pass " + flag + " NAME" + hint);
-}
-
 }  // namespace
 
 CaptionConvertResult convert_captions(
@@ -309,6 +259,8 @@ CaptionConvertResult convert_captions(
   const std::string val_path =
       spec.val_out.empty() ? h5::path_stem(spec.out) + "-val.h5" : spec.val_out;
   check_spec(spec, val_path);
+  // The CSV first: its refusals do not wait for the vocabulary.
+  std::vector<CaptionCsvRow> csv_rows = read_caption_csv(spec);
 
   std::string looked;
   const std::string bpe =
@@ -328,26 +280,13 @@ CaptionConvertResult convert_captions(
     throw Error(std::string(kCmd) + ": " + e.what());
   }
 
-  size_t path_col = 0, cap_col = 0;
-  const CsvTable table = parse_csv(
-      read_file(spec.csv, "--csv"),
-      spec.sep,
-      std::string(kCmd) + ": --csv '" + spec.csv + "'",
-      [&](const std::vector<std::string>& header) {
-        path_col = column(header, spec.img_key, "--img-key", spec);
-        cap_col = column(header, spec.caption_key, "--caption-key", spec);
-      });
-
   // Rows and their distinct images.
   std::vector<Row> rows;
   std::vector<Image> images;
   std::map<std::string, int64_t> image_of;  // normalised file -> image
-  for (const CsvRecord& rec : table.rows) {
-    Row row{rec.line, "", "", -1};
-    if (path_col < rec.fields.size())
-      row.path = rec.fields[path_col];
-    if (cap_col < rec.fields.size())
-      row.caption = rec.fields[cap_col];
+  for (CaptionCsvRow& csv_row : csv_rows) {
+    Row row{
+        csv_row.line, std::move(csv_row.path), std::move(csv_row.caption), -1};
     if (!row.path.empty()) {
       const fs::path p(row.path);
       const fs::path file = (p.is_absolute() || spec.images_root.empty()

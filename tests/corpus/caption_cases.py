@@ -63,6 +63,16 @@ def add(m):
     refused("unclosed-quote",
             csv_text(ROWS[:1]) + 'b.png\t"two cats\nsub/c.png\ta "plain" caption\n',
             r"\bline 4\b", r"title", r"quot")
+    refused("missing-caption", good.replace("b.png\ttwo cats on a mat", "b.png"),
+            r"\bline 4\b", r"title")
+    refused("empty-caption", good.replace("two cats on a mat", ""),
+            r"\bline 4\b", r"title")
+    refused("duplicate-column",
+            "filepath\ttitle\ttitle\n" + "".join(
+                f"{p}\t{field(c)}\t{field(c)}\n" for p, c in ROWS),
+            r"\bline 1\b", r"title")
+    refused("dotdot-path", good.replace("b.png\t", "../outside.png\t"),
+            r"\bline 4\b", r"filepath", r"--images-root")
 
     # Accepted: a byte order mark, \r\n line ends, a blank line, a quoted
     # caption with a tab, a line break and doubled quotes, a path with ..

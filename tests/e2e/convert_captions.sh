@@ -3,7 +3,8 @@
 # folder and a tab-separated CSV in open_clip's CsvDataset convention with
 # captions in several scripts, accents, emoji, curly quotes, ligatures,
 # full-width characters, HTML entities, punctuation runs, digits,
-# contractions, one longer than 77 tokens, empty ones, one quoted with the
+# contractions, one longer than 77 tokens, ones of a space (an empty one is
+# refused: pandas reads NaN, open_clip 'nan'), one quoted with the
 # separator, a newline and doubled quotes inside; a truncated JPEG, a
 # missing image, an empty image path, and one image named three ways.
 # Checks, with exact values:
@@ -59,7 +60,7 @@ captions = [
     "Wow!!! ... ??? --- (really?) $$$ #hashtag @user",
     "I'll we're they've I'm you'd don't CAN'T it'S",
     long_caption,
-    "",
+    " ",
     quoted,
     "Ελληνικά ΟΔΟΣ",
     "Straße İstanbul",
@@ -67,7 +68,7 @@ captions = [
     "<b>bold</b> &amp; &rsquo;",
     "x² ½ ③ 2023年 ٣",
     "e\u0301cole nbsp\u00a0here  many   spaces",
-    "",
+    " ",
 ]
 # (path, caption): every caption once, images reused; a(0) and b(1) are
 # named three ways each; broken, missing and empty paths.
@@ -241,6 +242,10 @@ expect_error "--csv 'none.csv': no such file" --csv none.csv --out out/pairs.h5
 expect_error "no usable row (26 of 26 skipped" --csv caps.csv --images-root nowhere --out out/pairs.h5
 printf 'filepath\ttitle\nimgs/im1.png\t"open\n' >open.csv
 expect_error "line 2, column 'title' (field 2): a quoted field (\") is not closed" --csv open.csv --images-root data --out out/pairs.h5
+printf 'filepath\ttitle\nimgs/im1.png\tcats\nimgs/im2.png\t\n' >empty.csv
+expect_error "line 3, column 'title' (field 2): empty caption (pandas reads NaN" --csv empty.csv --images-root data --out out/pairs.h5
+printf 'filepath\ttitle\n../data/imgs/im1.png\tcats\n' >up.csv
+expect_error "line 2, column 'filepath' (field 1): '../data/imgs/im1.png' leaves --images-root 'data'" --csv up.csv --images-root data --out out/pairs.h5
 expect_error "--val-fraction 1 is not in [0, 1)" --csv caps.csv --out out/pairs.h5 --val-fraction 1
 expect_error "--sep 'ab' is not one character" --csv caps.csv --out out/pairs.h5 --sep ab
 cmp -s keep.h5 out/pairs.h5 || fail "a failed run changed out/pairs.h5"

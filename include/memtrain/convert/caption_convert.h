@@ -14,7 +14,8 @@ namespace memtrain {
 
 struct CaptionConvertSpec {
   std::string csv;          // the table: a header row, one pair a row
-  std::string images_root;  // relative image paths are below it ("": cwd)
+  std::string images_root;  // relative image paths are below it ("": cwd,
+                            // where ".." may lead out, as in open_clip)
   std::string out;          // training pairs
   std::string val_out;      // "": out's stem + "-val.h5"
   std::string bpe;          // "": ClipTokenizer::default_bpe_path()
@@ -60,8 +61,10 @@ struct CaptionConvertResult {
 // over every image the CSV names (a broken one is then dropped). `on_row`
 // (may be empty) gets each report as it happens, kind "skipped" or
 // "truncated". Throws memtrain::Error on bad flags, an unreadable or
-// malformed CSV, a missing column (naming the columns found), no BPE
-// file, no row left, an empty split, or a write failure.
+// malformed CSV, a missing or twice named column (naming the columns
+// found), a row without a caption or with an empty one, a relative image
+// path leaving images_root (src/convert/caption_csv.h has the rules), no
+// BPE file, no row left, an empty split, or a write failure.
 CaptionConvertResult convert_captions(
     const CaptionConvertSpec& spec,
     const std::function<void(const char*, const CaptionRowReport&)>& on_row =
