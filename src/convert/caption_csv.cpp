@@ -90,6 +90,13 @@ std::string sep_name(char sep) {
 
 std::vector<CaptionCsvRow> read_caption_csv(const CaptionConvertSpec& spec) {
   const std::string where = std::string(kCmd) + ": --csv '" + spec.csv + "'";
+  MT_CHECK(
+      spec.img_key != spec.caption_key,
+      kCmd,
+      ": --img-key and --caption-key both name the column '",
+      spec.img_key,
+      "': the image paths and the captions are two columns; pass each its "
+      "own");
   size_t path_col = 0, cap_col = 0;
   const CsvTable table = parse_csv(
       read_csv_file(spec.csv),

@@ -73,6 +73,20 @@ TEST_F(CaptionCsv, KeyColumnNamedTwiceRefused) {
   EXPECT_TRUE(passes("filepath\tx\ttitle\tx\na.png\t1\tcats\t2\n"));
 }
 
+TEST_F(CaptionCsv, OneColumnForPathsAndCaptionsRefused) {
+  std::ofstream(dir.file("caps.csv")) << "filepath\ttitle\na.png\tcats\n";
+  CaptionConvertSpec spec;
+  spec.csv = dir.file("caps.csv");
+  spec.out = dir.file("out.h5");
+  spec.img_key = spec.caption_key = "title";
+  EXPECT_EQ(
+      test::error_of([&] { convert_captions(spec); }),
+      "convert-captions: --img-key and --caption-key both name the column "
+      "'title': the image paths and the captions are two columns; pass each "
+      "its own");
+  EXPECT_FALSE(fs::exists(spec.out));
+}
+
 TEST_F(CaptionCsv, PathLeavingImagesRootRefused) {
   const std::string root = dir.file("imgs");
   auto leaves = [&](int line, const std::string& path) {
