@@ -32,7 +32,12 @@ cross-entropy + 1 - soft Dice of the probabilities, as memtrain's.
 MEMTRAIN.json is memtrain's eval (or validation) record of the same
 weights and settings. Every case's Dice per class must equal MONAI's within
 1e-6 (a NaN where MONAI's is NaN), except where near-ties between classes
-(top two probabilities within 1e-5) can explain the difference; val_dice
+(top two probabilities within 1e-5) can explain the difference, bounded:
+a case's near-tie voxels at most 1/1000 of its voxels, the Dice within
+3 x ties / (voxels of the class - ties), at most one class of one case a
+check (measured in e2e_monai_validation, 7 checks of 5 cases each,
+2026-12-01: one near-tie voxel in one case of 18,009 voxels, none
+excused); val_dice
 within 1e-6 of DiceMetric's "mean"; val_loss within 1e-6 relative. Prints
 one line per case and a JSON summary line; exits 1 on a mismatch.
 """
@@ -41,6 +46,10 @@ import json
 import math
 import sys
 from pathlib import Path
+
+# The near-tie excuse's bounds (the docstring: what was measured).
+MAX_TIE_FRACTION = 1e-3
+MAX_EXCUSED = 1
 
 import h5py
 import numpy as np
@@ -187,7 +196,8 @@ def check(val, weights, spec, roi, overlap, blend, record):
                 t = theirs["dice"].get(str(c))
                 t = math.nan if t is None else float(t)
                 same = (math.isnan(m) and math.isnan(t)) or abs(m - t) <= 1e-6
-                if not same and not math.isnan(m) and not math.isnan(t) and ties:
+                if (not same and not math.isnan(m) and not math.isnan(t) and ties
+                        and ties <= MAX_TIE_FRACTION * y.size and ties_excused < MAX_EXCUSED):
                     n = float(p1h[0, c].sum() + y1h[0, c].sum())
                     if abs(m - t) <= 3.0 * ties / max(n - ties, 1.0):
                         same, ties_excused = True, ties_excused + 1
