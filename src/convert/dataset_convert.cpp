@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -19,6 +20,7 @@
 #include "formats/nifti/nifti_read.h"
 #include "memtrain/convert/nifti_cases.h"
 #include "memtrain/formats/nifti/nifti_volume.h"
+#include "memtrain/formats/text/json_keys.h"
 #include "memtrain/util/counter_rng.h"
 #include "memtrain/util/error.h"
 
@@ -29,17 +31,31 @@ namespace {
 
 constexpr const char* kCmd = "convert-dataset";
 
+// A key written twice in an object is refused: JSON readers (nnU-Net's,
+// Python's json) keep its last value silently.
 json read_json(const std::string& path, const std::string& what) {
   std::ifstream in(path);
   MT_CHECK(
       in.good(), kCmd, ": ", what, " '", path, "': no such file or unreadable");
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::optional<JsonKeyTwice> twice;
+  json j;
   try {
-    return json::parse(in);
+    j = parse_json_keys_once(text.str(), &twice);
   } catch (const json::exception& e) {
     throw Error(
         std::string(kCmd) + ": " + what + " '" + path +
         "': not valid JSON: " + e.what());
   }
+  if (twice)
+    throw Error(
+        std::string(kCmd) + ": " + what + " '" + path + "': key " +
+        json(twice->key).dump() + " is written twice in " +
+        (twice->top_level() ? std::string("the top-level object")
+                            : "object " + twice->object) +
+        " (a JSON reader keeps the last silently); keep one");
+  return j;
 }
 
 bool parse_int(const std::string& s, int64_t* out) {

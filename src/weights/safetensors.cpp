@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 
+#include "memtrain/formats/text/json_keys.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/error.h"
 
@@ -121,29 +123,22 @@ NamedTensors load_safetensors(
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
   nlohmann::json header;
-  // A name given twice would keep its last entry silently (the safetensors
-  // library refuses it).
-  std::set<std::string> names;
-  std::string twice;
+  // A name (or an entry's field) given twice would keep its last entry
+  // silently (the safetensors library refuses it).
+  std::optional<JsonKeyTwice> twice;
   try {
-    header = nlohmann::json::parse(
-        text,
-        [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& k) {
-          if (depth == 1 && event == nlohmann::json::parse_event_t::key &&
-              !names.insert(k.get<std::string>()).second && twice.empty())
-            twice = k.get<std::string>();
-          return true;
-        });
+    header = parse_json_keys_once(text, &twice);
   } catch (const nlohmann::json::exception& e) {
     throw Error("safetensors: '" + path + "' header is not JSON: " + e.what());
   }
-  MT_CHECK(
-      twice.empty(),
-      "safetensors: '",
-      path,
-      "' names tensor '",
-      twice,
-      "' twice in its header; the file is damaged");
+  if (twice && twice->top_level())
+    throw Error(
+        "safetensors: '" + path + "' names tensor '" + twice->key +
+        "' twice in its header; the file is damaged");
+  if (twice)
+    throw Error(
+        "safetensors: '" + path + "' header: " + twice->object + " has key '" +
+        twice->key + "' twice; the file is damaged");
   const uint64_t data_start = 8 + n;
   const uint64_t data_size = file_size - data_start;
   struct Entry {

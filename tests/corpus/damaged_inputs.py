@@ -846,6 +846,23 @@ def dataset_cases():
                  r"symbolic link|symlink|loop|too many levels|not a (regular )?file|"
                  r"cannot (open|read)|unreadable")
 
+    # dataset.json itself (issue 56, point 6). A key written twice: JSON
+    # readers keep the last silently.
+    def meta(text):
+        def damage(d):
+            with open(f"{d}/ds/dataset.json", "w") as f:
+                f.write(text)
+        return damage
+    rest = '"numTraining": 3, "file_ending": ".nii.gz"'
+    dataset_case("dataset/json-key-twice",
+                 meta('{"channel_names": {"0": "T1"}, "labels": {"background": 0, "fg": 1}, '
+                      '"labels": {"background": 0, "fg": 1}, ' + rest + '}'),
+                 "ds/dataset.json", r'"labels"', r"twice")
+    dataset_case("dataset/json-key-twice-nested",
+                 meta('{"channel_names": {"0": "T1", "0": "CT"}, '
+                      '"labels": {"background": 0, "fg": 1}, ' + rest + '}'),
+                 "ds/dataset.json", r'"0"', r"channel_names", r"twice")
+
 
 # ---------------------------------------------------------------------------
 # Image folders: convert-images

@@ -60,5 +60,31 @@ TEST(Safetensors, FailedWriteLeavesOldFile) {
   EXPECT_TRUE(torch::equal(back.at(0).second, torch::ones({4})));
 }
 
+// A header key written twice, a tensor's name or a field of its entry:
+// JSON keeps the last silently; the safetensors library refuses both.
+TEST(Safetensors, KeyTwiceInTheHeaderIsRefused) {
+  test::TempDir dir("st");
+  const std::string path = dir.file("m.safetensors");
+  auto write = [&](const std::string& header) {
+    std::ofstream f(path, std::ios::binary);
+    const uint64_t n = header.size();
+    f.write(reinterpret_cast<const char*>(&n), 8);
+    f << header << std::string(16, '\0');
+  };
+  const std::string a =
+      R"({"dtype": "F32", "shape": [4], "data_offsets": [0, 16]})";
+  write("{\"a\": " + a + ", \"a\": " + a + "}");
+  EXPECT_EQ(
+      test::error_of([&] { load_safetensors(path); }),
+      "safetensors: '" + path +
+          "' names tensor 'a' twice in its header; the file is damaged");
+  write(R"({"a": {"dtype": "F32", "shape": [4], "shape": [2, 2],)"
+        R"( "data_offsets": [0, 16]}})");
+  EXPECT_EQ(
+      test::error_of([&] { load_safetensors(path); }),
+      "safetensors: '" + path +
+          "' header: .a has key 'shape' twice; the file is damaged");
+}
+
 }  // namespace
 }  // namespace memtrain
