@@ -1,6 +1,9 @@
 #pragma once
-// Private to src/convert/: convert-dataset's cases (dataset_convert.cpp finds
-// them and draws the split, dataset_write.cpp reads and writes them).
+// Private to src/convert/: convert-dataset's cases (dataset_meta.cpp reads
+// dataset.json, dataset_convert.cpp finds them and draws the split,
+// dataset_write.cpp reads and writes them).
+
+#include <nlohmann/json.hpp>
 
 #include <array>
 #include <cstdint>
@@ -11,6 +14,38 @@
 #include "memtrain/formats/nifti/orientation.h"
 
 namespace memtrain {
+
+// What dataset.json says (dataset_meta.cpp).
+struct DatasetMeta {
+  std::vector<std::string> class_names;  // by label value 0..K-1
+  std::vector<std::string> channels;     // by channel 0..C-1
+  std::string ending = ".nii.gz";
+  nlohmann::json training;    // MSD's list of {"image", "label"} (null: none)
+  int64_t num_training = -1;  // numTraining (-1: absent)
+  int64_t num_test = -1;      // numTest (-1: absent)
+  int64_t test_listed = -1;   // the length of MSD's "test" list (-1: none)
+};
+
+// FOLDER/dataset.json; throws memtrain::Error naming it and what is wrong
+// (docs/data-convert.md "Input").
+DatasetMeta read_dataset_meta(const std::string& folder);
+
+// The JSON file `path` (`what` names it: "dataset.json", "--splits");
+// throws memtrain::Error for a missing file, bad JSON or a key written
+// twice in an object.
+nlohmann::json read_dataset_json(
+    const std::string& path, const std::string& what);
+
+// numTraining against the `training_cases` found (the "training" list's,
+// else imagesTr/'s) and numTest against the "test" list and the
+// `imagests_cases` of imagesTs/ (-1: no such folder); an absent count is
+// not checked. Throws memtrain::Error naming dataset.json, the field and
+// both numbers.
+void check_case_counts(
+    const std::string& folder,
+    const DatasetMeta& m,
+    int64_t training_cases,
+    int64_t imagests_cases);
 
 struct DatasetCase {
   std::string name;

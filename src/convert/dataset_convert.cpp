@@ -1,7 +1,8 @@
 // memtrain convert-dataset: a Decathlon / nnU-Net folder to two ragged
-// volume files. This file reads dataset.json, finds the cases, checks
-// their headers and draws the split; dataset_write.cpp reads each case's
-// voxels and writes the files. NIfTI reading: nifti_read.h.
+// volume files. This file finds the cases, checks their headers and
+// draws the split; dataset_meta.cpp reads dataset.json, dataset_write.cpp
+// reads each case's voxels and writes the files. NIfTI reading:
+// nifti_read.h.
 
 #include "memtrain/convert/dataset_convert.h"
 
@@ -9,10 +10,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <set>
 #include <sstream>
 
@@ -20,7 +19,6 @@
 #include "formats/nifti/nifti_read.h"
 #include "memtrain/convert/nifti_cases.h"
 #include "memtrain/formats/nifti/nifti_volume.h"
-#include "memtrain/formats/text/json_keys.h"
 #include "memtrain/util/counter_rng.h"
 #include "memtrain/util/error.h"
 
@@ -30,44 +28,6 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kCmd = "convert-dataset";
-
-// A key written twice in an object is refused: JSON readers (nnU-Net's,
-// Python's json) keep its last value silently.
-json read_json(const std::string& path, const std::string& what) {
-  std::ifstream in(path);
-  MT_CHECK(
-      in.good(), kCmd, ": ", what, " '", path, "': no such file or unreadable");
-  std::ostringstream text;
-  text << in.rdbuf();
-  std::optional<JsonKeyTwice> twice;
-  json j;
-  try {
-    j = parse_json_keys_once(text.str(), &twice);
-  } catch (const json::exception& e) {
-    throw Error(
-        std::string(kCmd) + ": " + what + " '" + path +
-        "': not valid JSON: " + e.what());
-  }
-  if (twice)
-    throw Error(
-        std::string(kCmd) + ": " + what + " '" + path + "': key " +
-        json(twice->key).dump() + " is written twice in " +
-        (twice->top_level() ? std::string("the top-level object")
-                            : "object " + twice->object) +
-        " (a JSON reader keeps the last silently); keep one");
-  return j;
-}
-
-bool parse_int(const std::string& s, int64_t* out) {
-  if (s.empty())
-    return false;
-  char* end = nullptr;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (end != s.c_str() + s.size())
-    return false;
-  *out = v;
-  return true;
-}
 
 std::string channel_file(
     const fs::path& dir,
@@ -79,98 +39,12 @@ std::string channel_file(
   return (dir / (name + num + ending)).string();
 }
 
-// What dataset.json says.
-struct Meta {
-  std::vector<std::string> class_names;  // by label value 0..K-1
-  std::vector<std::string> channels;     // by channel 0..C-1
-  std::string ending = ".nii.gz";
-  json training;  // MSD's list of {"image", "label"} (null: none)
-};
-
-Meta read_meta(const std::string& folder) {
-  const std::string path = (fs::path(folder) / "dataset.json").string();
-  const json j = read_json(path, "dataset.json");
-  Meta m;
-  auto bad = [&](const std::string& why) {
-    return Error(std::string(kCmd) + ": '" + path + "': " + why);
-  };
-  if (!j.is_object() || !j.contains("labels") || !j["labels"].is_object() ||
-      j["labels"].empty())
-    throw bad("has no \"labels\" object");
-  std::map<int64_t, std::string> labels;
-  for (const auto& [key, v] : j["labels"].items()) {
-    int64_t value = -1;
-    std::string name;
-    if (v.is_number_integer()) {  // nnU-Net v2: {"background": 0}
-      value = v.get<int64_t>();
-      name = key;
-    } else if (v.is_string() && parse_int(key, &value)) {  // MSD: {"0": ...}
-      name = v.get<std::string>();
-    } else {
-      throw bad(
-          "labels entry \"" + key + "\": " + v.dump() +
-          " is neither a value (nnU-Net v2: \"name\": 0) nor a name (MSD: "
-          "\"0\": \"name\"); region labels (lists) are not supported");
-    }
-    if (labels.count(value))
-      throw bad("label value " + std::to_string(value) + " is named twice");
-    if (name.empty() || name.find(',') != std::string::npos)
-      throw bad(
-          "label " + std::to_string(value) + " is named '" + name +
-          "'; class names must be non-empty, without commas (class_names "
-          "is comma-separated)");
-    labels[value] = name;
-  }
-  int64_t expect = 0;
-  for (const auto& [value, name] : labels) {
-    if (value != expect)
-      throw bad(
-          "label values must be 0..K-1 without gaps; " +
-          std::to_string(expect) +
-          " is missing (values: " + j["labels"].dump() + ")");
-    m.class_names.push_back(name);
-    ++expect;
-  }
-  if (m.class_names.size() < 2 || m.class_names.size() > 256)
-    throw bad(
-        "needs 2..256 labels (uint8 masks), has " +
-        std::to_string(m.class_names.size()));
-  const char* ckey = j.contains("channel_names") ? "channel_names"
-                     : j.contains("modality")    ? "modality"
-                                                 : nullptr;
-  if (!ckey || !j[ckey].is_object() || j[ckey].empty())
-    throw bad(
-        "has no \"channel_names\" (nnU-Net v2) or \"modality\" (MSD) "
-        "object");
-  for (size_t c = 0; c < j[ckey].size(); ++c) {
-    const std::string k = std::to_string(c);
-    if (!j[ckey].contains(k))
-      throw bad(
-          std::string("\"") + ckey + "\" has no channel \"" + k +
-          "\" (keys must be 0..C-1)");
-    m.channels.push_back(
-        j[ckey][k].is_string() ? j[ckey][k].get<std::string>()
-                               : j[ckey][k].dump());
-  }
-  if (j.contains("file_ending")) {
-    if (!j["file_ending"].is_string())
-      throw bad("\"file_ending\" is not a string");
-    m.ending = j["file_ending"].get<std::string>();
-    if (m.ending != ".nii.gz" && m.ending != ".nii")
-      throw bad("file_ending \"" + m.ending + "\": only .nii.gz and .nii");
-  }
-  if (j.contains("training") && j["training"].is_array() &&
-      !j["training"].empty())
-    m.training = j["training"];
-  return m;
-}
-
 // The image files of case `name` in `ix`, checked against C channels.
 std::vector<std::string> case_images(
     const NiftiFolder& ix,
     const fs::path& dir,
     const std::string& name,
-    const Meta& m,
+    const DatasetMeta& m,
     bool* single) {
   const auto s = ix.single.find(name);
   const auto c = ix.channels.find(name);
@@ -222,7 +96,8 @@ std::vector<std::string> case_images(
   return files;
 }
 
-std::vector<DatasetCase> list_cases(const std::string& folder, const Meta& m) {
+std::vector<DatasetCase> list_cases(
+    const std::string& folder, const DatasetMeta& m) {
   const fs::path root(folder);
   const fs::path images = root / "imagesTr";
   const NiftiFolder ix =
@@ -340,7 +215,7 @@ void draw_split(
   for (size_t i = 0; i < cases.size(); ++i)
     by_name[cases[i].name] = i;
   if (!spec.splits.empty()) {
-    const json j = read_json(spec.splits, "--splits");
+    const json j = read_dataset_json(spec.splits, "--splits");
     MT_CHECK(
         j.is_array(),
         kCmd,
@@ -462,7 +337,7 @@ DatasetConvertResult convert_dataset(const DatasetConvertSpec& spec) {
   if (!median_spacing)
     target = parse_spacing(spec.spacing);
 
-  const Meta m = read_meta(spec.folder);
+  const DatasetMeta m = read_dataset_meta(spec.folder);
   std::vector<DatasetCase> cases = list_cases(spec.folder, m);
   // imagesTs/ is counted, not converted; listed before anything is
   // written, as its refusals (one stem with both endings) must be.
@@ -474,6 +349,11 @@ DatasetConvertResult convert_dataset(const DatasetConvertSpec& spec) {
                        .names()
                        .size())
              : 0;
+  check_case_counts(
+      spec.folder,
+      m,
+      static_cast<int64_t>(cases.size()),
+      has_ts ? test_cases : -1);
   std::vector<size_t> train, val;
   draw_split(spec, cases, &train, &val);
   // Headers only: grids, transforms, orientations, spacings.

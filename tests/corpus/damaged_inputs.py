@@ -862,6 +862,40 @@ def dataset_cases():
                  meta('{"channel_names": {"0": "T1", "0": "CT"}, '
                       '"labels": {"background": 0, "fg": 1}, ' + rest + '}'),
                  "ds/dataset.json", r'"0"', r"channel_names", r"twice")
+    # numTraining against the cases: nnU-Net v2 finds them in imagesTr/,
+    # MSD lists them in "training".
+    dataset_case("dataset/numtraining-imagestr",
+                 meta('{"channel_names": {"0": "T1"}, "labels": {"background": 0, "fg": 1}, '
+                      '"numTraining": 4, "file_ending": ".nii.gz"}'),
+                 "ds/dataset.json", r"numTraining", r"\b4\b", r"\b3\b")
+
+    def msd(num_training, num_test=None, test=None, ts=0):
+        def damage(d):
+            j = {"modality": {"0": "T1"}, "labels": {"0": "background", "1": "fg"},
+                 "numTraining": num_training,
+                 "training": [{"image": f"./imagesTr/{c}.nii.gz",
+                               "label": f"./labelsTr/{c}.nii.gz"} for c in DS_CASES]}
+            if num_test is not None:
+                j["numTest"] = num_test
+            if test is not None:
+                j["test"] = [f"./imagesTs/t{i}.nii.gz" for i in range(test)]
+            for i in range(ts):
+                nii(f"{d}/ds/imagesTs/t{i}.nii.gz", base_volume(seed=i)[0])
+            with open(f"{d}/ds/dataset.json", "w") as f:
+                json.dump(j, f)
+        return damage
+    dataset_case("dataset/numtraining-msd-list", msd(2), "ds/dataset.json",
+                 r"numTraining", r"\b2\b", r"\b3\b", r"training")
+    dataset_case("dataset/numtest-list", msd(3, num_test=2, test=3), "ds/dataset.json",
+                 r"numTest", r"\b2\b", r"\b3\b", r"test")
+    dataset_case("dataset/numtest-imagests", msd(3, num_test=3, ts=2), "ds/dataset.json",
+                 r"numTest", r"\b3\b", r"\b2\b", r"imagesTs")
+
+    def ok_msd(d):
+        make_dataset(d)
+        msd(3, num_test=2, test=2, ts=2)(d)
+    case("dataset/ok-msd-counts", ok_msd, convert_dataset_argv,
+         Accepted(check_convert_dataset("out/ds", "ds", imgs, lbls)))
 
 
 # ---------------------------------------------------------------------------
