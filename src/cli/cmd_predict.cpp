@@ -52,7 +52,8 @@ void add_predict(CLI::App& app, PredictArgs& args) {
       "--labels",
       args.labels,
       "reference label maps: a file (one --input file) or a folder with a "
-      "file of each case's name");
+      "file of each case's name, holding only the model's classes (each is "
+      "checked before any output is written)");
   cmd->add_option(
       "--label-map",
       args.label_map,
@@ -84,6 +85,8 @@ int run_predict(const PredictArgs& args, int* argc, char*** argv) {
         cfg = load_config(args.config, args.overrides);
         on = trained_on(cfg, "predict");
         cases = predict_inputs(opt);  // every header before any output
+        check_reference_labels(
+            opt, cases, on.num_classes, env.rank(), env.world_size());
         std::error_code ec;
         fs::create_directories(args.out, ec);
         MT_CHECK(

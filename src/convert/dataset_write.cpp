@@ -127,19 +127,8 @@ void read_case(
   nifti::Nifti l = nifti::open_header(
       kCmd, who(c, "label"), c.label, cm.analyze_orientation);
   nifti::load_data(l);
-  *mask = nifti::read_labels(l, {});
-  for (size_t i = 0; i < mask->size(); ++i) {
-    if ((*mask)[i] < cm.num_classes)
-      continue;
-    const int64_t nx = c.source_shape[0], ny = c.source_shape[1];
-    throw Error(
-        std::string(kCmd) + ": " + l.name() + ": voxel (" +
-        std::to_string(static_cast<int64_t>(i) % nx) + "," +
-        std::to_string(static_cast<int64_t>(i) / nx % ny) + "," +
-        std::to_string(static_cast<int64_t>(i) / (nx * ny)) + ") has label " +
-        std::to_string((*mask)[i]) + ", not in dataset.json's labels (0.." +
-        std::to_string(cm.num_classes - 1) + ")");
-  }
+  *mask =
+      nifti::read_labels(l, {}, {cm.num_classes, "dataset.json's labels", ""});
   *image = reorient(*image, cm.channels, c.source_shape, c.orientation);
   *mask = reorient(*mask, 1, c.source_shape, c.orientation);
   bool same = true;

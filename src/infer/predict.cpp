@@ -75,6 +75,26 @@ std::vector<InputCase> predict_inputs(const PredictOptions& args) {
   return cases;
 }
 
+void check_reference_labels(
+    const PredictOptions& args,
+    const std::vector<InputCase>& cases,
+    int64_t num_classes,
+    int rank,
+    int world) {
+  if (args.labels.empty())
+    return;
+  for (size_t i = static_cast<size_t>(rank); i < cases.size();
+       i += static_cast<size_t>(world))
+    read_nifti_case_labels(
+        "predict",
+        "--labels",
+        labels_of(args.labels, cases[i]),
+        cases[i].files[0],
+        args.label_map,
+        num_classes,
+        args.analyze_orientation);
+}
+
 CaseResult predict_case(
     InferenceModel& model,
     const PredictOptions& args,
@@ -182,6 +202,7 @@ CaseResult predict_case(
         labels_of(args.labels, in),
         path,
         args.label_map,
+        k,
         args.analyze_orientation);
     for (const ClassMetrics& m : segmentation_metrics(
              labels,

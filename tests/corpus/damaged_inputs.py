@@ -692,6 +692,26 @@ def predict_cases():
         nii(os.path.join(d, "case.nii"), im)
         return {"fixture": predict_fixture(os.path.dirname(d), MEMTRAIN_PATH[0])}
     case("predict/ok-baseline", build, predict_argv, Accepted(ok))
+
+    # --labels, the reference the prediction is scored against (issue 56,
+    # point 6): a class the model does not have (the fixture's has 2), a
+    # negative or a fractional label: refused before any output, naming
+    # the file, the value and the model's classes.
+    def labels_case(name, value, fields, dtype=np.int16):
+        def build(d):
+            im, lb = base_volume()
+            nii(os.path.join(d, "case.nii"), im)
+            lb = lb.astype(dtype)
+            lb[2, 3, 4] = value
+            nii(os.path.join(d, "ref.nii"), lb)
+            return {"fixture": predict_fixture(os.path.dirname(d), MEMTRAIN_PATH[0])}
+        case(name, build, lambda ctx: predict_argv(ctx) + ["--labels", "ref.nii"],
+             Refused("ref.nii", r"\(2,3,4\)", *fields,
+                     outputs=["pred/case.nii.gz", "pred/metrics.csv"]))
+    labels_case("predict/labels-class-beyond", 5, [r"\b5\b", r"\b2 classes"])
+    labels_case("predict/labels-negative", -1, [r"-1", r"\b2 classes"])
+    labels_case("predict/labels-fraction", 0.5, [r"0\.5", r"\b2 classes"], dtype=np.float32)
+
     predict_case("predict/pixdim1-negative", [PIXDIM(1), "-2"], edit={("pixdim", 1): -2.0})
 
 

@@ -3,6 +3,7 @@
 // --input, checked before any output is written, and one case from NIfTI
 // in to a label map (and its metrics) out.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,19 @@ inline constexpr const char* kPredictMetricsHeader =
 // against them, and a --labels file given only with one case. Writes
 // nothing. Throws memtrain::Error naming the file or option.
 std::vector<InputCase> predict_inputs(const PredictOptions& opt);
+
+// With --labels, the reference label file of each case this rank
+// predicts (case i of `cases` for i = rank, rank + world, ...: predict's
+// split), read and checked as predict_case scores it: found, on its
+// case's grid and transform, and holding only the model's `num_classes`
+// classes. Writes nothing: call it before any output. Throws
+// memtrain::Error naming the file.
+void check_reference_labels(
+    const PredictOptions& opt,
+    const std::vector<InputCase>& cases,
+    int64_t num_classes,
+    int rank,
+    int world);
 
 struct CaseResult {
   std::string out;   // OUT/CASE.nii.gz

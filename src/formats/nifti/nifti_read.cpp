@@ -257,7 +257,9 @@ std::vector<float> read_image(const Nifti& n) {
 
 // Label voxels mapped to classes (uint8), NIfTI order = [D, H, W].
 std::vector<uint8_t> read_labels(
-    const Nifti& n, const std::vector<LabelRule>& rules) {
+    const Nifti& n,
+    const std::vector<LabelRule>& rules,
+    const LabelClasses& classes) {
   const size_t count = n.voxels3d();
   std::vector<uint8_t> out(count);
   auto where = [&](size_t i) {
@@ -266,6 +268,10 @@ std::vector<uint8_t> read_labels(
            std::to_string((i / n.nx) % n.ny) + "," + std::to_string(i / plane) +
            ")";
   };
+  const std::string last = std::to_string(classes.count - 1);
+  const std::string within =
+      classes.whose.empty() ? std::string()
+                            : ", here " + classes.whose + " (0.." + last + ")";
   visit(n.im.get(), [&](const auto* p) {
     for (size_t i = 0; i < count; ++i) {
       double v = static_cast<double>(p[i]);
@@ -287,8 +293,8 @@ std::vector<uint8_t> read_labels(
         throw Error(
             n.command + ": " + n.name() + ": voxel " + where(i) +
             " has label " + fmt(v) +
-            "; without --label-map labels must be non-negative integers "
-            "(map them with --label-map)");
+            "; without --label-map labels must be non-negative integers" +
+            within + " (map them with --label-map)");
       }
       if (rv > 255) {
         throw Error(
@@ -300,7 +306,25 @@ std::vector<uint8_t> read_labels(
       out[i] = static_cast<uint8_t>(rv);
     }
   });
-  return out;
+  if (classes.count >= 256)
+    return out;
+  // The first voxel beyond the classes, and how many are.
+  size_t first = count, beyond = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (out[i] < classes.count)
+      continue;
+    if (beyond++ == 0)
+      first = i;
+  }
+  if (beyond == 0)
+    return out;
+  throw Error(
+      n.command + ": " + n.name() + ": voxel " + where(first) +
+      (rules.empty() ? " has label " : " is mapped to class ") +
+      std::to_string(out[first]) + ", not in " + classes.whose + " (0.." +
+      last + "); " + std::to_string(beyond) + " voxel(s) have a " +
+      (rules.empty() ? "label" : "class") +
+      " >= " + std::to_string(classes.count) + classes.remedy);
 }
 
 // Output voxel o of m, size `mm`, centred on the input extent of n voxels of

@@ -103,9 +103,21 @@ void check_same_grid(
         "correspond");
 // Image voxels as float32 (slope applied), NIfTI order = [C, D, H, W].
 std::vector<float> read_image(const Nifti& n);
-// Label voxels mapped to classes (uint8), NIfTI order = [D, H, W].
+// The classes a label volume must hold: 0..count-1 of `whose`
+// ("dataset.json's labels", "the model's 2 classes"; default: uint8's).
+struct LabelClasses {
+  int64_t count = 256;
+  std::string whose;
+  std::string remedy;  // ends the refusal, e.g. " (map them with ...)"
+};
+// Label voxels mapped to classes (uint8), NIfTI order = [D, H, W]. Without
+// `rules` the values must be integers 0..255; every class must be below
+// `classes.count`: else memtrain::Error naming the file, the first such
+// voxel, its value, `classes` and how many voxels are beyond them.
 std::vector<uint8_t> read_labels(
-    const Nifti& n, const std::vector<LabelRule>& rules);
+    const Nifti& n,
+    const std::vector<LabelRule>& rules,
+    const LabelClasses& classes = {});
 
 // A volume in memtrain's axis order: [C, D, H, W], W fastest.
 struct Grid {

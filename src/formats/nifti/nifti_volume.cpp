@@ -75,6 +75,7 @@ std::vector<uint8_t> read_nifti_case_labels(
     const std::string& path,
     const std::string& image_path,
     const std::string& label_map,
+    int64_t num_classes,
     const std::string& analyze_orientation) {
   const nifti::Nifti img =
       nifti::open_header(command, "--input", image_path, analyze_orientation);
@@ -84,8 +85,10 @@ std::vector<uint8_t> read_nifti_case_labels(
   nifti::load_data(lbl);
   return nifti::read_labels(
       lbl,
-      label_map.empty() ? std::vector<LabelRule>{}
-                        : parse_label_map(label_map));
+      label_map.empty() ? std::vector<LabelRule>{} : parse_label_map(label_map),
+      {num_classes,
+       "the model's " + std::to_string(num_classes) + " classes",
+       " (map them to the model's classes with --label-map)"});
 }
 
 void write_nifti_labels_like(

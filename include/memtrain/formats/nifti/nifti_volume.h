@@ -62,13 +62,17 @@ NiftiCase read_nifti_case(
 // The label volume `path` ([D, H, W] classes, mapped by `label_map` as
 // convert-nifti's --label-map; "" takes the values as classes), which must
 // be on the grid of image `image_path` with the same voxel-to-world
-// transform (else memtrain::Error naming both).
+// transform (else memtrain::Error naming both) and hold only the model's
+// `num_classes` classes (else memtrain::Error naming the file, the first
+// voxel beyond them, its value, how many are, and `num_classes`; a
+// negative or fractional value without `label_map` likewise).
 std::vector<uint8_t> read_nifti_case_labels(
     const std::string& command,
     const std::string& flag,
     const std::string& path,
     const std::string& image_path,
     const std::string& label_map,
+    int64_t num_classes,
     const std::string& analyze_orientation = "");
 
 // Writes `labels` ([D, H, W] of the grid of `reference`, an image NIfTI
