@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Bad disks and bad HDF5 files (issue 35, points 2, 3, 5, 6).
 # 1. A full file system: every writer (convert-nifti, convert-dataset,
-#    convert-images, make-data, a training run's checkpoint) writing onto
-#    a small tmpfs, in a private mount namespace, ends with no signal, one
-#    error line naming the file and "No space left on device", no
-#    temporary file left, and an existing output byte for byte as it was;
-#    exit 2, or 1 for training (a runtime I/O failure: the job is ended
-#    by MPI_Abort, as for any error once training runs).
+#    convert-images, convert-captions, make-data, a training run's
+#    checkpoint) writing onto a small tmpfs, in a private mount namespace,
+#    ends with no signal, one error line naming the file and "No space
+#    left on device" (never an empty reason), no temporary file left, and
+#    an existing output byte for byte as it was; exit 2, or 1 for training
+#    (a runtime I/O failure: the job is ended by MPI_Abort, as for any
+#    error once training runs). convert-images and convert-captions at
+#    --size 224 write their rows past HDF5's chunk cache, so the append
+#    itself fails (issue 56, point 6: its reason was lost); at --size 64
+#    the rows fail when the cache is flushed.
 # 2. An HDF5 file declaring /features [2^36, 16] (never written, a few KB):
 #    train and inspect refuse it naming the dataset, its shape and its
 #    bytes (never std::bad_alloc).
@@ -52,6 +56,16 @@ for k in ["cat", "dog"]:
     for i in range(40):
         a = rng.integers(0, 255, size=(64, 64, 3), dtype=np.uint8)
         Image.fromarray(a).save(f"pics/{k}/{i}.png")
+with open("caps.csv", "w") as f:
+    f.write("filepath\ttitle\n")
+    for k in ["cat", "dog"]:
+        for i in range(40):
+            f.write(f"pics/{k}/{i}.png\ta photo of a {k}, number {i}\n")
+# A CLIP BPE vocabulary of the right length (open_clip's 48894 merges),
+# so that the test needs no open_clip: the ids do not matter here.
+import gzip
+with gzip.open("vocab.txt.gz", "wt") as f:
+    f.write("#version: 0.2\n" + "a b\n" * 48894)
 PYEOF
 
 # on_full_disk RC SIZE OLD CMD...: runs CMD in a private mount namespace
@@ -79,6 +93,8 @@ on_full_disk() {
   local re='^memtrain: (\[rank 0, [^]]*\] )?error:'
   [ "$(grep -cE "$re" err.txt)" = 1 ] ||
     { cat err.txt; fail "$what: want one error line"; }
+  ! grep -E "$re" err.txt | grep -qE ':[[:space:]]*$' ||
+    { cat err.txt; fail "$what: the reason is empty"; }
   grep -E "$re" err.txt | grep -q "No space left on device" ||
     { cat err.txt; fail "$what: the reason is not said"; }
   grep -E "$re" err.txt | grep -q "'[^']*disk/[^']*'" ||
@@ -94,6 +110,14 @@ on_full_disk 2 200k o-train.h5 \
   "$MEMTRAIN" convert-dataset --folder nn --out disk/o --val-fraction 0.5
 on_full_disk 2 200k p.h5 \
   "$MEMTRAIN" convert-images --folder pics --out disk/p.h5 --size 64 --val-fraction 0.25
+on_full_disk 2 200k p.h5 \
+  "$MEMTRAIN" convert-images --folder pics --out disk/p.h5 --size 224 --val-fraction 0.25
+on_full_disk 2 200k c.h5 \
+  "$MEMTRAIN" convert-captions --csv caps.csv --out disk/c.h5 --bpe vocab.txt.gz \
+  --size 64 --val-fraction 0.25
+on_full_disk 2 200k c.h5 \
+  "$MEMTRAIN" convert-captions --csv caps.csv --out disk/c.h5 --bpe vocab.txt.gz \
+  --size 224 --val-fraction 0.25
 on_full_disk 2 200k f.h5 \
   "$MEMTRAIN" make-data --kind features --out disk/f.h5 --samples 100000
 "$MEMTRAIN" make-data --kind features --out train.h5 --samples 256 >/dev/null

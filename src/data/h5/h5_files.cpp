@@ -18,6 +18,11 @@
 namespace memtrain::h5 {
 
 namespace {
+// Said where HDF5 reported a failed write without any reason left to read
+// (a message never ends in "': ").
+constexpr const char* kNoReason =
+    "HDF5 reported the failure without a reason (its error stack was empty)";
+
 // The descriptions on HDF5's current error stack, outermost (the API call)
 // first.
 std::vector<std::string> error_descs() {
@@ -262,6 +267,13 @@ std::string write_failure(const std::string& path) {
 
 std::string write_reason(hid_t obj) {
   const std::string why = last_error();
+  if (why.empty()) {
+    // A call since the failure cleared the stack: what HDF5 reported for
+    // the file when it failed (remember_write_failure), never nothing.
+    const std::string path = file_name(obj);
+    const std::string earlier = write_failure(path);
+    return earlier.empty() ? kNoReason : earlier + free_space_note(path);
+  }
   if (system_reason().empty())
     return why;
   return why + free_space_note(file_name(obj));
@@ -280,17 +292,21 @@ void finish_file(Handle* f, const std::string& command) {
   const std::string path = file_name(f->get());
   const hid_t id = f->release();
   std::string why;
-  if (close_file_and_objects(id) < 0)
+  const herr_t rc = close_file_and_objects(id);
+  if (rc < 0)
     why = last_error();
   const std::string earlier = write_failure(path);
   failed_writes.erase(path);
   created_at.erase(path);
-  if (why.empty() && earlier.empty())
+  if (rc >= 0 && earlier.empty())
     return;
   // The first failure is the cause; the close's repeats it.
+  const std::string reason = !earlier.empty() ? earlier
+                             : !why.empty()   ? why
+                                              : kNoReason;
   throw Error(
-      command + ": cannot write '" + path +
-      "': " + (earlier.empty() ? why : earlier) + free_space_note(path));
+      command + ": cannot write '" + path + "': " + reason +
+      free_space_note(path));
 }
 
 }  // namespace memtrain::h5

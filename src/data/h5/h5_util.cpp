@@ -394,7 +394,13 @@ void append_rows(hid_t ds, hid_t mem_type, hsize_t rows, const void* data) {
   std::vector<hsize_t> dims = dims_of(ds);
   const hsize_t start = dims[0];
   dims[0] += rows;
+  // The reason is taken before the spaces below close: a close, as any
+  // HDF5 call, clears the error stack (the message said nothing after
+  // "in 'FILE': " when rows past the chunk cache hit a full disk).
+  std::string why;
   bool ok = H5Dset_extent(ds, dims.data()) >= 0;
+  if (!ok)
+    why = write_reason(ds);
   if (ok) {
     Handle file_space = space(H5Dget_space(ds));
     std::vector<hsize_t> offset(dims.size(), 0), count = dims;
@@ -417,10 +423,11 @@ void append_rows(hid_t ds, hid_t mem_type, hsize_t rows, const void* data) {
              file_space.get(),
              H5P_DEFAULT,
              data) >= 0;
+    if (!ok)
+      why = write_reason(ds);
   }
   if (ok)
     return;
-  const std::string why = write_reason(ds);
   throw Error(detail::concat(
       "cannot append ",
       rows,

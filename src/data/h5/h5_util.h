@@ -124,7 +124,8 @@ std::string write_failure(const std::string& path);
 std::string free_space_note(const std::string& path);
 // last_error() for a failed write to the file of `obj`, with
 // free_space_note where a system call failed. Call it first: every other
-// HDF5 call clears the error stack.
+// HDF5 call clears the error stack (a cleared stack gives the failure HDF5
+// reported for the file, write_failure, or says there was no reason).
 std::string write_reason(hid_t obj);
 
 // Refuses, before anything is allocated from it, a dataset whose declared

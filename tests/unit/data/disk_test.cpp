@@ -5,7 +5,8 @@
 // by the next writer of the folder, a live process's never; a writer that
 // throws leaves no descriptor and no temporary file.
 // (A full disk is tested end to end, in a private mount namespace:
-// tests/e2e/full_disk.sh.)
+// tests/e2e/full_disk.sh; here predict's output and convert-images'
+// appended rows.)
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -26,11 +27,13 @@
 #include <string>
 #include <vector>
 
+#include "memtrain/convert/image_convert.h"
 #include "memtrain/data/h5/inspect.h"
 #include "memtrain/data/synthetic/synthetic.h"
 #include "memtrain/formats/nifti/nifti_volume.h"
 #include "memtrain/util/atomic_file.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/png.h"
 #include "memtrain/util/temp_path.h"
 #include "test_support.h"
 
@@ -294,6 +297,51 @@ void write_reference(const std::string& path) {
       static_cast<std::streamsize>(v.size() * sizeof(float)));
 }
 
+// Runs `write` in a child process, in a mount namespace of its own with a
+// fresh tmpfs of `size` over the folder `disk`; *what gets the message of
+// the memtrain::Error it threw ("no error": none) and *left the entries
+// it left on the disk. False where no such namespace can be made (not
+// root).
+bool on_full_disk(
+    const test::TempDir& dir,
+    const std::string& disk,
+    const char* size,
+    const std::function<void()>& write,
+    std::string* what,
+    std::string* left) {
+  fs::create_directory(disk);
+  const std::string said = dir.file("said.txt");
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", disk.c_str(), "tmpfs", 0, size) != 0)
+      ::_exit(77);
+    std::string message = "no error";
+    try {
+      write();
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(disk)) {
+      (void)e;
+      ++n;
+    }
+    std::ofstream(said) << message << "\n" << n << "\n";
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) == 77)
+    return false;
+  std::ifstream in(said);
+  std::getline(in, *what);
+  std::getline(in, *left);
+  return true;
+}
+
 // predict's NIfTI output onto a full file system (nifti_image_write
 // reports nothing): refused with the OS's reason, nothing published, no
 // temporary file left. Needs a mount namespace of its own (root): a child
@@ -303,42 +351,58 @@ TEST(FullDisk, PredictOutputIsReadBackBeforeItIsPublished) {
   const std::string ref = dir.file("ref.nii");
   write_reference(ref);
   const std::string disk = dir.file("disk");
-  fs::create_directory(disk);
-  const std::string said = dir.file("said.txt");
-  const pid_t child = ::fork();
-  if (child == 0) {
-    if (::unshare(CLONE_NEWNS) != 0 ||
-        ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        ::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=16k") != 0)
-      ::_exit(77);
-    std::string what = "no error";
-    try {
-      write_nifti_labels_like(
-          ref, std::vector<uint8_t>(40 * 40 * 40, 1), disk + "/out.nii");
-    } catch (const Error& e) {
-      what = e.what();
-    }
-    int left = 0;
-    for (const auto& e : fs::directory_iterator(disk)) {
-      (void)e;
-      ++left;
-    }
-    std::ofstream(said) << what << "\n" << left << "\n";
-    ::_exit(0);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  if (WEXITSTATUS(status) == 77)
+  std::string what, left;
+  if (!on_full_disk(
+          dir,
+          disk,
+          "size=16k",
+          [&] {
+            write_nifti_labels_like(
+                ref, std::vector<uint8_t>(40 * 40 * 40, 1), disk + "/out.nii");
+          },
+          &what,
+          &left))
     GTEST_SKIP()
         << "(machine) no mount namespace with a tmpfs here (needs root)";
-  std::ifstream in(said);
-  std::string what, left;
-  std::getline(in, what);
-  std::getline(in, left);
   EXPECT_TRUE(has(what, "predict: cannot write '" + disk + "/out.nii'"))
       << what;
   EXPECT_TRUE(has(what, "No space left on device")) << what;
+  EXPECT_EQ(left, "0") << "files left on the full disk";
+}
+
+// convert-images at 224 x 224: a class's rows are larger than HDF5's chunk
+// cache and go straight to the file, so the append itself fails on a full
+// disk; its reason was read after the dataspaces closed, which cleared
+// HDF5's error stack: "...in 'FILE': " with nothing after (issue 56,
+// point 6).
+TEST(FullDisk, ConvertImagesAppendSaysTheDiskIsFull) {
+  test::TempDir dir("full-disk");
+  RgbImage im;
+  im.width = im.height = 64;
+  for (int64_t i = 0; i < 64 * 64 * 3; ++i)
+    im.rgb.push_back(static_cast<uint8_t>(i * 7));
+  for (const char* k : {"cat", "dog"}) {
+    fs::create_directories(dir.file(std::string("pics/") + k));
+    for (int i = 0; i < 8; ++i)
+      write_png(
+          dir.file("pics/" + std::string(k) + "/" + std::to_string(i) + ".png"),
+          im);
+  }
+  const std::string disk = dir.file("disk");
+  ImageConvertSpec spec;
+  spec.folder = dir.file("pics");
+  spec.out = disk + "/p.h5";
+  spec.size = 224;
+  spec.val_fraction = 0.25;
+  std::string what, left;
+  if (!on_full_disk(
+          dir, disk, "size=64k", [&] { convert_images(spec); }, &what, &left))
+    GTEST_SKIP()
+        << "(machine) no mount namespace with a tmpfs here (needs root)";
+  EXPECT_TRUE(has(what, "rows to dataset '/images' in '" + disk + "/p.h5.tmp."))
+      << what;
+  EXPECT_TRUE(has(what, "': No space left on device (")) << what;
+  EXPECT_TRUE(has(what, " bytes free on its file system)")) << what;
   EXPECT_EQ(left, "0") << "files left on the full disk";
 }
 
