@@ -131,12 +131,13 @@ def nifti_bytes(data, affine=AFFINE, *, two=False, edit=None, magic=None,
     return hb + b"\0" * (data_at - hsize) + body
 
 
-def write(path, raw, gz=None, cut=None):
-    """Writes raw (gzip-compressed when the name ends in .gz, or gz=True),
-    then keeps only `cut` bytes of the file (a negative cut drops bytes; a
-    fraction in (0, 1) keeps that share)."""
+def write(path, raw, gz=None, cut=None, gzip_with=None):
+    """Writes raw (gzip-compressed when the name ends in .gz, or gz=True:
+    gzip level 6, or gzip_with(raw)'s bytes, e.g. a damaged stream made by
+    one of the gz_* below), then keeps only `cut` bytes of the file (a
+    negative cut drops bytes; a fraction in (0, 1) keeps that share)."""
     if gz if gz is not None else path.endswith(".gz"):
-        raw = gzip.compress(raw, 6, mtime=0)
+        raw = (gzip_with or (lambda r: gzip.compress(r, 6, mtime=0)))(raw)
     if cut is not None:
         raw = raw[:int(len(raw) * cut) if 0 < cut < 1 else cut]
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -144,8 +145,66 @@ def write(path, raw, gz=None, cut=None):
         f.write(raw)
 
 
-def nii(path, data, affine=AFFINE, *, cut=None, gz=None, **kw):
-    write(path, nifti_bytes(data, affine, **kw), gz=gz, cut=cut)
+def nii(path, data, affine=AFFINE, *, cut=None, gz=None, gzip_with=None, **kw):
+    write(path, nifti_bytes(data, affine, **kw), gz=gz, cut=cut, gzip_with=gzip_with)
+
+
+# Damaged gzip streams that still inflate (gzip_with= of write and nii):
+# only the member's trailer (RFC 1952: CRC-32, then ISIZE, the length mod
+# 2^32) or what follows the member tells.
+
+
+def deflate(raw, level):
+    """raw deflate data (level 0: stored blocks, the bytes as they are)."""
+    c = zlib.compressobj(level, zlib.DEFLATED, -15)
+    return c.compress(raw) + c.flush()
+
+
+def gz_member(raw, body, *, isize=None, align=False):
+    """A gzip member: header, `body` (deflate data), then the CRC-32 and
+    ISIZE of raw (or `isize`). align: a file name (FNAME) in the header as
+    long as puts the trailer at a multiple of 8 KiB of the file; zlib's
+    gzread reads its input 8 KiB at a time and returns once the reader's
+    buffer is full, so a reader that stops at the last voxel (libnifti)
+    never reaches such a trailer."""
+    def head(name):
+        return (b"\x1f\x8b\x08" + (b"\x08" if name else b"\0") + bytes(4) + b"\0\x03" +
+                (name + b"\0" if name else b""))
+    name = b""
+    if align:
+        name = b"x" * (1 + (-(len(head(b"x")) + len(body))) % 8192)
+    return head(name) + body + struct.pack(
+        "<II", zlib.crc32(raw), (len(raw) if isize is None else isize) & 0xFFFFFFFF)
+
+
+def gz_stored_flip(at, align=False):
+    """Stored blocks with the byte of uncompressed offset `at` changed: it
+    inflates to the right length, only the CRC-32 differs."""
+    def make(raw):
+        z = bytearray(deflate(raw, 0))
+        pos, out = 0, 0
+        while True:
+            assert z[pos] & 6 == 0, "not a stored block"
+            n = struct.unpack_from("<H", z, pos + 1)[0]
+            if out <= at < out + n:
+                z[pos + 5 + at - out] ^= 0x01
+                return gz_member(raw, bytes(z), align=align)
+            assert not z[pos] & 1, f"offset {at} past the data"
+            pos, out = pos + 5 + n, out + n
+    return make
+
+
+def gz_isize(delta, align=False):
+    """A good member whose ISIZE is off by `delta`."""
+    return lambda raw: gz_member(raw, deflate(raw, 6), isize=len(raw) + delta, align=align)
+
+
+def gz_members(split, second=None, tail=b""):
+    """raw[:split] and raw[split:] as two members (legal gzip, as `cat a.gz
+    b.gz` makes), the second made by second(bytes) (default: level 6), then
+    `tail` appended."""
+    good = lambda r: gz_member(r, deflate(r, 6))
+    return lambda raw: good(raw[:split]) + (second or good)(raw[split:]) + tail
 
 
 def pair(stem, data, affine=AFFINE, *, magic=b"ni1", analyze=False, edit=None):
@@ -427,13 +486,14 @@ def convert_nifti(img="img.nii", lbl="lbl.nii", out="out/x.h5", extra=()):
 
 
 def nifti_case(name, *, fields, img_kw=None, lbl_kw=None, bad="img", ext=".nii",
-               two=False, existing=False, extra=()):
-    """A convert-nifti case: image and labels built with nii(**kw); the
-    damaged one ('img', 'lbl' or 'both': either) is named in the refusal."""
+               two=False, existing=False, extra=(), shape=(8, 9, 7)):
+    """A convert-nifti case: image and labels of `shape` built with
+    nii(**kw); the damaged one ('img', 'lbl' or 'both': either) is named in
+    the refusal."""
     img_p, lbl_p = "img" + ext, "lbl" + ext
 
     def build(d):
-        im, lb = base_volume()
+        im, lb = base_volume(shape=shape)
         nii(os.path.join(d, img_p), im, two=two, **(img_kw or {}))
         nii(os.path.join(d, lbl_p), lb, two=two, **(lbl_kw or {}))
     file = {"img": img_p, "lbl": lbl_p, "both": (img_p, lbl_p)}[bad]
@@ -543,9 +603,45 @@ def nifti_cases():
     nifti_case("nifti/truncated-gzip-stream", fields=[TRUNC + r"|gzip|compressed|stream|zlib"],
                ext=".nii.gz", img_kw=dict(cut=0.6))
 
+    # gzip streams that inflate but are not the file's bytes (issue 56,
+    # point 6): libnifti reads only the bytes it needs, and zlib checks the
+    # member's trailer only when it gets there. A byte of the voxels is
+    # changed (the header's checks pass). On a 32^3 grid (more than the 16
+    # KiB zlib's gzread inflates at its first read) with the trailer at 8
+    # KiB (gz_member's align) the file was read with exit 0; where gzread
+    # did reach the trailer, its error was taken for a header of zeros
+    # (sizeof_hdr = 0), a truncated file, or a count of bytes (a crash).
+    GZ = r"re-export|re-download"
+    BIG = (32, 32, 32)
+    nifti_case("nifti/gzip-crc-mismatch", fields=[r"CRC-32", GZ], ext=".nii.gz", shape=BIG,
+               img_kw=dict(gzip_with=gz_stored_flip(352 + 4 * 20000 + 1, align=True)))
+    nifti_case("nifti/gzip-crc-mismatch-small", fields=[r"CRC-32", GZ], ext=".nii.gz",
+               img_kw=dict(gzip_with=gz_stored_flip(352 + 4 * 200 + 1)))
+    nifti_case("nifti/gzip-isize-mismatch", fields=[r"length|ISIZE", GZ], ext=".nii.gz",
+               shape=BIG, bad="lbl", lbl_kw=dict(gzip_with=gz_isize(1, align=True)))
+    nifti_case("nifti/gzip-second-member-crc", fields=[r"CRC-32", GZ], ext=".nii.gz",
+               img_kw=dict(gzip_with=gz_members(1000, gz_stored_flip(700))))
+    nifti_case("nifti/gzip-trailing-garbage", fields=[r"trailing|after the (end|last)", GZ],
+               ext=".nii.gz", img_kw=dict(gzip_with=gz_members(1000, tail=b"garbage!")))
+
     # Accepted, with nibabel's data.
     nifti_accept("nifti/ok-baseline")
     nifti_accept("nifti/ok-gzip", ext=".nii.gz")
+    # Legal gzip that libnifti (and nibabel) read: two members, one of them
+    # split inside the voxels; zero padding after the last member (nibabel's
+    # gzip skips it).
+    nifti_accept("nifti/ok-gzip-two-members", ext=".nii.gz",
+                 img_kw=dict(gzip_with=gz_members(1000)), lbl_kw=dict(gzip_with=gz_members(100)))
+    nifti_accept("nifti/ok-gzip-zero-padding", ext=".nii.gz",
+                 img_kw=dict(gzip_with=gz_members(1000, tail=bytes(16))))
+    # A gzipped file's voxels are read by memtrain (in the pass that checks
+    # the stream), not libnifti: byte order, offset, 4D, NIfTI-2 as above.
+    nifti_accept("nifti/ok-gzip-big-endian", ext=".nii.gz", img_kw=dict(swap=True),
+                 lbl_kw=dict(swap=True))
+    nifti_accept("nifti/ok-gzip-vox_offset-400", ext=".nii.gz", img_kw=dict(data_at=400))
+    nifti_accept("nifti/ok-gzip-4d", ext=".nii.gz", channels=2,
+                 img_data=lambda a: np.stack([a, a * 2], axis=3))
+    nifti_accept("nifti/ok-gzip-nifti2", ext=".nii.gz", two=True)
     nifti_accept("nifti/ok-scl_slope-0", img_kw=dict(slope=(0.0, 5.0)))
     nifti_case("nifti/pixdim1-negative", fields=[PIXDIM(1), "-2"], bad="both",
                img_kw=dict(edit={("pixdim", 1): -2.0}), lbl_kw=dict(edit={("pixdim", 1): -2.0}))
@@ -656,16 +752,16 @@ def predict_fixture(work, memtrain):
 def predict_argv(ctx):
     f = ctx["fixture"]
     return ["predict", "--config", f"{f}/u.yaml", "--weights", f"{f}/run/model.safetensors",
-            "--input", "case.nii", "--out", "pred"]
+            "--input", "case" + ctx.get("ext", ".nii"), "--out", "pred"]
 
 
-def predict_case(name, fields, **kw):
+def predict_case(name, fields, ext=".nii", shape=(8, 9, 7), **kw):
     def build(d):
-        im, _ = base_volume()
-        nii(os.path.join(d, "case.nii"), im, **kw)
-        return {"fixture": predict_fixture(os.path.dirname(d), MEMTRAIN_PATH[0])}
+        im, _ = base_volume(shape=shape)
+        nii(os.path.join(d, "case" + ext), im, **kw)
+        return {"fixture": predict_fixture(os.path.dirname(d), MEMTRAIN_PATH[0]), "ext": ext}
     case(name, build, predict_argv,
-         Refused("case.nii", *fields, outputs=["pred/case.nii.gz"]))
+         Refused("case" + ext, *fields, outputs=["pred/case.nii.gz"]))
 
 
 def predict_cases():
@@ -713,6 +809,8 @@ def predict_cases():
     labels_case("predict/labels-fraction", 0.5, [r"0\.5", r"\b2 classes"], dtype=np.float32)
 
     predict_case("predict/pixdim1-negative", [PIXDIM(1), "-2"], edit={("pixdim", 1): -2.0})
+    predict_case("predict/gzip-crc-mismatch", [r"CRC-32", r"re-export|re-download"],
+                 ext=".nii.gz", shape=(32, 32, 32), gzip_with=gz_stored_flip(352 + 4 * 20000 + 1, align=True))
 
 
 # ---------------------------------------------------------------------------
@@ -775,19 +873,24 @@ def make_dataset(d, ending=".nii.gz"):
     return root
 
 
-def ds_damage(c, which, ending=".nii.gz", **kw):
-    """Rewrites case c's image ('img'), label ('lbl') or both with nii(**kw)."""
+def ds_damage(c, which, ending=".nii.gz", shape=(8, 9, 7), **kw):
+    """Rewrites case c's image ('img'), label ('lbl') or both with nii(**kw);
+    on another grid than the base volume's (`shape`), the other file is
+    rewritten on it too, undamaged."""
     def damage(d):
         i = DS_CASES.index(c)
-        im, lb = base_volume(seed=i)
+        im, lb = base_volume(seed=i, shape=shape)
         aff = AFFINE
         if c == "case_b":
             im, aff = flipped(im, AFFINE, (0, 1))
             lb, _ = flipped(lb, AFFINE, (0, 1))
-        if which in ("img", "both"):
-            nii(f"{d}/ds/imagesTr/{c}_0000{ending}", im, aff, **kw)
-        if which in ("lbl", "both"):
-            nii(f"{d}/ds/labelsTr/{c}{ending}", lb, aff, **kw)
+        other = shape != (8, 9, 7)
+        if which in ("img", "both") or other:
+            nii(f"{d}/ds/imagesTr/{c}_0000{ending}", im, aff,
+                **(kw if which in ("img", "both") else {}))
+        if which in ("lbl", "both") or other:
+            nii(f"{d}/ds/labelsTr/{c}{ending}", lb, aff,
+                **(kw if which in ("lbl", "both") else {}))
     return damage
 
 
@@ -845,6 +948,10 @@ def dataset_cases():
                  r"singular|rank|determinant|degenerate|no orientation")
     dataset_case("dataset/truncated-gzip", ds_damage("case_b", "img", cut=0.8),
                  img("case_b"), TRUNC + r"|gzip|compressed|stream|zlib|header")
+    dataset_case("dataset/gzip-crc-mismatch",
+                 ds_damage("case_c", "lbl", shape=(32, 32, 32),
+                           gzip_with=gz_stored_flip(352 + 20000, align=True)),
+                 lbl("case_c"), r"CRC-32", r"re-export|re-download")
 
     def directory(d):
         os.remove(f"{d}/ds/imagesTr/case_b_0000.nii.gz")

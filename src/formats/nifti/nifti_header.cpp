@@ -21,6 +21,7 @@
 #include "formats/nifti/nifti_read.h"
 #include "memtrain/formats/nifti/nifti_volume.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/gzip_file.h"
 #include "memtrain/util/host_memory.h"
 
 namespace memtrain::nifti {
@@ -153,9 +154,22 @@ RawHeader read_raw_header(const Nifti& n) {
       ": cannot open '",
       h.header_path,
       "'");
-  const size_t got = znzread(b, 1, sizeof(b), f);
+  size_t got = znzread(b, 1, sizeof(b), f);  // (size_t)-1: a zlib error
   Xznzclose(&f);
   const std::string where = n.command + ": " + n.name() + ": ";
+  if (got > sizeof(b) || got < 540) {
+    // zlib's gzread inflates a small file whole at the first read, and
+    // fails it on a bad CRC-32 or length: read_gzip_file says which.
+    if (nifti_is_gzfile(h.header_path.c_str()) &&
+        has_gzip_magic(h.header_path)) {
+      read_gzip_file(
+          h.header_path,
+          n.command + ": " + n.name() +
+              (h.header_path == n.path ? "" : ": '" + h.header_path + "'"),
+          {});
+    }
+    MT_CHECK(got <= sizeof(b), where, "cannot read its header");
+  }
   auto i32 = [&](size_t o, bool swap) {
     uint32_t u;
     std::memcpy(&u, b + o, 4);

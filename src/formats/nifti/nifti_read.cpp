@@ -11,10 +11,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <sstream>
 
 #include "memtrain/formats/nifti/nifti_volume.h"
 #include "memtrain/util/error.h"
+#include "memtrain/util/gzip_file.h"
 
 namespace memtrain::nifti {
 
@@ -57,53 +60,155 @@ void visit(const nifti_image* im, F&& f) {
 }
 
 // libnifti sets NaN and Inf float voxels to 0 as it loads them, silently:
-// the file's raw float32/float64 voxels are scanned first (the data part
-// is read twice for float files), and the first non-finite one is refused.
+// the file's raw float32/float64 voxels are fed here first, in order, and
+// the first non-finite one is refused.
+class FiniteFloats {
+ public:
+  explicit FiniteFloats(const Nifti& n)
+      : n_(n),
+        nb_(static_cast<size_t>(n.im->nbyper)),
+        on_(n.im->datatype == DT_FLOAT32 || n.im->datatype == DT_FLOAT64),
+        swap_(n.im->byteorder != nifti_short_order()) {}
+  bool on() const {
+    return on_;
+  }
+  // The next `len` bytes of the voxel data.
+  void feed(const unsigned char* p, size_t len) {
+    if (!on_)
+      return;
+    if (part_ > 0) {  // the rest of an element split between two pieces
+      const size_t take = std::min(len, nb_ - part_);
+      std::memcpy(elem_ + part_, p, take);
+      part_ += take;
+      p += take;
+      len -= take;
+      if (part_ < nb_)
+        return;
+      part_ = 0;
+      check(elem_);
+    }
+    for (; len >= nb_; p += nb_, len -= nb_)
+      check(p);
+    std::memcpy(elem_, p, len);
+    part_ = len;
+  }
+
+ private:
+  void check(const unsigned char* e) {
+    double v;
+    if (nb_ == 4) {
+      uint32_t u;
+      std::memcpy(&u, e, 4);
+      u = swap_ ? __builtin_bswap32(u) : u;
+      float x;
+      std::memcpy(&x, &u, 4);
+      v = x;
+    } else {
+      uint64_t u;
+      std::memcpy(&u, e, 8);
+      u = swap_ ? __builtin_bswap64(u) : u;
+      std::memcpy(&v, &u, 8);
+    }
+    const size_t i = done_++;
+    if (std::isfinite(v))
+      return;
+    const size_t plane = static_cast<size_t>(n_.nx * n_.ny);
+    throw Error(
+        n_.command + ": " + n_.name() + ": voxel (" +
+        std::to_string(i % n_.nx) + "," + std::to_string((i / n_.nx) % n_.ny) +
+        "," + std::to_string((i / plane) % n_.nz) + ") is " + fmt(v) +
+        " (not a finite float); replace NaN/Inf voxels first");
+  }
+
+  const Nifti& n_;
+  const size_t nb_;
+  const bool on_;
+  const bool swap_;
+  unsigned char elem_[8] = {};
+  size_t part_ = 0;  // bytes of elem_ filled
+  size_t done_ = 0;  // voxels checked
+};
+
+bool gzipped(const char* file) {
+  return file != nullptr && nifti_is_gzfile(file) && has_gzip_magic(file);
+}
+
+// The messages' start for `file` of n: its name, and the file's where it
+// is not the one named (a pair's .img).
+std::string who(const Nifti& n, const char* file) {
+  return n.command + ": " + n.name() +
+         (file == n.path ? std::string() : ": '" + std::string(file) + "'");
+}
+
+// The voxels of a gzipped file in one pass: the file inflated whole with
+// every check of the format (read_gzip_file: each member's CRC-32 and
+// length; libnifti reads only the bytes it needs, so zlib, which checks
+// them at the member's trailer, may never get there and a damaged stream
+// that still inflates gave wrong voxels), the data part copied into the
+// image and byte-swapped to this machine's order as nifti_image_load does,
+// its floats checked finite on the way.
+void load_gzipped(Nifti& n) {
+  nifti_image* im = n.im.get();
+  if (gzipped(im->fname) && std::strcmp(im->fname, im->iname) != 0)
+    read_gzip_file(im->fname, who(n, im->fname), {});  // a pair's header
+  const size_t begin = static_cast<size_t>(im->iname_offset);
+  const size_t bytes =
+      static_cast<size_t>(im->nvox) * static_cast<size_t>(im->nbyper);
+  std::unique_ptr<unsigned char, decltype(&std::free)> data(
+      static_cast<unsigned char*>(std::calloc(std::max<size_t>(bytes, 1), 1)),
+      &std::free);
+  if (!data)
+    throw std::bad_alloc();
+  FiniteFloats floats(n);
+  size_t at = 0;  // offset in the inflated stream of the bytes passed
+  read_gzip_file(
+      im->iname, who(n, im->iname), [&](const unsigned char* p, size_t len) {
+        const size_t from = std::max(at, begin);
+        const size_t to = std::min(at + len, begin + bytes);
+        if (from < to) {
+          std::memcpy(data.get() + (from - begin), p + (from - at), to - from);
+          floats.feed(p + (from - at), to - from);
+        }
+        at += len;
+      });
+  MT_CHECK(
+      at >= begin + bytes,
+      who(n, im->iname),
+      ": its voxel data ends at byte ",
+      at,
+      " of the ",
+      begin + bytes,
+      " its header declares (a truncated file?)");
+  if (im->swapsize > 1 && im->byteorder != nifti_short_order())
+    nifti_swap_Nbytes(im->nvox, im->swapsize, data.get());
+  im->data = data.release();
+}
+
+// A float file's raw voxels checked finite before libnifti loads them (the
+// data part is read twice).
 void check_finite_floats(const Nifti& n) {
   const nifti_image* im = n.im.get();
-  if (im->datatype != DT_FLOAT32 && im->datatype != DT_FLOAT64)
+  FiniteFloats floats(n);
+  if (!floats.on())
     return;
   znzFile f = znzopen(im->iname, "rb", nifti_is_gzfile(im->iname));
   if (znz_isnull(f))
     return;  // nifti_image_load reports it
-  const size_t nb = static_cast<size_t>(im->nbyper);
-  const size_t total = static_cast<size_t>(im->nvox);
-  const bool swap = im->byteorder != nifti_short_order();
-  std::vector<unsigned char> buf(nb << 18);
-  size_t done = 0;
+  std::vector<unsigned char> buf(size_t{1} << 20);
+  size_t left = static_cast<size_t>(im->nvox) * static_cast<size_t>(im->nbyper);
   bool ok = znzseek(f, im->iname_offset, SEEK_SET) >= 0;
-  while (ok && done < total) {
-    const size_t got =
-        znzread(buf.data(), nb, std::min(buf.size() / nb, total - done), f);
-    if (got == 0)
-      break;  // truncated: nifti_image_load reports it
-    for (size_t e = 0; e < got; ++e) {
-      double v;
-      if (nb == 4) {
-        uint32_t u;
-        std::memcpy(&u, buf.data() + e * 4, 4);
-        u = swap ? __builtin_bswap32(u) : u;
-        float x;
-        std::memcpy(&x, &u, 4);
-        v = x;
-      } else {
-        uint64_t u;
-        std::memcpy(&u, buf.data() + e * 8, 8);
-        u = swap ? __builtin_bswap64(u) : u;
-        std::memcpy(&v, &u, 8);
-      }
-      if (std::isfinite(v))
-        continue;
-      Xznzclose(&f);
-      const size_t i = done + e;
-      const size_t plane = static_cast<size_t>(n.nx * n.ny);
-      throw Error(
-          n.command + ": " + n.name() + ": voxel (" + std::to_string(i % n.nx) +
-          "," + std::to_string((i / n.nx) % n.ny) + "," +
-          std::to_string((i / plane) % n.nz) + ") is " + fmt(v) +
-          " (not a finite float); replace NaN/Inf voxels first");
+  try {
+    while (ok && left > 0) {
+      const size_t want = std::min(buf.size(), left);
+      const size_t got = znzread(buf.data(), 1, want, f);
+      if (got == 0 || got > want)  // (size_t)-1: a zlib error
+        break;                     // nifti_image_load reports it
+      floats.feed(buf.data(), got);
+      left -= got;
     }
-    done += got;
+  } catch (...) {
+    Xznzclose(&f);
+    throw;
   }
   Xznzclose(&f);
 }
@@ -121,6 +226,10 @@ std::string transform_str(const std::array<double, 12>& a) {
 }  // namespace
 
 void load_data(Nifti& n) {
+  if (gzipped(n.im->iname)) {
+    load_gzipped(n);
+    return;
+  }
   check_finite_floats(n);
   MT_CHECK(
       nifti_image_load(n.im.get()) == 0 && n.im->data,

@@ -71,7 +71,10 @@ Nifti open_header(
     const std::string& flag,
     const std::string& path,
     const std::string& analyze_orientation = "");
-// Reads the voxel data.
+// Reads the voxel data; a float voxel that is not finite is refused. A
+// gzipped file is read in one pass to the end of its gzip stream, each
+// member's CRC-32 and length (ISIZE) checked (read_gzip_file): a damaged
+// stream that still inflates is refused, naming the file.
 void load_data(Nifti& n);
 // The world transforms a file declares (sform, qform), 3x4 each; an
 // accepted Analyze file's is the one built from --analyze-orientation.
