@@ -1,6 +1,5 @@
 #include "memtrain/weights/torch_file.h"
 
-#include <caffe2/serialize/inline_container.h>
 #include <torch/torch.h>
 
 #include <cstring>
@@ -9,6 +8,7 @@
 #include <unordered_map>
 
 #include "memtrain/util/error.h"
+#include "weights/torch_zip.h"
 
 namespace memtrain {
 namespace {
@@ -104,10 +104,7 @@ class Unpickler {
   }
 
   Unpickler(
-      const std::string& path,
-      caffe2::serialize::PyTorchStreamReader& zip,
-      const char* data,
-      size_t size)
+      const std::string& path, TorchZip& zip, const char* data, size_t size)
       : path_(path), zip_(zip), p_(data), size_(size) {}
 
   V run() {
@@ -514,9 +511,9 @@ class Unpickler {
       return make_str(Obj::kObject, t[1]->s);
     const int64_t numel = t[4]->i;
     const std::string record = "data/" + key;
-    if (!zip_.hasRecord(record))
+    if (!zip_.has(record))
       fail("storage " + key + " has no " + record + " in the archive");
-    auto [data, bytes] = zip_.getRecord(record);
+    auto [data, bytes] = zip_.get(record);
     const size_t element = c10::elementSize(type->type);
     const size_t want = static_cast<size_t>(numel) * element;
     if (numel < 0 || static_cast<size_t>(numel) > bytes / element ||
@@ -540,7 +537,7 @@ class Unpickler {
   }
 
   std::string path_;
-  caffe2::serialize::PyTorchStreamReader& zip_;
+  TorchZip& zip_;
   const char* p_;
   size_t size_;
   size_t pos_ = 0;
@@ -653,20 +650,20 @@ TorchWeights read(const std::string& path) {
       "'",
       path,
       "' is neither a safetensors file nor a torch.save zip archive");
-  caffe2::serialize::PyTorchStreamReader zip(path);
+  TorchZip zip(path);
   MT_CHECK(
-      !zip.hasRecord("constants.pkl"),
+      !zip.has("constants.pkl"),
       "'",
       path,
       "' is a TorchScript archive (torch.jit.save), not a state dict: save "
       "model.state_dict() with torch.save");
   MT_CHECK(
-      zip.hasRecord("data.pkl"),
+      zip.has("data.pkl"),
       "'",
       path,
       "' has no data.pkl: not a torch.save archive");
-  if (zip.hasRecord("byteorder")) {
-    auto [order, n] = zip.getRecord("byteorder");
+  if (zip.has("byteorder")) {
+    auto [order, n] = zip.get("byteorder");
     MT_CHECK(
         std::string(static_cast<const char*>(order.get()), n) == "little",
         "'",
@@ -674,7 +671,7 @@ TorchWeights read(const std::string& path) {
         "' was saved on a big-endian machine: re-save it on a little-endian "
         "one");
   }
-  auto [pkl, pkl_size] = zip.getRecord("data.pkl");
+  auto [pkl, pkl_size] = zip.get("data.pkl");
   Unpickler unpickler(path, zip, static_cast<const char*>(pkl.get()), pkl_size);
   const V root = unpickler.run();
 

@@ -24,6 +24,7 @@ import argparse
 import concurrent.futures
 import errno
 import gzip
+import io
 import json
 import logging
 import math
@@ -39,6 +40,7 @@ import tempfile
 import threading
 import time
 import traceback
+import zipfile
 import zlib
 
 import h5py
@@ -1181,6 +1183,57 @@ def num(n):
     return rf"(?<![\w.]){n}(?![\w.])"
 
 
+# safetensors dtype -> torch.save's storage class, for torch_save.
+TORCH_STORAGES = {"F32": "FloatStorage", "F64": "DoubleStorage", "F16": "HalfStorage",
+                  "BF16": "BFloat16Storage", "I64": "LongStorage", "I32": "IntStorage",
+                  "I16": "ShortStorage", "I8": "CharStorage", "U8": "ByteStorage",
+                  "BOOL": "BoolStorage"}
+
+
+def torch_save(tensors):
+    """The bytes of a torch.save file of the state dict `tensors`, [(name,
+    safetensors dtype, shape, data bytes)], written as PyTorch >= 1.6
+    writes it (the peers venv has no torch): a zip of stored entries
+    archive/data.pkl, a pickle (protocol 2) of a dict of
+    torch._utils._rebuild_tensor_v2(storage, 0, shape, stride, False,
+    OrderedDict()), each storage the persistent id ('storage',
+    torch.<T>Storage, key, 'cpu', numel); archive/byteorder;
+    archive/data/<key>, the tensor's bytes; archive/version."""
+    def text(x):
+        b = x.encode()
+        return b"X" + struct.pack("<I", len(b)) + b
+
+    def num(v):
+        return b"J" + struct.pack("<i", v)
+
+    def tup(items):
+        return b"(" + b"".join(items) + b"t" if items else b")"
+    pkl = [b"\x80\x02}("]
+    for key, (name, dtype, shape, _) in enumerate(tensors):
+        stride = [math.prod(shape[k + 1:]) for k in range(len(shape))]
+        pid = tup([text("storage"), f"ctorch\n{TORCH_STORAGES[dtype]}\n".encode(), text(str(key)),
+                   text("cpu"), num(math.prod(shape))])
+        args = tup([pid + b"Q", num(0), tup([num(v) for v in shape]), tup([num(v) for v in stride]),
+                    b"\x89", b"ccollections\nOrderedDict\n)R"])
+        pkl.append(text(name) + b"ctorch._utils\n_rebuild_tensor_v2\n" + args + b"R")
+    pkl.append(b"u.")
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", b"".join(pkl))
+        z.writestr("archive/byteorder", b"little")
+        for key, (_, _, _, data) in enumerate(tensors):
+            z.writestr(f"archive/data/{key}", data)
+        z.writestr("archive/version", b"3\n")
+    return out.getvalue()
+
+
+def zip_record_at(archive, name):
+    """Where the bytes of entry `name` of a zip archive start."""
+    at = zipfile.ZipFile(io.BytesIO(archive)).getinfo(name).header_offset
+    n, e = struct.unpack_from("<HH", archive, at + 26)
+    return at + 30 + n + e
+
+
 def config_case(name, text, *fields, file="c.yaml", args=()):
     def build(d):
         make_features(d)
@@ -1232,29 +1285,51 @@ def config_cases():
     cli("config/cli-training.lr-empty", "--training.lr=", r"training\.lr")
     # model.pretrained that is not a weights file, or holds a NaN: refused at
     # load, naming it (a FIFO never opened: it would block).
-    def pretrained(name, make, *fields):
+    def pretrained(name, make, *fields, file="w.safetensors", verdict=None):
         def build(d):
             make_features(d)
-            make(os.path.join(d, "w.safetensors"))
-        case(name, build, lambda ctx: TRAIN + ["--data.train=good.h5", "--model.pretrained=w.safetensors"],
-             Refused("w.safetensors", *fields, outputs=TRAIN_OUTPUTS))
+            make(os.path.join(d, file))
+        case(name, build, lambda ctx: TRAIN + ["--data.train=good.h5", "--model.pretrained=" + file],
+             verdict or Refused(file, *fields, outputs=TRAIN_OUTPUTS))
 
-    def nan_weights(path):
-        # The model's own weights after one window, one value made NaN.
-        d = os.path.dirname(path)
+    def own_weights(d):
+        """The model's own weights after one window: model.safetensors'
+        bytes, its header, where its data starts."""
         r = subprocess.run([MEMTRAIN_PATH[0]] + TRAIN + ["--data.train=good.h5", "--output.dir=src",
                                                          "--training.max_windows=1"],
                            cwd=d, capture_output=True, text=True, timeout=120, preexec_fn=limit_memory)
         if r.returncode != 0:
-            raise RuntimeError(f"nan weights: memtrain train exit {r.returncode}: {summary_of(r.stdout, r.stderr)}")
+            raise RuntimeError(f"own weights: memtrain train exit {r.returncode}: "
+                               f"{summary_of(r.stdout, r.stderr)}")
         data = bytearray(open(os.path.join(d, "src", "model.safetensors"), "rb").read())
+        shutil.rmtree(os.path.join(d, "src"))
         n = struct.unpack("<Q", data[:8])[0]
-        header = json.loads(data[8:8 + n])
-        name = "blocks.0.fc1.weight"
-        start = 8 + n + header[name]["data_offsets"][0]
+        return data, json.loads(data[8:8 + n]), 8 + n
+
+    def nan_weights(path):
+        # The model's own weights after one window, one value made NaN.
+        data, header, base = own_weights(os.path.dirname(path))
+        start = base + header["blocks.0.fc1.weight"]["data_offsets"][0]
         data[start:start + 4] = struct.pack("<f", math.nan)
         write(path, bytes(data))
-        shutil.rmtree(os.path.join(d, "src"))
+
+    def torch_weights(damage):
+        """The model's own weights as torch.save writes them; damage: a
+        byte of tensor record archive/data/0 changed (stored as it is; the
+        value stays finite)."""
+        def make(path):
+            data, header, base = own_weights(os.path.dirname(path))
+            z = bytearray(torch_save([
+                (k, v["dtype"], v["shape"], bytes(data[base + v["data_offsets"][0]:
+                                                      base + v["data_offsets"][1]]))
+                for k, v in header.items() if k != "__metadata__"]))
+            if damage:
+                z[zip_record_at(bytes(z), "archive/data/0") + 1] ^= 1
+            write(path, bytes(z))
+        return make
+
+    def loaded(d, ctx, o, e):
+        need(re.search(r"\b(\d+) of \1 tensors loaded", o + e), "no 'N of N tensors loaded'")
     def safetensors(header, data):
         def make(path):
             h = header.encode()
@@ -1277,6 +1352,12 @@ def config_cases():
     pretrained("weights/pretrained-fifo", os.mkfifo, r"FIFO")
     pretrained("weights/pretrained-directory", os.mkdir, r"directory")
     pretrained("weights/pretrained-nan", nan_weights, r"blocks\.0\.fc1\.weight", r"non-finite")
+    # torch.save: PyTorch's miniz skips the zip entries' CRC-32, so a changed
+    # tensor byte loaded with exit 0.
+    pretrained("weights/torch-save-ok", torch_weights(False), file="w.pt",
+               verdict=Accepted(loaded))
+    pretrained("weights/torch-save-crc-mismatch", torch_weights(True), r"archive/data/0",
+               r"CRC-32", r"re-download|save it again", file="w.pt")
     # Sizes of 2^63 bytes and more wrapped negative in an int64_t.
     cli("config/cli-memory.host_budget-2^64", "--memory.host_budget=10000000000000000000",
         r"memory\.host_budget.*2\^63")

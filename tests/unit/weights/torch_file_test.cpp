@@ -5,7 +5,9 @@
 #include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <zlib.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -168,6 +170,65 @@ TEST(TorchFile, DamagedFilesAreRefusedNotRead) {
         load_torch_weights(text);
       }).find("neither a safetensors file nor a torch.save zip archive"),
       std::string::npos);
+}
+
+// PyTorch's miniz skips the CRC-32 of the records it reads
+// (MINIZ_DISABLE_ZIP_READER_CRC32_CHECKS): each record memtrain reads is
+// checked against its entry of the zip central directory.
+TEST(TorchFile, RecordsAreCheckedAgainstTheZipDirectorysCrc) {
+  test::TempDir dir("tf");
+  std::ifstream in(fixture("state.pt"), std::ios::binary);
+  const std::string good(
+      (std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // lin.weight's storage, data/0: 12 floats stored as they are.
+  const size_t at = caffe2::serialize::PyTorchStreamReader(fixture("state.pt"))
+                        .getRecordOffset("data/0");
+  const std::string path = dir.file("bad.pt");
+  auto crc = [](const std::string& b) {
+    char h[16];
+    std::snprintf(
+        h,
+        sizeof(h),
+        "0x%08lx",
+        crc32(0, reinterpret_cast<const Bytef*>(b.data()), b.size()));
+    return std::string(h);
+  };
+  std::string bad = good;
+  bad[at + 5] ^= 1;
+  std::ofstream(path, std::ios::binary) << bad;
+  EXPECT_EQ(
+      error_of([&] { load_torch_weights(path); }),
+      "'" + path +
+          "': zip record state/data/0 does not match its CRC-32 in the "
+          "archive's central directory (" +
+          crc(good.substr(at, 48)) + ", 48 bytes; its 48 bytes give " +
+          crc(bad.substr(at, 48)) +
+          "): the file is damaged; save it again with torch.save or "
+          "re-download it");
+  // The pickle too.
+  bad = good;
+  const size_t pkl = caffe2::serialize::PyTorchStreamReader(fixture("state.pt"))
+                         .getRecordOffset("data.pkl");
+  bad[pkl + 100] ^= 1;
+  std::ofstream(path, std::ios::binary) << bad;
+  EXPECT_NE(
+      error_of([&] {
+        load_torch_weights(path);
+      }).find("': zip record state/data.pkl does not match its CRC-32"),
+      std::string::npos);
+  // A directory outside the file (ZIP64 end record's offset).
+  bad = good;
+  const size_t z64 = bad.rfind("PK\x06\x06");
+  ASSERT_NE(z64, std::string::npos);
+  bad[z64 + 48 + 7] = 0x7f;
+  std::ofstream(path, std::ios::binary) << bad;
+  EXPECT_NE(
+      error_of([&] { load_torch_weights(path); })
+          .find("': its zip central directory is malformed (the central "
+                "directory (913 bytes at 9151314442816850616) is outside "
+                "the file): not a torch.save file memtrain can read"),
+      std::string::npos)
+      << error_of([&] { load_torch_weights(path); });
 }
 
 TEST(PretrainedRename, RulesRenameInOrderAndRefuseMistakes) {
