@@ -59,6 +59,18 @@ void visit(const nifti_image* im, F&& f) {
   }
 }
 
+// The refusal of voxel `i` (in file order) of value `v`, not a finite
+// `type`.
+[[noreturn]] void throw_nonfinite(
+    const Nifti& n, size_t i, double v, const char* type) {
+  const size_t plane = static_cast<size_t>(n.nx * n.ny);
+  throw Error(
+      n.command + ": " + n.name() + ": voxel (" + std::to_string(i % n.nx) +
+      "," + std::to_string((i / n.nx) % n.ny) + "," +
+      std::to_string((i / plane) % n.nz) + ") is " + fmt(v) +
+      " (not a finite " + type + "); replace NaN/Inf voxels first");
+}
+
 // libnifti sets NaN and Inf float voxels to 0 as it loads them, silently:
 // the file's raw float32/float64 voxels are fed here first, in order, and
 // the first non-finite one is refused.
@@ -110,14 +122,8 @@ class FiniteFloats {
       std::memcpy(&v, &u, 8);
     }
     const size_t i = done_++;
-    if (std::isfinite(v))
-      return;
-    const size_t plane = static_cast<size_t>(n_.nx * n_.ny);
-    throw Error(
-        n_.command + ": " + n_.name() + ": voxel (" +
-        std::to_string(i % n_.nx) + "," + std::to_string((i / n_.nx) % n_.ny) +
-        "," + std::to_string((i / plane) % n_.nz) + ") is " + fmt(v) +
-        " (not a finite float); replace NaN/Inf voxels first");
+    if (!std::isfinite(v))
+      throw_nonfinite(n_, i, v, "float");
   }
 
   const Nifti& n_;
@@ -351,14 +357,8 @@ std::vector<float> read_image(const Nifti& n) {
       if (n.scaled)
         v = v * n.slope + n.inter;
       out[i] = static_cast<float>(v);
-      if (!std::isfinite(out[i])) {
-        const size_t plane = static_cast<size_t>(n.nx * n.ny);
-        throw Error(
-            n.command + ": " + n.name() + ": voxel (" +
-            std::to_string(i % n.nx) + "," + std::to_string((i / n.nx) % n.ny) +
-            "," + std::to_string((i / plane) % n.nz) + ") is " + fmt(v) +
-            " (not a finite float32); replace NaN/Inf voxels first");
-      }
+      if (!std::isfinite(out[i]))
+        throw_nonfinite(n, i, v, "float32");
     }
   });
   return out;
