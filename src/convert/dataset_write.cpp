@@ -127,8 +127,8 @@ void read_case(
   nifti::Nifti l = nifti::open_header(
       kCmd, who(c, "label"), c.label, cm.analyze_orientation);
   nifti::load_data(l);
-  *mask =
-      nifti::read_labels(l, {}, {cm.num_classes, "dataset.json's labels", ""});
+  *mask = nifti::read_labels(
+      l, {}, {cm.num_classes, "dataset.json's labels", "", /*map_flag=*/""});
   *image = reorient(*image, cm.channels, c.source_shape, c.orientation);
   *mask = reorient(*mask, 1, c.source_shape, c.orientation);
   bool same = true;

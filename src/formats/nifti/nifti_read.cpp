@@ -378,6 +378,7 @@ std::vector<uint8_t> read_labels(
            ")";
   };
   const std::string last = std::to_string(classes.count - 1);
+  const bool mapped = !classes.map_flag.empty();
   const std::string within =
       classes.whose.empty() ? std::string()
                             : ", here " + classes.whose + " (0.." + last + ")";
@@ -401,16 +402,16 @@ std::vector<uint8_t> read_labels(
       if (!(std::fabs(v - rv) <= 1e-4 && rv >= 0)) {
         throw Error(
             n.command + ": " + n.name() + ": voxel " + where(i) +
-            " has label " + fmt(v) +
-            "; without --label-map labels must be non-negative integers" +
-            within + " (map them with --label-map)");
+            " has label " + fmt(v) + "; " +
+            (mapped ? "without " + classes.map_flag + " " : std::string()) +
+            "labels must be non-negative integers" + within +
+            (mapped ? " (map them with " + classes.map_flag + ")" : ""));
       }
       if (rv > 255) {
         throw Error(
             n.command + ": " + n.name() + ": voxel " + where(i) +
-            " has label " + fmt(v) +
-            "; classes are stored as uint8 (0..255): group the labels with "
-            "--label-map");
+            " has label " + fmt(v) + "; classes are stored as uint8 (0..255)" +
+            (mapped ? ": group the labels with " + classes.map_flag : ""));
       }
       out[i] = static_cast<uint8_t>(rv);
     }

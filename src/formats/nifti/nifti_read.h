@@ -112,6 +112,9 @@ struct LabelClasses {
   int64_t count = 256;
   std::string whose;
   std::string remedy;  // ends the refusal, e.g. " (map them with ...)"
+  // The command's option that maps labels to classes; empty: it has none
+  // (convert-dataset: dataset.json's labels are the classes).
+  std::string map_flag = "--label-map";
 };
 // Label voxels mapped to classes (uint8), NIfTI order = [D, H, W]. Without
 // `rules` the values must be integers 0..255; every class must be below
