@@ -121,7 +121,8 @@ int run_predict(const PredictArgs& args, int* argc, char*** argv) {
   }
   std::string csv;
   if (!agreed(env, "predict", [&] {
-        for (size_t i = env.rank(); i < cases.size(); i += env.world_size()) {
+        for (const size_t i :
+             cases_of_rank(cases.size(), env.rank(), env.world_size())) {
           const CaseResult r = predict_case(*model, opt, cases[i], env.rank());
           std::printf("predict: [rank %d] %s\n", env.rank(), r.line.c_str());
           std::fflush(stdout);

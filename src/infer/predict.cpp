@@ -75,6 +75,14 @@ std::vector<InputCase> predict_inputs(const PredictOptions& args) {
   return cases;
 }
 
+std::vector<size_t> cases_of_rank(size_t count, int rank, int world) {
+  std::vector<size_t> mine;
+  for (size_t i = static_cast<size_t>(rank); i < count;
+       i += static_cast<size_t>(world))
+    mine.push_back(i);
+  return mine;
+}
+
 void check_reference_labels(
     const PredictOptions& args,
     const std::vector<InputCase>& cases,
@@ -83,8 +91,7 @@ void check_reference_labels(
     int world) {
   if (args.labels.empty())
     return;
-  for (size_t i = static_cast<size_t>(rank); i < cases.size();
-       i += static_cast<size_t>(world))
+  for (const size_t i : cases_of_rank(cases.size(), rank, world))
     read_nifti_case_labels(
         "predict",
         "--labels",

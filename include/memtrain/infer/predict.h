@@ -3,6 +3,7 @@
 // --input, checked before any output is written, and one case from NIfTI
 // in to a label map (and its metrics) out.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,10 +33,12 @@ inline constexpr const char* kPredictMetricsHeader =
 // nothing. Throws memtrain::Error naming the file or option.
 std::vector<InputCase> predict_inputs(const PredictOptions& opt);
 
+// The cases rank `rank` of `world` predicts: i = rank, rank + world, ...
+std::vector<size_t> cases_of_rank(size_t count, int rank, int world);
+
 // With --labels, the reference label file of each case this rank
-// predicts (case i of `cases` for i = rank, rank + world, ...: predict's
-// split), read and checked as predict_case scores it: found, on its
-// case's grid and transform, and holding only the model's `num_classes`
+// predicts (cases_of_rank), read and checked as predict_case scores it: found,
+// on its case's grid and transform, and holding only the model's `num_classes`
 // classes. Writes nothing: call it before any output. Throws
 // memtrain::Error naming the file.
 void check_reference_labels(

@@ -157,17 +157,11 @@ RawHeader read_raw_header(const Nifti& n) {
   size_t got = znzread(b, 1, sizeof(b), f);  // (size_t)-1: a zlib error
   Xznzclose(&f);
   const std::string where = n.command + ": " + n.name() + ": ";
-  if (got > sizeof(b) || got < 540) {
+  if (got != sizeof(b)) {
     // zlib's gzread inflates a small file whole at the first read, and
     // fails it on a bad CRC-32 or length: read_gzip_file says which.
-    if (nifti_is_gzfile(h.header_path.c_str()) &&
-        has_gzip_magic(h.header_path)) {
-      read_gzip_file(
-          h.header_path,
-          n.command + ": " + n.name() +
-              (h.header_path == n.path ? "" : ": '" + h.header_path + "'"),
-          {});
-    }
+    if (gzipped(h.header_path))
+      read_gzip_file(h.header_path, file_who(n, h.header_path), {});
     MT_CHECK(got <= sizeof(b), where, "cannot read its header");
   }
   auto i32 = [&](size_t o, bool swap) {

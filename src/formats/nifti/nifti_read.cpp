@@ -135,17 +135,6 @@ class FiniteFloats {
   size_t done_ = 0;  // voxels checked
 };
 
-bool gzipped(const char* file) {
-  return file != nullptr && nifti_is_gzfile(file) && has_gzip_magic(file);
-}
-
-// The messages' start for `file` of n: its name, and the file's where it
-// is not the one named (a pair's .img).
-std::string who(const Nifti& n, const char* file) {
-  return n.command + ": " + n.name() +
-         (file == n.path ? std::string() : ": '" + std::string(file) + "'");
-}
-
 // The voxels of a gzipped file in one pass: the file inflated whole with
 // every check of the format (read_gzip_file: each member's CRC-32 and
 // length; libnifti reads only the bytes it needs, so zlib, which checks
@@ -155,8 +144,9 @@ std::string who(const Nifti& n, const char* file) {
 // its floats checked finite on the way.
 void load_gzipped(Nifti& n) {
   nifti_image* im = n.im.get();
-  if (gzipped(im->fname) && std::strcmp(im->fname, im->iname) != 0)
-    read_gzip_file(im->fname, who(n, im->fname), {});  // a pair's header
+  if (im->fname != nullptr && std::strcmp(im->fname, im->iname) != 0 &&
+      gzipped(im->fname))
+    read_gzip_file(im->fname, file_who(n, im->fname), {});  // a pair's header
   const size_t begin = static_cast<size_t>(im->iname_offset);
   const size_t bytes =
       static_cast<size_t>(im->nvox) * static_cast<size_t>(im->nbyper);
@@ -168,7 +158,9 @@ void load_gzipped(Nifti& n) {
   FiniteFloats floats(n);
   size_t at = 0;  // offset in the inflated stream of the bytes passed
   read_gzip_file(
-      im->iname, who(n, im->iname), [&](const unsigned char* p, size_t len) {
+      im->iname,
+      file_who(n, im->iname),
+      [&](const unsigned char* p, size_t len) {
         const size_t from = std::max(at, begin);
         const size_t to = std::min(at + len, begin + bytes);
         if (from < to) {
@@ -179,7 +171,7 @@ void load_gzipped(Nifti& n) {
       });
   MT_CHECK(
       at >= begin + bytes,
-      who(n, im->iname),
+      file_who(n, im->iname),
       ": its voxel data ends at byte ",
       at,
       " of the ",
@@ -231,8 +223,17 @@ std::string transform_str(const std::array<double, 12>& a) {
 
 }  // namespace
 
+bool gzipped(const std::string& file) {
+  return nifti_is_gzfile(file.c_str()) && has_gzip_magic(file);
+}
+
+std::string file_who(const Nifti& n, const std::string& file) {
+  return n.command + ": " + n.name() +
+         (file == n.path ? std::string() : ": '" + file + "'");
+}
+
 void load_data(Nifti& n) {
-  if (gzipped(n.im->iname)) {
+  if (n.im->iname != nullptr && gzipped(n.im->iname)) {
     load_gzipped(n);
     return;
   }

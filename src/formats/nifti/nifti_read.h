@@ -71,6 +71,12 @@ Nifti open_header(
     const std::string& flag,
     const std::string& path,
     const std::string& analyze_orientation = "");
+// Whether `file` is read as gzip: its name says so (libnifti's rule) and it
+// starts with gzip's magic.
+bool gzipped(const std::string& file);
+// The start of a message about `file`, one of n's files: "COMMAND: NAME",
+// and the file's path where it is not the one named (a pair's other file).
+std::string file_who(const Nifti& n, const std::string& file);
 // Reads the voxel data; a float voxel that is not finite is refused. A
 // gzipped file is read in one pass to the end of its gzip stream, each
 // member's CRC-32 and length (ISIZE) checked (read_gzip_file): a damaged
